@@ -1,0 +1,38 @@
+# Everything a fresh machine needs, in order: torch pinned BEFORE the project
+# (an unpinned torch pulls a multi-GB CUDA build), then the project itself.
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+TORCH   ?= torch==2.13.0
+PYTHON  ?= python3
+
+.PHONY: install serve test lint format schema bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH) numpy
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+serve: install
+	$(VENV)/bin/gradstep serve
+
+test: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+schema: install
+	$(PY) -c "import json, gradstep.schema as s; print(json.dumps(s.json_schema(), indent=2))" > server/gradstep/trace.schema.json
+
+bench: install
+	$(PY) benchmarks/tracer_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,69 @@
+"""Tracer overhead on a 24-layer TransformerEncoder: traced vs plain, in one run.
+
+Prints the ratio of median wall times (target <= 1.3x), the node count, and the
+trace size raw and gzip (target <= 150 KB gzip). Usage:
+    python benchmarks/tracer_overhead.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import statistics
+import time
+
+import orjson
+import torch
+from gradstep.tracer import record
+
+SNIPPET = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.1, batch_first=True)
+model = nn.TransformerEncoder(layer, num_layers=24, enable_nested_tensor=False)
+x = torch.randn(8, 16, 64)
+out = model(x)
+loss = out.pow(2).mean()
+loss.backward(retain_graph=True)
+loss.backward()
+"""
+
+
+def plain(code: str) -> None:
+    exec(compile(code, "<snippet>", "exec"), {"__name__": "__main__"})
+
+
+def timed(fn, code: str, repeat: int) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(code)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    plain(SNIPPET)  # warm both paths (lazy imports, allocator)
+    record(SNIPPET)
+    plain_t, traced_t = [], []
+    for _ in range(args.repeat):  # interleave, so machine noise hits both alike
+        plain_t += timed(plain, SNIPPET, 1)
+        traced_t += timed(record, SNIPPET, 1)
+    trace = record(SNIPPET)
+    raw = orjson.dumps(trace)
+    gz = gzip.compress(raw, compresslevel=6)
+    p, t = statistics.median(plain_t), statistics.median(traced_t)
+    print(f"plain  median {p * 1e3:7.1f} ms")
+    print(f"traced median {t * 1e3:7.1f} ms")
+    print(f"ratio  {t / p:.2f}x  (target <= 1.30x)")
+    print(f"nodes  {len(trace['nodes'])}  steps {len(trace['steps'])}  status {trace['status']}")
+    print(f"trace  raw {len(raw) / 1024:.0f} KB  gzip {len(gz) / 1024:.0f} KB  (target <= 150 KB gzip)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from gradstep.cli import main
+
+raise SystemExit(main())

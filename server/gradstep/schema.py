@@ -1,0 +1,188 @@
+"""The trace: the one format every gradstep front end reads.
+
+These pydantic models are its single definition. The JSON Schema shipped in
+``gradstep/trace.schema.json`` is generated from them (``make schema``) and
+``docs/trace-format.md`` explains them. The tracer builds plain dicts with the
+same shape (fast); ``Trace.model_validate`` turns them into these models.
+
+Layout: ``Trace.nodes`` is a table of what never changes about a graph node
+(op, line, module, saved shapes, edges). Each ``Step.nodes`` lists the state
+of every node alive at that step (freed, stale, executed, order), joined with
+the table by ``id``. So any step can be drawn without replaying earlier ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+VERSION = 1
+
+Status = Literal["ok", "error", "timeout", "limit", "crashed"]
+StepKind = Literal["forward", "backward", "grad"]
+Api = Literal["Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TraceError(_Model):
+    """An exception raised by the snippet, with torch's own message."""
+
+    type: str = Field(description="Exception class name, e.g. RuntimeError.")
+    message: str
+    line: int | None = Field(None, description="Snippet line (1-based) the error points at.")
+    column: int | None = Field(None, description="Column (1-based), for syntax errors.")
+    traceback: str | None = Field(None, description="Traceback limited to the snippet's frames.")
+
+
+class SavedValue(_Model):
+    """One value a node saved for its backward (``node._saved_<name>``)."""
+
+    name: str = Field(
+        description="Attribute name without the `_saved_` prefix: self, other, result, exponent…"
+    )
+    kind: Literal["tensor", "tensors", "value", "none"] = Field(
+        description="tensor: one saved tensor; tensors: a list of them; value: a non-tensor "
+        "(size, exponent, flag) that stays readable after backward; none: slot not used by this call."
+    )
+    shape: list[int] | None = None
+    dtype: str | None = None
+    bytes: int | None = Field(None, description="Bytes of the storage(s) the saved tensor(s) hold.")
+    value: Any = Field(None, description="For kind=value: the value (numbers, lists, or its repr).")
+    of: str | None = Field(None, description="Snippet tensor this saved tensor is, when it is one.")
+
+
+class NodeInfo(_Model):
+    """What never changes about a graph node."""
+
+    id: int = Field(description="Small integer handed out on first sight, never reused.")
+    op: str = Field(description="Node type, e.g. PowBackward0, AccumulateGrad.")
+    seq: int | None = Field(
+        None,
+        description="Autograd sequence number relative to the run's start (creation order); null for AccumulateGrad.",
+    )
+    line: int | None = Field(None, description="Snippet line that created the node.")
+    module: str | None = Field(
+        None, description="Module path when created inside an nn.Module call, e.g. model.layers.3.self_attn."
+    )
+    next: list[int] = Field(
+        default_factory=list,
+        description="Ids of the nodes this node passes gradient to (its next_functions).",
+    )
+    saved: list[SavedValue] = Field(default_factory=list)
+    tensor: str | None = Field(None, description="AccumulateGrad only: the leaf it accumulates into.")
+    grad_graph: bool = Field(
+        False, description="Built by a create_graph=True call: part of a gradient's own graph."
+    )
+    step: int = Field(description="Index of the first step that shows this node.")
+
+
+class NodeState(_Model):
+    """A node's state at one step. Join with ``Trace.nodes`` by ``id``."""
+
+    id: int
+    freed: bool = Field(False, description="A backward released its saved tensors; reading one now raises.")
+    stale: bool = Field(
+        False, description="A saved tensor was modified in place after it was saved (memory still held)."
+    )
+    stale_saved: list[str] = Field(default_factory=list, description="Names of the stale saved tensors.")
+    executed: bool = Field(False, description="Ran in this step's backward/grad call.")
+    failed: bool = Field(
+        False, description="The call failed at this node (it was reached but could not run)."
+    )
+    order: int | None = Field(None, description="Position in this call's engine execution order (0 = first).")
+    dropped: bool = Field(
+        False, description="No snippet variable reaches it any more: torch frees it; shown once, then gone."
+    )
+    vars: list[str] = Field(
+        default_factory=list,
+        description="Snippet variables whose grad_fn this node is (or, for AccumulateGrad, the leaf's names).",
+    )
+
+
+class Grad(_Model):
+    """A gradient tensor: `.grad` of a tensor, or a value `autograd.grad` returned."""
+
+    shape: list[int]
+    dtype: str
+    values: Any = Field(None, description="Nested lists of the values; null when the tensor is too big.")
+    has_grad_fn: bool = Field(description="The grad itself has a grad_fn (create_graph=True).")
+    norm: float | None = Field(description="L2 norm (null when not finite).")
+    absmax: float | None = Field(description="Largest absolute value (null when not finite).")
+
+
+class TensorState(_Model):
+    name: str = Field(description="Snippet variable, `module.param` (e.g. model.0.weight), or `list[i]`.")
+    shape: list[int]
+    dtype: str
+    requires_grad: bool
+    is_leaf: bool
+    retains_grad: bool = False
+    node: int | None = Field(None, description="Id of its grad_fn, or of its AccumulateGrad node for a leaf.")
+    grad: Grad | None = None
+
+
+class Warning_(_Model):
+    category: str
+    message: str
+    line: int | None = None
+
+
+class Step(_Model):
+    index: int
+    kind: StepKind
+    line: int | None = Field(
+        None, description="Snippet line of the step (the call, or the line that built nodes)."
+    )
+    repeat: int = Field(
+        1, description="Forward steps: how many line executions are folded into this step (loops)."
+    )
+    api: Api | None = None
+    retain_graph: bool | None = Field(
+        None, description="Effective value: when not given it takes create_graph's value."
+    )
+    create_graph: bool | None = None
+    inputs: list[str] | None = Field(None, description="Names of `inputs=` tensors, when given.")
+    gradient: bool | None = Field(None, description="`gradient=` / `grad_outputs=` was given.")
+    error: TraceError | None = None
+    returned: list[Grad | None] | None = Field(
+        None, description="torch.autograd.grad: the gradients it returned."
+    )
+    nodes: list[NodeState] = Field(default_factory=list)
+    edges: list[tuple[int, int]] = Field(
+        default_factory=list, description="[from, to] between nodes of this step."
+    )
+    tensors: list[TensorState] = Field(default_factory=list)
+    saved_bytes: int = Field(0, description="Bytes held by live saved tensors, each storage counted once.")
+    stdout: str = ""
+    warnings: list[Warning_] = Field(default_factory=list)
+
+
+class Trace(_Model):
+    version: int = VERSION
+    status: Status
+    error: TraceError | None = None
+    limit: str | None = Field(
+        None, description="status=limit: which limit stopped the run (memory, output, nodes…)."
+    )
+    stdout: str = ""
+    code: str = Field("", description="The snippet's source, so a trace replays on its own.")
+    torch: str = Field("", description="torch version that produced the trace.")
+    nodes: list[NodeInfo] = Field(default_factory=list)
+    steps: list[Step] = Field(default_factory=list)
+    warnings: list[Warning_] = Field(default_factory=list)
+    truncated: list[str] = Field(
+        default_factory=list, description="Caps that were hit: nodes, steps, stdout."
+    )
+    notes: list[str] = Field(
+        default_factory=list, description="Things the viewer should say, e.g. CUDA mapped to CPU."
+    )
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Trace.model_json_schema()
+    schema["title"] = f"gradstep trace v{VERSION}"
+    return schema

@@ -1,0 +1,104 @@
+"""Gradient records: values for small tensors, norm and max for all.
+
+A record is recomputed only when the gradient tensor changed: a different
+object, or the same one modified in place (accumulation bumps its version).
+Norms are computed for all changed gradients in one ``_foreach_norm`` call.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+SIGNIFICANT = 6  # digits kept for values and norms (float32 carries ~7)
+_POW10 = torch.tensor([float(10**k) for k in range(23)], dtype=torch.float64)  # exact
+
+
+class GradRecords:
+    def __init__(self, max_values: int):
+        self.max_values = max_values
+        self._cache: dict[int, tuple[weakref.ref, int, dict]] = {}
+
+    def records(self, grads: list[torch.Tensor | None]) -> list[dict | None]:
+        out: list[dict | None] = [None] * len(grads)
+        todo: list[int] = []
+        for i, g in enumerate(grads):
+            if g is None:
+                continue
+            hit = self._cache.get(id(g))
+            if hit is not None and hit[0]() is g and hit[1] == g._version:
+                out[i] = hit[2]
+            else:
+                todo.append(i)
+        if not todo:
+            return out
+        with torch.no_grad():
+            fresh = [grads[i].detach() for i in todo]
+            dense = [t.is_floating_point() and t.layout == torch.strided for t in fresh]
+            floats = [t for t, d in zip(fresh, dense, strict=True) if d]
+            norms = iter(_norms(floats, 2.0))
+            maxes = iter(_norms(floats, float("inf")))
+            small = [t for t, d in zip(fresh, dense, strict=True) if d and t.numel() <= self.max_values]
+            values = iter(_small_values(small))
+            for i, t, d in zip(todo, fresh, dense, strict=True):
+                g = grads[i]
+                rec: dict[str, Any] = {
+                    "shape": list(t.shape),
+                    "dtype": str(t.dtype).removeprefix("torch."),
+                    "has_grad_fn": g.grad_fn is not None,
+                    "norm": next(norms) if d else 0.0,
+                    "absmax": next(maxes) if d else 0.0,
+                }
+                if d and t.numel() <= self.max_values:
+                    rec["values"] = next(values)
+                out[i] = rec
+                self._cache[id(g)] = (weakref.ref(g), g._version, rec)
+        return out
+
+
+def _norms(tensors: list[torch.Tensor], ord: float) -> list[float]:
+    if not tensors:
+        return []
+    by_dtype = torch._foreach_norm(
+        [t.float() if t.dtype in (torch.float16, torch.bfloat16) else t for t in tensors], ord
+    )
+    return [_round(float(v)) for v in by_dtype]
+
+
+def _small_values(tensors: list[torch.Tensor]) -> list[Any]:
+    """Values of small tensors as nested lists, rounded in one vectorised pass."""
+    if not tensors:
+        return []
+    flat = _round_significant(torch.cat([t.reshape(-1).double() for t in tensors])).tolist()
+    out, pos = [], 0
+    for t in tensors:
+        n = t.numel()
+        out.append(_nest(flat[pos : pos + n], list(t.shape)))
+        pos += n
+    return out
+
+
+def _round_significant(v: torch.Tensor, digits: int = SIGNIFICANT) -> torch.Tensor:
+    """Round to ``digits`` significant digits so the shortest repr stays short."""
+    exp = torch.floor(torch.log10(v.abs().clamp_min(1e-300)))
+    p = torch.nan_to_num(digits - 1 - exp, nan=0.0, posinf=99.0, neginf=-99.0).long()
+    ok = torch.isfinite(v) & (p.abs() <= 22)  # exact powers of ten exist up to 1e22
+    scale = _POW10[p.abs().clamp_max(22)]
+    up = torch.round(v * scale) / scale
+    down = torch.round(v / scale) * scale
+    return torch.where(ok, torch.where(p >= 0, up, down), v)
+
+
+def _nest(flat: list, shape: list[int]) -> Any:
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return flat
+    step = len(flat) // shape[0] if shape[0] else 0
+    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _round(v: float, digits: int = SIGNIFICANT) -> float:
+    return float(f"{v:.{digits}g}")

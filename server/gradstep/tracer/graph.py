@@ -1,0 +1,289 @@
+"""The node table: every autograd node the snippet built, with its saved values.
+
+Nodes are keyed by the node object itself (``grad_fn`` and ``next_functions``
+hand back the same Python object while it is alive); ids are small integers
+given on first sight and never reused. Holding a node keeps its graph alive,
+so nodes no snippet variable reaches are let go (``drop_unreachable``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from gradstep.tracer.names import Names
+
+_UNSEQUENCED = 2**64 - 1  # AccumulateGrad nodes carry UINT64_MAX as sequence number
+FREED_MARK = "backward through the graph a second time"
+STALE_MARK = "modified by an inplace operation"
+_CUSTOM = torch.autograd.function.BackwardCFunction
+
+
+class _Saved:
+    """How to read one saved slot of a node."""
+
+    __slots__ = ("label", "attr", "raw", "kind")
+
+    def __init__(self, label: str, attr: str, raw: str | None, kind: str):
+        self.label, self.attr, self.raw, self.kind = label, attr, raw, kind
+
+
+class SeqRanges:
+    """Maps autograd sequence numbers to the value current when they were handed out."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.values: list[Any] = []
+
+    def mark(self, seq: int, value: Any) -> None:
+        if self.starts and self.starts[-1] == seq:
+            self.values[-1] = value
+        elif not self.values or self.values[-1] != value:
+            self.starts.append(seq)
+            self.values.append(value)
+
+    def lookup(self, seq: int) -> Any:
+        i = bisect.bisect_right(self.starts, seq) - 1
+        return self.values[i] if i >= 0 else None
+
+
+class Graph:
+    def __init__(self, seq_base: int, max_nodes: int):
+        self.seq_base = seq_base
+        self.max_nodes = max_nodes
+        self.full = False  # max_nodes reached: new nodes are no longer recorded
+        self.ids: dict[Any, int] = {}  # live node object -> id
+        self.objs: dict[int, Any] = {}  # id -> live node object
+        self.table: list[dict] = []  # NodeInfo dicts, index = id
+        self.children: list[list[int]] = []
+        self.tensor_slots: dict[int, list[_Saved]] = {}  # id -> slots holding tensors
+        self.storages: dict[int, list[tuple[int, int]]] = {}  # id -> (storage key, bytes)
+        self.freed: set[int] = set()
+        self.stale: dict[int, list[str]] = {}
+        self.lines = SeqRanges()
+        self.modules = SeqRanges()
+        self._slot_cache: dict[type, tuple[str, list[str], bool]] = {}
+
+    # -- discovery -----------------------------------------------------------
+
+    def discover(
+        self, roots: Iterable[Any], step: int, line: int | None, grad_graph: bool, of: Names
+    ) -> None:
+        """Add every node reachable from ``roots`` that is not known yet.
+
+        Edges of a known node never change, so the walk stops at known nodes.
+        ``of`` names the snippet's tensors, to say which one a saved tensor is.
+        """
+        ids = self.ids
+        stack = [r for r in roots if r is not None and r not in ids]
+        new: list[tuple[int, Any, tuple]] = []
+        while stack:
+            node = stack.pop()
+            if node in ids:
+                continue
+            if len(self.table) >= self.max_nodes:
+                self.full = True
+                break
+            nid = len(self.table)
+            ids[node] = nid
+            self.objs[nid] = node
+            nexts = node.next_functions
+            self.table.append(self._info(node, nid, step, line, grad_graph, of))
+            self.children.append([])
+            new.append((nid, node, nexts))
+            for child, _ in nexts:
+                if child is not None and child not in ids:
+                    stack.append(child)
+        for nid, _node, nexts in new:
+            kids = [ids[c] for c, _ in nexts if c is not None and c in ids]
+            self.children[nid] = kids
+            self.table[nid]["next"] = kids
+
+    def _slots(self, node: Any) -> tuple[str, list[str], bool]:
+        t = type(node)
+        cached = self._slot_cache.get(t)
+        if cached is None:
+            name = t.__name__
+            custom = isinstance(node, _CUSTOM)
+            attrs = [] if custom else sorted(a[7:] for a in dir(node) if a.startswith("_saved_"))
+            cached = self._slot_cache[t] = (name, attrs, custom)
+        return cached
+
+    def _info(self, node: Any, nid: int, step: int, line: int | None, grad_graph: bool, of: Names) -> dict:
+        op, attrs, custom = self._slots(node)
+        seq = node._sequence_nr()
+        info: dict[str, Any] = {"id": nid, "op": op, "step": step}
+        if seq == _UNSEQUENCED:
+            info["seq"] = None
+            info["line"] = line
+            var = node.variable
+            info["tensor"] = of.name_of(var)
+        else:
+            info["seq"] = seq - self.seq_base
+            info["line"] = self.lines.lookup(seq) or line
+            module = self.modules.lookup(seq)
+            if module:
+                info["module"] = module
+        if grad_graph:
+            info["grad_graph"] = True
+        saved: list[dict] = []
+        slots: list[_Saved] = []
+        storages: list[tuple[int, int]] = []
+        if custom:
+            self._read_slot(
+                node, _Saved("saved_tensors", "saved_tensors", None, "tensors"), saved, slots, storages, of
+            )
+        else:
+            for a in attrs:
+                raw = "_raw_saved_" + a
+                self._read_slot(
+                    node,
+                    _Saved(a, "_saved_" + a, raw if hasattr(node, raw) else None, ""),
+                    saved,
+                    slots,
+                    storages,
+                    of,
+                )
+        info["saved"] = saved
+        if slots:
+            self.tensor_slots[nid] = slots
+            self.storages[nid] = storages
+        return info
+
+    def _read_slot(self, node, slot: _Saved, saved: list, slots: list, storages: list, of: Names) -> None:
+        entry: dict[str, Any] = {"name": slot.label}
+        try:
+            with torch.no_grad():
+                value = getattr(node, slot.attr)
+        except RuntimeError as e:
+            # Already unreadable when first seen (modified in place on the same line,
+            # or freed by a call we did not see): a tensor slot without metadata.
+            entry["kind"] = "tensor"
+            slot.kind = "tensor"
+            slots.append(slot)
+            saved.append(entry)
+            self._mark_unreadable(self.ids[node], slot, str(e))
+            return
+        if isinstance(value, torch.Tensor):
+            slot.kind = entry["kind"] = "tensor"
+            self._describe(entry, [value], storages, of)
+            slots.append(slot)
+        elif isinstance(value, list | tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
+            slot.kind = entry["kind"] = "tensors"
+            self._describe(entry, value, storages, of)
+            slots.append(slot)
+        elif value is None:
+            entry["kind"] = "none"
+        else:
+            entry["kind"] = "value"
+            entry["value"] = _jsonable(value)
+        saved.append(entry)
+
+    @staticmethod
+    def _describe(entry: dict, tensors, storages: list, of: Names) -> None:
+        total = 0
+        for t in tensors:
+            st = t.untyped_storage()
+            n = st.nbytes()
+            storages.append((st.data_ptr(), n))
+            total += n
+        first = tensors[0]
+        entry["shape"] = list(first.shape)
+        entry["dtype"] = str(first.dtype).removeprefix("torch.")
+        entry["bytes"] = total
+        if len(tensors) == 1:
+            name = of.name_of_data(first)
+            if name:
+                entry["of"] = name
+
+    def _mark_unreadable(self, nid: int, slot: _Saved, message: str) -> None:
+        if FREED_MARK in message:
+            self.freed.add(nid)
+        elif STALE_MARK in message:
+            names = self.stale.setdefault(nid, [])
+            if slot.label not in names:
+                names.append(slot.label)
+
+    # -- state checks --------------------------------------------------------
+
+    def check_freed(self, nids: Iterable[int]) -> None:
+        """After a backward: did it release these nodes' saved tensors?"""
+        for nid in nids:
+            slots = self.tensor_slots.get(nid)
+            if not slots or nid in self.freed:
+                continue
+            node = self.objs[nid]
+            slot = slots[0]  # a release frees every slot of the node at once
+            if slot.raw is not None and slot.kind == "tensor":
+                if getattr(node, slot.raw).data is None:
+                    self.freed.add(nid)
+            else:  # list and custom-Function saves read through a stale handle: re-read
+                try:
+                    getattr(node, slot.attr)
+                except RuntimeError as e:
+                    self._mark_unreadable(nid, slot, str(e))
+
+    def check_stale(self) -> None:
+        """Has any live saved tensor been modified in place since it was saved?"""
+        stale = self.stale
+        for nid, slots in self.tensor_slots.items():
+            if nid in self.freed:
+                continue
+            node = self.objs[nid]
+            done = stale.get(nid, ())
+            for slot in slots:
+                if slot.label in done:
+                    continue
+                try:
+                    getattr(node, slot.attr)
+                except RuntimeError as e:
+                    self._mark_unreadable(nid, slot, str(e))
+
+    def unusable(self, nid: int) -> bool:
+        return nid in self.freed or nid in self.stale
+
+    # -- liveness ------------------------------------------------------------
+
+    def reachable(self, root_ids: Iterable[int]) -> set[int]:
+        seen: set[int] = set()
+        stack = list(root_ids)
+        children = self.children
+        while stack:
+            nid = stack.pop()
+            if nid in seen:
+                continue
+            seen.add(nid)
+            stack.extend(children[nid])
+        return seen
+
+    def drop(self, nids: Iterable[int]) -> None:
+        """Let go of nodes no variable reaches, so torch can free them as it would untraced."""
+        for nid in nids:
+            node = self.objs.pop(nid)
+            del self.ids[node]
+            self.tensor_slots.pop(nid, None)
+            self.storages.pop(nid, None)
+
+    def saved_bytes(self) -> int:
+        seen: dict[int, int] = {}
+        freed = self.freed
+        for nid, entries in self.storages.items():
+            if nid in freed:
+                continue
+            for key, n in entries:
+                seen[key] = n
+        return sum(seen.values())
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, torch.Size | list | tuple):
+        if all(isinstance(v, bool | int | float) for v in value):
+            return list(value)
+    if isinstance(value, torch.SymInt):
+        return int(value)
+    return repr(value)

@@ -1,0 +1,129 @@
+"""Find the tensors a snippet can name: its variables, module parameters, list items.
+
+These names are what a learner sees on nodes and in the tensors panel, and
+the tensors found here are the roots from which the graph is walked.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+
+SNIPPET_FILENAME = "<snippet>"
+_MAX_ITEMS = 256  # items scanned per list/dict, so a huge container stays cheap
+_MAX_DEPTH = 3
+_SKIP_TYPES = (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type, types.MethodType)
+
+
+@dataclass
+class Names:
+    """Tensors reachable by name at one moment, each object once, first name first."""
+
+    tensors: dict[int, tuple[torch.Tensor, list[str]]] = field(default_factory=dict)
+    modules: dict[int, str] = field(default_factory=dict)  # id(module) -> dotted path
+    _by_data: dict | None = None
+
+    def add(self, name: str, t: torch.Tensor) -> None:
+        entry = self.tensors.get(id(t))
+        if entry is None:
+            self.tensors[id(t)] = (t, [name])
+        elif name not in entry[1]:
+            entry[1].append(name)
+
+    def name_of(self, t: torch.Tensor) -> str | None:
+        entry = self.tensors.get(id(t))
+        return entry[1][0] if entry else None
+
+    def name_of_data(self, t: torch.Tensor) -> str | None:
+        """The named tensor with the same data as ``t`` (a saved tensor is often a new object)."""
+        if self._by_data is None:
+            self._by_data = {}
+            for obj, names in self.tensors.values():
+                self._by_data.setdefault((obj.data_ptr(), tuple(obj.shape), obj.dtype), names[0])
+        return self._by_data.get((t.data_ptr(), tuple(t.shape), t.dtype))
+
+
+def snippet_frames(frame: types.FrameType | None) -> list[types.FrameType]:
+    """The snippet's frames on the stack, innermost first."""
+    out = []
+    while frame is not None:
+        if frame.f_code.co_filename == SNIPPET_FILENAME:
+            out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def current_line(frame: types.FrameType | None = None) -> int | None:
+    frames = snippet_frames(frame or sys._getframe(1))
+    return frames[0].f_lineno if frames else None
+
+
+def scan(namespaces: Iterable[dict]) -> Names:
+    names = Names()
+    seen: set[int] = set()
+    for ns in namespaces:
+        for key, value in list(ns.items()):
+            if isinstance(key, str) and not key.startswith("__"):
+                _visit(names, seen, key, value, 0)
+    return names
+
+
+def frame_namespaces(frames: list[types.FrameType], globals_: dict) -> list[dict]:
+    """Globals first (their names are the ones a reader knows), then function locals."""
+    out = [globals_]
+    for f in reversed(frames):
+        if f.f_code.co_name != "<module>":
+            out.append(f.f_locals)
+    return out
+
+
+def _visit(names: Names, seen: set[int], name: str, value: object, depth: int) -> None:
+    if isinstance(value, torch.Tensor):
+        names.add(name, value)
+        return
+    if depth >= _MAX_DEPTH or isinstance(value, (*_SKIP_TYPES, str, bytes, int, float)) or value is None:
+        return
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, torch.nn.Module):
+        _visit_module(names, name, value)
+    elif isinstance(value, torch.optim.Optimizer):
+        return  # its params are the model's; its state is not part of any graph
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value[:_MAX_ITEMS]):
+            _visit(names, seen, f"{name}[{i}]", item, depth + 1)
+    elif isinstance(value, dict):
+        for i, (k, item) in enumerate(value.items()):
+            if i >= _MAX_ITEMS:
+                break
+            if isinstance(k, str | int):
+                _visit(names, seen, f"{name}[{k!r}]", item, depth + 1)
+    else:
+        attrs = getattr(value, "__dict__", None)
+        if isinstance(attrs, dict):
+            for k, item in list(attrs.items())[:_MAX_ITEMS]:
+                if isinstance(k, str) and not k.startswith("__"):
+                    _visit(names, seen, f"{name}.{k}", item, depth + 1)
+
+
+def _visit_module(names: Names, name: str, module: torch.nn.Module) -> None:
+    for path, sub in module.named_modules(prefix=name):
+        if id(sub) in names.modules:
+            continue
+        names.modules[id(sub)] = path
+        for k, p in sub._parameters.items():
+            if p is not None:
+                names.add(f"{path}.{k}", p)
+        for k, b in sub._buffers.items():
+            if b is not None:
+                names.add(f"{path}.{k}", b)
+        # Plain tensor attributes (an RNN's carried hidden state, a stored target):
+        # they keep graphs alive, so they are roots too.
+        for k, v in sub.__dict__.items():
+            if isinstance(v, torch.Tensor) and not k.startswith("_"):
+                names.add(f"{path}.{k}", v)

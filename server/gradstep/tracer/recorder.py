@@ -1,0 +1,511 @@
+"""Run a snippet and record its autograd graph step by step.
+
+Forward steps come from line tracing limited to the snippet's own frames: a
+line whose execution moved autograd's sequence counter built nodes. Backward
+steps come from wrapping ``torch.autograd.backward`` and ``torch.autograd.grad``
+(``Tensor.backward`` looks the former up at call time), so failing calls are
+seen too. The engine's execution order comes from one prehook on the roots
+calling ``torch._C._current_graph_task_execution_order()``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import inspect
+import sys
+import traceback
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from gradstep.schema import VERSION
+from gradstep.tracer.capture import Output, Warnings
+from gradstep.tracer.grads import GradRecords
+from gradstep.tracer.graph import Graph
+from gradstep.tracer.names import SNIPPET_FILENAME, frame_namespaces, scan, snippet_frames
+
+_seq_nr = torch._C._autograd._get_sequence_nr
+_exec_order = torch._C._current_graph_task_execution_order
+_TENSOR_BACKWARD = torch.Tensor.backward.__code__
+
+
+@dataclass
+class Limits:
+    max_nodes: int = 20_000
+    max_steps: int = 500
+    max_stdout: int = 64_000
+    max_values: int = 64  # gradients with at most this many elements carry their values
+    line_repeats: int = 3  # executions of one line shown as steps before a loop is folded
+
+
+class _Stop(Exception):
+    """Raised inside the snippet when a hard cap makes further recording pointless."""
+
+
+class Recorder:
+    def __init__(self, code: str, limits: Limits):
+        self.code = code
+        self.limits = limits
+        self.globals: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        self.steps: list[dict] = []
+        self.truncated: list[str] = []
+        self.out = Output(limits.max_stdout)
+        self.warnings = Warnings(self._line_now)
+        self.grads = GradRecords(limits.max_values)
+        self.seq_base = _seq_nr()
+        self.seq_last = self.seq_base
+        self.graph = Graph(self.seq_base, limits.max_nodes)
+        self.line: int | None = None  # snippet line executing now
+        self.line_runs: Counter[int | None] = Counter()
+        self.folded = 0  # forward line executions waiting in a folded loop step
+        self.folded_line: int | None = None
+        self.in_call = False
+        self.module_stack: list[str] = []
+        self.module_paths: dict[int, str] = {}
+
+    # -- running -------------------------------------------------------------
+
+    def run(self) -> dict:
+        try:
+            compiled = compile(self.code, SNIPPET_FILENAME, "exec", dont_inherit=True)
+        except SyntaxError as e:
+            return self._result("error", _syntax_error(e))
+        error = None
+        with self._patched():
+            try:
+                exec(compiled, self.globals)
+            except SystemExit as e:
+                if e.code not in (None, 0):
+                    error = self._error(e)
+            except _Stop:
+                pass
+            except BaseException as e:  # the snippet's own failure is part of the trace
+                error = self._error(e)
+            finally:
+                sys.settrace(None)
+            if not self._full():
+                self._flush(self.line)
+                self._emit_folded()
+        return self._result("error" if error else "ok", error)
+
+    @contextlib.contextmanager
+    def _patched(self):
+        orig_backward, orig_grad = torch.autograd.backward, torch.autograd.grad
+        orig_out, orig_err = sys.stdout, sys.stderr
+        hooks = [
+            torch.nn.modules.module.register_module_forward_pre_hook(self._module_enter),
+            torch.nn.modules.module.register_module_forward_hook(self._module_exit, always_call=True),
+        ]
+        torch.autograd.backward = self._wrap(orig_backward, "backward")
+        torch.autograd.grad = self._wrap(orig_grad, "grad")
+        sys.stdout = sys.stderr = self.out
+        try:
+            with self.warnings:
+                sys.settrace(self._trace_call)
+                yield
+        finally:
+            sys.settrace(None)
+            sys.stdout, sys.stderr = orig_out, orig_err
+            torch.autograd.backward, torch.autograd.grad = orig_backward, orig_grad
+            for h in hooks:
+                h.remove()
+
+    def _result(self, status: str, error: dict | None) -> dict:
+        if self.out.dropped:
+            self.truncated.append("stdout")
+        if self.graph.full:
+            self.truncated.append("nodes")
+        return {
+            "version": VERSION,
+            "status": status,
+            "error": error,
+            "stdout": self.out.text(),
+            "code": self.code,
+            "torch": torch.__version__,
+            "nodes": self.graph.table,
+            "steps": self.steps,
+            "warnings": self.warnings.items,
+            "truncated": self.truncated,
+            "notes": [],
+        }
+
+    # -- line tracing --------------------------------------------------------
+
+    def _trace_call(self, frame, event, arg):
+        if frame.f_code.co_filename != SNIPPET_FILENAME:
+            return None
+        if not self.in_call:
+            self._flush(self.line)  # what the calling line built before this call
+        return self._trace_line
+
+    def _trace_line(self, frame, event, arg):
+        if self.in_call:  # a hook of the snippet running inside backward
+            return self._trace_line
+        if event == "line":
+            self._flush(self.line)
+            line = frame.f_lineno
+            self.line = line
+            self.line_runs[line] += 1
+            if self.folded and self.line_runs[line] <= self.limits.line_repeats:
+                self._emit_folded()  # the loop is over: show where it left the graph
+            if frame.f_code.co_name == "<module>":
+                self.module_stack.clear()  # a module call that raised never popped
+        elif event == "return":
+            self._flush(self.line)
+            back = frame.f_back
+            if back is not None and back.f_code.co_filename == SNIPPET_FILENAME:
+                self.line = back.f_lineno
+        return self._trace_line
+
+    def _line_now(self) -> int | None:
+        frames = snippet_frames(sys._getframe(1))
+        return frames[0].f_lineno if frames else self.line
+
+    def _flush(self, line: int | None, extra_roots=()) -> None:
+        """If the code run since the last check built nodes, record a forward step."""
+        seq = _seq_nr()
+        if seq == self.seq_last:
+            return
+        self.graph.lines.mark(self.seq_last, line)
+        self.seq_last = seq
+        if self._full():
+            return
+        if self.line_runs[line] > self.limits.line_repeats:
+            self.folded += 1
+            self.folded_line = line
+            return
+        self._emit_folded()
+        self._snapshot({"kind": "forward", "line": line}, extra_roots)
+
+    def _emit_folded(self) -> None:
+        if self.folded and not self._full():
+            self._snapshot({"kind": "forward", "line": self.folded_line, "repeat": self.folded})
+        self.folded = 0
+
+    def _full(self) -> bool:
+        if len(self.steps) < self.limits.max_steps:
+            return False
+        if "steps" not in self.truncated:
+            self.truncated.append("steps")
+        return True
+
+    # -- module paths --------------------------------------------------------
+
+    def _module_enter(self, module, args) -> None:
+        path = self.module_paths.get(id(module))
+        if path is None:
+            frames = snippet_frames(sys._getframe(1))
+            names = scan(frame_namespaces(frames, self.globals))
+            self.module_paths.update(names.modules)
+            path = self.module_paths.setdefault(id(module), type(module).__name__)
+        self.module_stack.append(path)
+        self.graph.modules.mark(_seq_nr(), path)
+
+    def _module_exit(self, module, args, output) -> None:
+        if self.module_stack:
+            self.module_stack.pop()
+        self.graph.modules.mark(_seq_nr(), self.module_stack[-1] if self.module_stack else None)
+
+    # -- backward / grad calls -----------------------------------------------
+
+    def _wrap(self, orig, kind: str):
+        sig = inspect.signature(orig)
+
+        def traced(*args, **kwargs):
+            if self.in_call:  # re-entrant backward (e.g. inside a hook): not a step of its own
+                return orig(*args, **kwargs)
+            caller = sys._getframe(1)
+            api = "torch.autograd.grad" if kind == "grad" else "torch.autograd.backward"
+            if caller.f_code is _TENSOR_BACKWARD:
+                api = "Tensor.backward"
+            return self._call(orig, kind, api, sig.bind(*args, **kwargs), caller)
+
+        traced.__wrapped__ = orig
+        traced.__doc__ = orig.__doc__
+        return traced
+
+    def _call(self, orig, kind: str, api: str, bound: inspect.BoundArguments, caller) -> Any:
+        a = bound.arguments
+        if kind == "grad":
+            outputs, inputs, gradient = a.get("outputs"), a.get("inputs"), a.get("grad_outputs")
+        else:
+            outputs, inputs = a.get("tensors"), a.get("inputs")
+            gradient = a.get("grad_tensors", a.get("grad_variables"))
+        create_graph = bool(a.get("create_graph", False))
+        retain_graph = a.get("retain_graph")
+        retain_graph = create_graph if retain_graph is None else bool(retain_graph)
+        frames = snippet_frames(caller)
+        line = frames[0].f_lineno if frames else self.line
+        outs, ins = _tensors(outputs), _tensors(inputs)
+        roots = [t.grad_fn for t in outs if t.grad_fn is not None]
+
+        self._flush(line, roots)  # this line may have built the very graph it backwards through
+        self._emit_folded()
+        graph = self.graph
+        if any(r not in graph.ids for r in roots):
+            names = scan(frame_namespaces(frames, self.globals))
+            graph.discover(roots, len(self.steps), line, False, names)
+
+        order_box: list = []
+
+        def capture_order(_grad_outputs):
+            if not order_box:
+                order_box.append(_exec_order())
+
+        input_nodes = {}
+        for t in ins:
+            with contextlib.suppress(RuntimeError):
+                edge = torch.autograd.graph.get_gradient_edge(t)
+                input_nodes[edge.node] = None
+        ran: set = set()
+        handles = [r.register_prehook(capture_order) for r in dict.fromkeys(roots)]
+        for node in input_nodes:
+            handles.append(node.register_prehook(lambda _g, node=node: ran.add(node)))
+
+        seq_before = _seq_nr()
+        error: BaseException | None = None
+        result = None
+        self.in_call = True
+        try:
+            with torch.autograd.set_multithreading_enabled(False):
+                result = orig(*bound.args, **bound.kwargs)
+        except BaseException as e:
+            error = e
+        finally:
+            self.in_call = False
+            for h in handles:
+                h.remove()
+        seq_after = _seq_nr()
+        if seq_after != seq_before:
+            graph.lines.mark(seq_before, line)
+        self.seq_last = seq_after
+
+        if not self._full():
+            self._record_call(
+                kind,
+                api,
+                line,
+                retain_graph,
+                create_graph,
+                ins,
+                gradient,
+                outs,
+                order_box,
+                input_nodes,
+                ran,
+                error,
+                result,
+            )
+        if error is not None:
+            raise error
+        return result
+
+    def _record_call(
+        self,
+        kind,
+        api,
+        line,
+        retain_graph,
+        create_graph,
+        ins,
+        gradient,
+        outs,
+        order_box,
+        input_nodes,
+        ran,
+        error,
+        result,
+    ) -> None:
+        graph = self.graph
+        ids = graph.ids
+        order = [ids.get(n) for n in order_box[0]] if order_box else []
+        skipped = {ids.get(n) for n in input_nodes if n not in ran}  # captured, never run
+        order = [nid for nid in order if nid is not None and nid not in skipped]
+        failed = None
+        if error is not None and order:
+            graph.check_stale()
+            for i, nid in enumerate(order):
+                if graph.unusable(nid):
+                    failed, order = nid, order[:i]
+                    break
+            else:
+                order = []  # failed for a reason we cannot place on a node
+        if not retain_graph:
+            graph.check_freed(order)
+        step: dict[str, Any] = {
+            "kind": kind,
+            "line": line,
+            "api": api,
+            "retain_graph": retain_graph,
+            "create_graph": create_graph,
+            "gradient": gradient is not None,
+        }
+        if ins:
+            step["inputs"] = self._input_names(ins)
+        if error is not None:
+            step["error"] = {"type": type(error).__name__, "message": str(error), "line": line}
+        extra_roots = [t.grad_fn for t in outs if t.grad_fn is not None]
+        returned = None
+        if kind == "grad" and error is None and result is not None:
+            extra_roots += [g.grad_fn for g in result if g is not None and g.grad_fn is not None]
+            returned = list(result)
+        run = {nid: i for i, nid in enumerate(order)}
+        if failed is not None:
+            run[failed] = len(order)
+        self._snapshot(step, extra_roots, run=run, failed=failed, grad_graph=create_graph, returned=returned)
+
+    def _input_names(self, ins: list[torch.Tensor]) -> list[str]:
+        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals))
+        return [names.name_of(t) or "?" for t in ins]
+
+    # -- snapshots -----------------------------------------------------------
+
+    def _snapshot(self, step: dict, extra_roots=(), run=None, failed=None, grad_graph=False, returned=None):
+        graph = self.graph
+        index = len(self.steps)
+        step["index"] = index
+        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals))
+        roots = list(extra_roots)
+        shown: list[tuple[torch.Tensor, list[str]]] = []
+        for t, tnames in names.tensors.values():
+            fn = t.grad_fn
+            if fn is not None:
+                roots.append(fn)
+            # .grad of a non-leaf that does not retain it is always None, and reading it warns
+            g = t.grad if (fn is None or t.retains_grad) else None
+            if g is not None and g.grad_fn is not None:
+                roots.append(g.grad_fn)
+            if (t.requires_grad and fn is None) or t.retains_grad or g is not None:
+                shown.append((t, tnames))
+        graph.discover(roots, index, step.get("line"), grad_graph, names)
+
+        ids = graph.ids
+        root_ids = [ids[r] for r in roots if r in ids]
+        live = graph.reachable(root_ids)
+        dropped = [nid for nid in graph.objs if nid not in live]
+        graph.check_stale()
+
+        vars_of: dict[int, list[str]] = {}
+        for t, tnames in names.tensors.values():
+            fn = t.grad_fn
+            if fn is not None and fn in ids:
+                vars_of.setdefault(ids[fn], []).extend(tnames)
+        acc_of: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
+        for nid in live:
+            info = graph.table[nid]
+            if info["seq"] is None:
+                leaf = graph.objs[nid].variable
+                acc_of[id(leaf)] = nid
+                leaf_names = names.tensors.get(id(leaf))
+                if leaf_names is not None and leaf_names[0] is leaf:
+                    vars_of.setdefault(nid, []).extend(leaf_names[1])
+
+        run = run or {}
+        states = []
+        edges = []
+        children = graph.children
+        for nid in sorted(live):
+            states.append(self._state(nid, run, failed, vars_of))
+            for kid in children[nid]:
+                edges.append([nid, kid])
+        for nid in dropped:
+            states.append({"id": nid, "dropped": True})
+        graph.drop(dropped)
+
+        grads = self.grads.records([t.grad if (t.is_leaf or t.retains_grad) else None for t, _ in shown])
+        tensors = []
+        for (t, tnames), grad in zip(shown, grads, strict=True):
+            fn = t.grad_fn
+            rec = {
+                "name": tnames[0],
+                "shape": list(t.shape),
+                "dtype": str(t.dtype).removeprefix("torch."),
+                "requires_grad": t.requires_grad,
+                "is_leaf": t.is_leaf,
+                "node": ids.get(fn) if fn is not None else acc_of.get(id(t)),
+                "grad": grad,
+            }
+            if t.retains_grad:
+                rec["retains_grad"] = True
+            tensors.append(rec)
+        if returned is not None:
+            step["returned"] = self.grads.records(returned)
+
+        step["nodes"] = states
+        step["edges"] = edges
+        step["tensors"] = tensors
+        step["saved_bytes"] = graph.saved_bytes()
+        step["stdout"] = self.out.since_last_step()
+        step["warnings"] = self.warnings.since_last_step()
+        self.steps.append(step)
+
+    def _state(self, nid: int, run: dict, failed, vars_of: dict) -> dict:
+        state: dict[str, Any] = {"id": nid}
+        graph = self.graph
+        if nid in graph.freed:
+            state["freed"] = True
+        stale = graph.stale.get(nid)
+        if stale:
+            state["stale"] = True
+            state["stale_saved"] = stale
+        order = run.get(nid)
+        if order is not None:
+            state["order"] = order
+            if nid == failed:
+                state["failed"] = True
+            else:
+                state["executed"] = True
+        v = vars_of.get(nid)
+        if v:
+            state["vars"] = v
+        return state
+
+    def _error(self, e: BaseException) -> dict:
+        tb = e.__traceback__
+        line = None
+        frames = []
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == SNIPPET_FILENAME:
+                line = tb.tb_lineno
+                frames.append((tb.tb_lineno, tb.tb_frame.f_code.co_name))
+            tb = tb.tb_next
+        src = self.code.splitlines()
+        text = ["Traceback (most recent call last):"]
+        for ln, fn in frames:
+            where = "<module>" if fn == "<module>" else fn
+            text.append(f"  line {ln}, in {where}")
+            if 0 < ln <= len(src):
+                text.append(f"    {src[ln - 1].strip()}")
+        text.extend(traceback.format_exception_only(type(e), e))
+        return {
+            "type": type(e).__name__,
+            "message": str(e),
+            "line": line,
+            "traceback": "\n".join(text).rstrip(),
+        }
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor | torch.autograd.graph.GradientEdge):
+        value = [value]
+    return [t for t in value if isinstance(t, torch.Tensor)]
+
+
+def _syntax_error(e: SyntaxError) -> dict:
+    return {
+        "type": type(e).__name__,
+        "message": e.msg,
+        "line": e.lineno,
+        "column": e.offset,
+        "traceback": "".join(traceback.format_exception_only(type(e), e)).rstrip(),
+    }
+
+
+def record(code: str, limits: Limits | None = None) -> dict:
+    """Run ``code`` here, in this process, and return its trace as plain JSON-able data."""
+    return Recorder(code, limits or Limits()).run()

@@ -1,0 +1,29 @@
+"""Second derivative with create_graph
+
+With create_graph=True the backward pass is itself recorded as a graph, so the gradient
+it produces can be differentiated again. Using backward for both steps mixes the two
+derivatives in x.grad: the second call adds the second derivative on top of the first
+one. torch.autograd.grad keeps them apart. PyTorch also warns that
+backward(create_graph=True) creates a reference cycle between x and x.grad.
+
+Watch: after the first backward x.grad has a grad_fn (it is part of a graph); after the
+second it holds 3 * x**2 + 6 * x, not just 6 * x.
+"""
+
+import torch
+
+x = torch.tensor(2.0, requires_grad=True)
+y = x**3
+
+y.backward(create_graph=True)  # warns about a reference cycle
+dy_dx = x.grad
+print("first derivative:", dy_dx)  # 3 * x**2 = 12, with a grad_fn
+
+dy_dx.backward()
+print("x.grad after second backward:", x.grad)  # 12 + 6 * x = 24: both derivatives added
+
+# The clean way: autograd.grad returns each derivative without touching .grad
+z = torch.tensor(2.0, requires_grad=True)
+(first,) = torch.autograd.grad(z**3, z, create_graph=True)
+(second,) = torch.autograd.grad(first, z)
+print("first:", first, "second:", second, "z.grad:", z.grad)  # 12, 12, None
