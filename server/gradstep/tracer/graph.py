@@ -66,6 +66,7 @@ class Graph:
         self.lines = SeqRanges()
         self.modules = SeqRanges()
         self._slot_cache: dict[type, tuple[str, list[str], bool]] = {}
+        self._accumulators: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
 
     # -- discovery -----------------------------------------------------------
 
@@ -121,6 +122,7 @@ class Graph:
             info["line"] = line
             var = node.variable
             info["tensor"] = of.name_of(var)
+            self._accumulators[id(var)] = nid
         else:
             info["seq"] = seq - self.seq_base
             info["line"] = self.lines.lookup(seq) or line
@@ -226,7 +228,7 @@ class Graph:
                 except RuntimeError as e:
                     self._mark_unreadable(nid, slot, str(e))
 
-    def check_stale(self) -> None:
+    def check_stale(self, mark_freed: bool = True) -> None:
         """Has any live saved tensor been modified in place since it was saved?"""
         stale = self.stale
         for nid, slots in self.tensor_slots.items():
@@ -240,10 +242,18 @@ class Graph:
                 try:
                     getattr(node, slot.attr)
                 except RuntimeError as e:
-                    self._mark_unreadable(nid, slot, str(e))
+                    if mark_freed or FREED_MARK not in str(e):
+                        self._mark_unreadable(nid, slot, str(e))
 
-    def unusable(self, nid: int) -> bool:
-        return nid in self.freed or nid in self.stale
+    def accumulator_id(self, leaf: torch.Tensor) -> int | None:
+        """Id of the live AccumulateGrad node of ``leaf``, if the graph has one."""
+        nid = self._accumulators.get(id(leaf))
+        node = self.objs.get(nid) if nid is not None else None
+        return nid if node is not None and node.variable is leaf else None
+
+    def accumulator(self, leaf: torch.Tensor):
+        nid = self.accumulator_id(leaf)
+        return self.objs[nid] if nid is not None else None
 
     # -- liveness ------------------------------------------------------------
 
@@ -266,6 +276,8 @@ class Graph:
             del self.ids[node]
             self.tensor_slots.pop(nid, None)
             self.storages.pop(nid, None)
+            self.freed.discard(nid)
+            self.stale.pop(nid, None)
 
     def saved_bytes(self) -> int:
         seen: dict[int, int] = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import gc
 import inspect
 import sys
 import traceback
@@ -255,16 +256,20 @@ class Recorder:
             if not order_box:
                 order_box.append(_exec_order())
 
+        # Nodes of the inputs: under autograd.grad (or inputs=) the engine may only
+        # capture their gradient without running them. (get_gradient_edge would build
+        # a node of its own for a leaf: find its AccumulateGrad among known nodes.)
         input_nodes = {}
         for t in ins:
-            with contextlib.suppress(RuntimeError):
-                edge = torch.autograd.graph.get_gradient_edge(t)
-                input_nodes[edge.node] = None
+            node = t.grad_fn if t.grad_fn is not None else graph.accumulator(t)
+            if node is not None:
+                input_nodes[node] = None
         ran: set = set()
         handles = [r.register_prehook(capture_order) for r in dict.fromkeys(roots)]
         for node in input_nodes:
             handles.append(node.register_prehook(lambda _g, node=node: ran.add(node)))
 
+        unusable_before = graph.freed | graph.stale.keys()
         seq_before = _seq_nr()
         error: BaseException | None = None
         result = None
@@ -298,6 +303,7 @@ class Recorder:
                 ran,
                 error,
                 result,
+                unusable_before,
             )
         if error is not None:
             raise error
@@ -318,6 +324,7 @@ class Recorder:
         ran,
         error,
         result,
+        unusable_before: set[int],
     ) -> None:
         graph = self.graph
         ids = graph.ids
@@ -326,13 +333,16 @@ class Recorder:
         order = [nid for nid in order if nid is not None and nid not in skipped]
         failed = None
         if error is not None and order:
-            graph.check_stale()
+            # The engine stops at the first node it cannot run: one freed before this
+            # call, or one whose saved tensor was modified in place. (Nodes this call
+            # ran before failing are freed now, so the freed set must be the old one.)
+            graph.check_stale(mark_freed=False)
             for i, nid in enumerate(order):
-                if graph.unusable(nid):
+                if nid in unusable_before or nid in graph.stale:
                     failed, order = nid, order[:i]
                     break
-            else:
-                order = []  # failed for a reason we cannot place on a node
+            # else: no node was unusable, so the engine ran its whole plan and the error
+            # came after it (e.g. an unused input without allow_unused=True).
         if not retain_graph:
             graph.check_freed(order)
         step: dict[str, Any] = {
@@ -363,7 +373,20 @@ class Recorder:
 
     # -- snapshots -----------------------------------------------------------
 
-    def _snapshot(self, step: dict, extra_roots=(), run=None, failed=None, grad_graph=False, returned=None):
+    def _snapshot(self, step: dict, *args, **kwargs) -> None:
+        # The tracer's own allocations would trigger full collections over torch's
+        # many objects; they hold no cycles, so collect after, not during.
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._take_snapshot(step, *args, **kwargs)
+        finally:
+            if enabled:
+                gc.enable()
+
+    def _take_snapshot(
+        self, step: dict, extra_roots=(), run=None, failed=None, grad_graph=False, returned=None
+    ):
         graph = self.graph
         index = len(self.steps)
         step["index"] = index
@@ -393,15 +416,10 @@ class Recorder:
             fn = t.grad_fn
             if fn is not None and fn in ids:
                 vars_of.setdefault(ids[fn], []).extend(tnames)
-        acc_of: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
-        for nid in live:
-            info = graph.table[nid]
-            if info["seq"] is None:
-                leaf = graph.objs[nid].variable
-                acc_of[id(leaf)] = nid
-                leaf_names = names.tensors.get(id(leaf))
-                if leaf_names is not None and leaf_names[0] is leaf:
-                    vars_of.setdefault(nid, []).extend(leaf_names[1])
+        for t, tnames in shown:
+            nid = graph.accumulator_id(t)
+            if nid is not None and nid in live:
+                vars_of.setdefault(nid, []).extend(tnames)
 
         run = run or {}
         states = []
@@ -425,7 +443,7 @@ class Recorder:
                 "dtype": str(t.dtype).removeprefix("torch."),
                 "requires_grad": t.requires_grad,
                 "is_leaf": t.is_leaf,
-                "node": ids.get(fn) if fn is not None else acc_of.get(id(t)),
+                "node": ids.get(fn) if fn is not None else graph.accumulator_id(t),
                 "grad": grad,
             }
             if t.retains_grad:

@@ -1,0 +1,567 @@
+"""Ground truth for the tracer tests: the same snippet run under plain PyTorch.
+
+Nothing here imports gradstep. ``run_plain(code)`` executes a snippet the way
+the tracer does (``compile(code, "<snippet>", "exec")``, fresh globals with
+``__name__ == "__main__"``) with ``torch.autograd.backward`` and
+``torch.autograd.grad`` wrapped. ``Tensor.backward`` looks
+``torch.autograd.backward`` up at call time, so the wrapper sees it too.
+
+After every call (also one that raises; it is recorded, then re-raised) the
+wrapper records:
+
+* which api was called and from which snippet line, and the error if any;
+* the ``.grad`` of every named tensor (leaves that require grad, non-leaves
+  that retain grad), cloned; names follow the trace's rules: a variable, a
+  module's parameters as ``<var>.<qualified name>``, list/tuple elements as
+  ``var[i]``, found in the snippet globals and in the locals of every active
+  ``<snippet>`` frame;
+* what ``autograd.grad`` returned;
+* for every node reachable from the named tensors' ``grad_fn`` and from the
+  call's root tensors: whether reading its ``_saved_*`` attributes raises the
+  "backward through the graph a second time" error (freed) or the "modified
+  by an inplace operation" error (stale);
+* the order the engine ran nodes in: a prehook on every reachable node,
+  registered just before the call and removed after it, appends
+  ``torch._C._current_autograd_node()``; a post hook does the same, so the
+  node a failing call stopped in is the one that started and never finished.
+
+Nodes are keyed by their sequence number relative to
+``torch._C._autograd._get_sequence_nr()`` read just before the snippet starts,
+or ``("acc", names)`` for an AccumulateGrad node, ``names`` being the frozenset
+of names of its leaf (``node.variable``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+SNIPPET = "<snippet>"
+FREED_MARK = "Trying to backward through the graph a second time"
+STALE_MARK = "modified by an inplace operation"
+
+NodeKey = int | tuple[str, frozenset]
+
+
+@dataclass
+class NodeObs:
+    op: str
+    freed: bool
+    stale: bool
+
+
+@dataclass
+class Call:
+    api: str  # "Tensor.backward" | "torch.autograd.backward" | "torch.autograd.grad"
+    line: int | None  # innermost <snippet> frame at the call
+    error: dict | None = None  # {type, message, line}
+    grads: dict[frozenset, torch.Tensor | None] = field(default_factory=dict)  # names -> .grad (detached)
+    grad_has_fn: dict[frozenset, bool] = field(default_factory=dict)  # names -> .grad.grad_fn is not None
+    returned: list[torch.Tensor | None] | None = None  # autograd.grad only
+    nodes: dict[Any, NodeObs] = field(default_factory=dict)  # NodeKey -> obs
+    order: list[Any] = field(default_factory=list)  # NodeKeys in execution order
+    failed: Any = None  # NodeKey of the node that started (prehook) but never finished (post hook)
+
+    @property
+    def kind(self) -> str:
+        return "grad" if self.api == "torch.autograd.grad" else "backward"
+
+
+@dataclass
+class PlainRun:
+    calls: list[Call]
+    error: dict | None  # the snippet's uncaught exception: {type, message, line}
+    stdout: str
+    seq_used: int = 0  # autograd sequence numbers consumed while the snippet ran
+
+
+# ---------------------------------------------------------------- naming
+
+
+def _snippet_frames() -> list:
+    """Active <snippet> frames, outermost first."""
+    frames = []
+    f = sys._getframe()
+    while f is not None:
+        if f.f_code.co_filename == SNIPPET:
+            frames.append(f)
+        f = f.f_back
+    return frames[::-1]
+
+
+def _names_in(scope: dict, out: dict[int, tuple[torch.Tensor, set]]) -> None:
+    def add(name: str, t: Any) -> None:
+        if isinstance(t, torch.Tensor):
+            out.setdefault(id(t), (t, set()))[1].add(name)
+
+    for var, value in list(scope.items()):
+        if isinstance(value, torch.Tensor):
+            add(var, value)
+        elif isinstance(value, torch.nn.Module):
+            for qual, p in value.named_parameters():
+                add(f"{var}.{qual}", p)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                add(f"{var}[{i}]", item)
+
+
+def named_tensors(globs: dict) -> dict[int, tuple[torch.Tensor, frozenset]]:
+    """id -> (tensor, its names) over the snippet globals and active snippet frames."""
+    out: dict[int, tuple[torch.Tensor, set]] = {}
+    _names_in(globs, out)
+    for f in _snippet_frames():
+        if f.f_locals is not globs:
+            _names_in(dict(f.f_locals), out)
+    return {k: (t, frozenset(n)) for k, (t, n) in out.items()}
+
+
+def _listed(t: torch.Tensor) -> bool:
+    """The trace lists leaves that require grad and non-leaves that retain grad."""
+    if t.is_leaf:
+        return t.requires_grad
+    return t.retains_grad
+
+
+# ---------------------------------------------------------------- graph
+
+
+def _reachable(roots: list) -> list:
+    seen: dict[int, Any] = {}
+    stack = [r for r in roots if r is not None]
+    while stack:
+        n = stack.pop()
+        if id(n) in seen:
+            continue
+        seen[id(n)] = n
+        for nxt, _ in n.next_functions:
+            if nxt is not None:
+                stack.append(nxt)
+    return list(seen.values())
+
+
+def _saved_state(node) -> tuple[bool, bool]:
+    freed = stale = False
+    for attr in dir(node):
+        if not attr.startswith("_saved_"):
+            continue
+        try:
+            getattr(node, attr)
+        except RuntimeError as e:
+            msg = str(e)
+            freed |= FREED_MARK in msg
+            stale |= STALE_MARK in msg
+    return freed, stale
+
+
+def _tensors_in(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for t in obj if isinstance(t, torch.Tensor)]
+    return []
+
+
+# ---------------------------------------------------------------- recorder
+
+
+class _Recorder:
+    def __init__(self, globs: dict):
+        self.globs = globs
+        self.calls: list[Call] = []
+        self.base = 0
+
+    def key(self, node, names: dict[int, tuple[torch.Tensor, frozenset]]) -> Any:
+        if type(node).__name__ == "AccumulateGrad":
+            leaf = node.variable
+            return ("acc", names.get(id(leaf), (None, frozenset()))[1])
+        return node._sequence_nr() - self.base
+
+    def graph_roots(self, named, extra: list[torch.Tensor]) -> list:
+        return [t.grad_fn for t, _ in named.values()] + [t.grad_fn for t in extra]
+
+    def wrap(self, api_name: str, real):
+        tensor_backward_code = torch.Tensor.backward.__code__
+
+        def wrapper(*args, **kwargs):
+            caller = sys._getframe(1).f_code
+            api = api_name
+            if api_name == "torch.autograd.backward" and caller is tensor_backward_code:
+                api = "Tensor.backward"
+            frames = _snippet_frames()
+            call = Call(api=api, line=frames[-1].f_lineno if frames else None)
+            roots = _tensors_in(args[0] if args else kwargs.get("tensors", kwargs.get("outputs")))
+
+            named = named_tensors(self.globs)
+            executed: list = []
+            finished: list = []
+            handles = []
+            for n in _reachable(self.graph_roots(named, roots)):
+                handles.append(
+                    n.register_prehook(lambda go: executed.append(torch._C._current_autograd_node()))
+                )
+                handles.append(
+                    n.register_hook(lambda gi, go: finished.append(torch._C._current_autograd_node()))
+                )
+            try:
+                result = real(*args, **kwargs)
+            except BaseException as e:
+                call.error = {"type": type(e).__name__, "message": str(e), "line": call.line}
+                raise
+            else:
+                if api == "torch.autograd.grad":
+                    call.returned = [None if g is None else g.detach().clone() for g in result]
+                return result
+            finally:
+                for h in handles:
+                    h.remove()
+                self.snapshot(call, roots, executed, finished)
+                self.calls.append(call)
+
+        wrapper.__wrapped__ = real
+        return wrapper
+
+    def snapshot(self, call: Call, roots: list[torch.Tensor], executed: list, finished: list) -> None:
+        named = named_tensors(self.globs)
+        for t, names in named.values():
+            if _listed(t):
+                call.grads[names] = None if t.grad is None else t.grad.detach().clone()
+                call.grad_has_fn[names] = t.grad is not None and t.grad.grad_fn is not None
+        for node in _reachable(self.graph_roots(named, roots)):
+            freed, stale = _saved_state(node)
+            call.nodes[self.key(node, named)] = NodeObs(type(node).__name__, freed, stale)
+        call.order = [self.key(n, named) for n in executed]
+        unfinished = [n for n in executed if not any(n is f for f in finished)]
+        assert len(unfinished) <= 1, "the CPU engine runs one node at a time"
+        if unfinished:
+            call.failed = self.key(unfinished[0], named)
+
+
+def _error_line(exc: BaseException) -> int | None:
+    if isinstance(exc, SyntaxError) and exc.filename == SNIPPET:
+        return exc.lineno
+    line = None
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if fs.filename == SNIPPET:
+            line = fs.lineno
+    return line
+
+
+def _error(exc: BaseException) -> dict:
+    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    return {"type": type(exc).__name__, "message": message, "line": _error_line(exc)}
+
+
+def run_plain(code: str, seed: int | None = 0) -> PlainRun:
+    """Run ``code`` under plain torch and record every backward/grad call."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    globs: dict[str, Any] = {"__name__": "__main__"}
+    rec = _Recorder(globs)
+    real_backward, real_grad = torch.autograd.backward, torch.autograd.grad
+    stdout = io.StringIO()
+    error = None
+    torch.autograd.backward = rec.wrap("torch.autograd.backward", real_backward)
+    torch.autograd.grad = rec.wrap("torch.autograd.grad", real_grad)
+    try:
+        with contextlib.redirect_stdout(stdout):
+            try:
+                compiled = compile(code, SNIPPET, "exec")
+                rec.base = torch._C._autograd._get_sequence_nr()
+                exec(compiled, globs)
+            except Exception as e:
+                error = _error(e)
+    finally:
+        torch.autograd.backward, torch.autograd.grad = real_backward, real_grad
+    seq_used = torch._C._autograd._get_sequence_nr() - rec.base
+    return PlainRun(calls=rec.calls, error=error, stdout=stdout.getvalue(), seq_used=seq_used)
+
+
+def seq_used_bare(code: str, seed: int | None = 0) -> int:
+    """Sequence numbers the snippet consumes with no instrumentation at all.
+
+    Node seqs are only comparable between two runs if neither instrumented run
+    creates autograd nodes of its own; this is the reference count.
+    """
+    if seed is not None:
+        torch.manual_seed(seed)
+    compiled = compile(code, SNIPPET, "exec")
+    base = torch._C._autograd._get_sequence_nr()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+        exec(compiled, {"__name__": "__main__"})
+    return torch._C._autograd._get_sequence_nr() - base
+
+
+# ---------------------------------------------------------------- comparing with a trace
+#
+# The trace is the plain dict ``gradstep.tracer.record`` returns (fields at their
+# default values may be missing). Each ``compare_*`` returns a list of mismatches,
+# empty when the trace agrees with the truth.
+
+CALL_KINDS = ("backward", "grad")
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def call_steps(trace: dict) -> list[dict]:
+    return [s for s in trace["steps"] if s["kind"] in CALL_KINDS]
+
+
+def _label(info: dict) -> Any:
+    """A trace node as a truth key: its seq, or ("acc", leaf name)."""
+    if info["op"] == "AccumulateGrad":
+        return ("acc", info.get("tensor"))
+    return info.get("seq")
+
+
+def _key_matches(key: Any, label: Any) -> bool:
+    if isinstance(key, tuple):  # AccumulateGrad: its leaf's names; a leaf no name reaches matches any
+        return isinstance(label, tuple) and (label[1] in key[1] or not key[1])
+    return not isinstance(label, tuple) and key == label
+
+
+def _show(key: Any) -> str:
+    if isinstance(key, tuple):
+        return f"AccumulateGrad({'/'.join(sorted(key[1])) or '?'})"
+    return f"seq {key}"
+
+
+def _states(trace: dict, step: dict) -> list[tuple[Any, dict, dict]]:
+    """(label, info, state) for every node the step lists."""
+    infos = {n["id"]: n for n in trace["nodes"]}
+    return [(_label(infos[st["id"]]), infos[st["id"]], st) for st in step.get("nodes", [])]
+
+
+def _find_state(key: Any, states: list) -> tuple[dict, dict] | None:
+    found = [(info, st) for label, info, st in states if _key_matches(key, label)]
+    return found[0] if found else None
+
+
+def _count_mismatch(trace: dict, run: PlainRun) -> list[str]:
+    n = len(call_steps(trace))
+    if n != len(run.calls):
+        return [f"{n} backward/grad steps in the trace, {len(run.calls)} calls in plain torch"]
+    return []
+
+
+def _pairs(trace: dict, run: PlainRun) -> list[tuple[dict, Call]]:
+    return list(zip(call_steps(trace), run.calls, strict=True))
+
+
+def _close(a: float, b: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL)
+
+
+def _numeric(values: Any) -> bool:
+    if isinstance(values, list):
+        return all(_numeric(v) for v in values)
+    return isinstance(values, (int, float)) and not isinstance(values, bool)
+
+
+def grad_mismatch(expected: torch.Tensor | None, got: dict | None, has_fn: bool | None = None) -> str | None:
+    """Compare one gradient with a trace ``Grad`` dict; None when they agree."""
+    if expected is None or got is None:
+        return None if expected is None and got is None else f"expected {expected}, trace has {got}"
+    if list(got["shape"]) != list(expected.shape):
+        return f"shape {got['shape']} != {list(expected.shape)}"
+    if has_fn is not None and bool(got.get("has_grad_fn")) != has_fn:
+        return f"has_grad_fn {got.get('has_grad_fn')} != {has_fn}"
+    values = got.get("values")
+    exp = expected.double()
+    if values is not None and _numeric(values):
+        t = torch.tensor(values, dtype=torch.float64).reshape(expected.shape)
+        if not torch.allclose(t, exp, rtol=RTOL, atol=ATOL, equal_nan=True):
+            return f"values {values} != {expected.tolist()}"
+        return None
+    norm = float(exp.norm())
+    absmax = float(exp.abs().max()) if exp.numel() else 0.0
+    if not _close(float(got["norm"]), norm) or not _close(float(got["absmax"]), absmax):
+        return f"norm/absmax {got['norm']}/{got['absmax']} != {norm}/{absmax}"
+    return None
+
+
+def compare_calls(trace: dict, run: PlainRun) -> list[str]:
+    """Same sequence of backward/grad calls: kind and api."""
+    if bad := _count_mismatch(trace, run):
+        return bad
+    pairs = _pairs(trace, run)
+    out = []
+    for i, (step, call) in enumerate(pairs):
+        if (step["kind"], step.get("api")) != (call.kind, call.api):
+            out.append(f"call {i}: trace {step['kind']}/{step.get('api')}, torch {call.kind}/{call.api}")
+    return out
+
+
+def compare_lines(trace: dict, run: PlainRun) -> list[str]:
+    if bad := _count_mismatch(trace, run):
+        return bad
+    pairs = _pairs(trace, run)
+    return [
+        f"call {i}: trace line {step.get('line')}, torch line {call.line}"
+        for i, (step, call) in enumerate(pairs)
+        if step.get("line") != call.line
+    ]
+
+
+def _error_mismatch(got: dict | None, expected: dict | None) -> str | None:
+    if expected is None:
+        return None if got is None else f"unexpected error {got}"
+    if got is None:
+        return f"missing error {expected}"
+    for k in ("type", "message", "line"):
+        if got.get(k) != expected[k]:
+            return f"error {k}: trace {got.get(k)!r}, torch {expected[k]!r}"
+    return None
+
+
+def compare_errors(trace: dict, run: PlainRun) -> list[str]:
+    """Each call's error (type, message, line) or its absence."""
+    if bad := _count_mismatch(trace, run):
+        return bad
+    pairs = _pairs(trace, run)
+    out = []
+    for i, (step, call) in enumerate(pairs):
+        m = _error_mismatch(step.get("error"), call.error)
+        if m:
+            out.append(f"call {i} (line {call.line}): {m}")
+    return out
+
+
+def compare_grads(trace: dict, run: PlainRun) -> list[str]:
+    """After each call, every named tensor's .grad."""
+    if bad := _count_mismatch(trace, run):
+        return bad
+    pairs = _pairs(trace, run)
+    out = []
+    for i, (step, call) in enumerate(pairs):
+        tensors = step.get("tensors", [])
+        for names, expected in call.grads.items():
+            listed = [t for t in tensors if t["name"] in names]
+            label = "/".join(sorted(names))
+            if len(listed) != 1:
+                out.append(f"call {i}: tensor {label} listed {len(listed)} times in the trace")
+                continue
+            m = grad_mismatch(expected, listed[0].get("grad"), call.grad_has_fn[names])
+            if m:
+                out.append(f"call {i}: {label}.grad: {m}")
+    return out
+
+
+def compare_returned(trace: dict, run: PlainRun) -> list[str]:
+    """What torch.autograd.grad returned."""
+    if bad := _count_mismatch(trace, run):
+        return bad
+    pairs = _pairs(trace, run)
+    out = []
+    for i, (step, call) in enumerate(pairs):
+        got = step.get("returned")
+        if call.returned is None:
+            continue  # a backward call, or a grad call that raised
+        if got is None or len(got) != len(call.returned):
+            out.append(f"call {i}: returned {got}, torch returned {len(call.returned)} values")
+            continue
+        for j, (g, e) in enumerate(zip(got, call.returned, strict=True)):
+            m = grad_mismatch(e, g)
+            if m:
+                out.append(f"call {i}: returned[{j}]: {m}")
+    return out
+
+
+def _compare_flag(trace: dict, run: PlainRun, flag: str) -> list[str]:
+    if bad := _count_mismatch(trace, run):
+        return bad
+    pairs = _pairs(trace, run)
+    out = []
+    for i, (step, call) in enumerate(pairs):
+        states = _states(trace, step)
+        for key, obs in call.nodes.items():
+            if isinstance(key, tuple) and not key[1]:
+                continue  # AccumulateGrad of a leaf no snippet name reaches
+            found = _find_state(key, states)
+            if found is None:
+                out.append(f"call {i}: {obs.op} {_show(key)} missing from the step")
+                continue
+            info, st = found
+            if info["op"] != obs.op:
+                out.append(f"call {i}: {_show(key)} is {info['op']} in the trace, {obs.op} in torch")
+            if bool(st.get(flag, False)) != getattr(obs, flag):
+                out.append(
+                    f"call {i}: {obs.op} {_show(key)} {flag}={st.get(flag, False)}, torch says {getattr(obs, flag)}"
+                )
+    return out
+
+
+def compare_freed(trace: dict, run: PlainRun) -> list[str]:
+    """A node is freed exactly when reading a saved tensor raises the backward-twice error."""
+    return _compare_flag(trace, run, "freed")
+
+
+def compare_stale(trace: dict, run: PlainRun) -> list[str]:
+    """A node is stale exactly when reading a saved tensor raises the in-place version error."""
+    return _compare_flag(trace, run, "stale")
+
+
+def _ran(trace: dict, step: dict) -> list[Any]:
+    """Labels of the nodes a step ran (executed or failed), by order; unordered ones last."""
+    ran = [
+        (st.get("order"), label)
+        for label, _, st in _states(trace, step)
+        if st.get("executed") or st.get("failed")
+    ]
+    ran.sort(key=lambda p: (p[0] is None, p[0] if p[0] is not None else 0))
+    return [label for _, label in ran]
+
+
+def compare_order(trace: dict, run: PlainRun) -> list[str]:
+    """The nodes a call ran, in the engine's order (prehooks)."""
+    if bad := _count_mismatch(trace, run):
+        return bad
+    pairs = _pairs(trace, run)
+    out = []
+    for i, (step, call) in enumerate(pairs):
+        got = _ran(trace, step)
+        ok = len(got) == len(call.order) and all(
+            _key_matches(k, lab) for k, lab in zip(call.order, got, strict=True)
+        )
+        if not ok:
+            out.append(
+                f"call {i} (line {call.line}): trace ran {got}, torch ran {[_show(k) for k in call.order]}"
+            )
+    return out
+
+
+def compare_failed(trace: dict, run: PlainRun) -> list[str]:
+    """The node a failing call stopped in (started, never finished) is the one marked failed."""
+    if bad := _count_mismatch(trace, run):
+        return bad
+    pairs = _pairs(trace, run)
+    out = []
+    for i, (step, call) in enumerate(pairs):
+        got = [label for label, _, st in _states(trace, step) if st.get("failed")]
+        expected = [] if call.failed is None else [call.failed]
+        ok = len(got) == len(expected) and all(
+            _key_matches(k, lab) for k, lab in zip(expected, got, strict=True)
+        )
+        if not ok:
+            out.append(
+                f"call {i} (line {call.line}): trace failed {got}, torch {[_show(k) for k in expected]}"
+            )
+    return out
+
+
+def compare_status(trace: dict, run: PlainRun) -> list[str]:
+    """trace status/error is the snippet's uncaught exception."""
+    expected_status = "ok" if run.error is None else "error"
+    if trace["status"] != expected_status:
+        return [f"status {trace['status']!r}, expected {expected_status!r} (torch error {run.error})"]
+    m = _error_mismatch(trace.get("error"), run.error)
+    return [m] if m else []
