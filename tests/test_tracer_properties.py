@@ -8,9 +8,9 @@ run). Each is run by the tracer and by ``truth.run_plain``.
 
 from __future__ import annotations
 
-import pytest
 import torch
 import truth
+from gradstep.tracer import record
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -82,15 +82,7 @@ def programs(draw) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture(scope="module")
-def record():
-    tracer = pytest.importorskip("gradstep.tracer")
-    if not hasattr(tracer, "record"):
-        pytest.skip("gradstep.tracer.record is not written yet")
-    return tracer.record
-
-
-def _both(record, code: str) -> tuple[dict, truth.PlainRun]:
+def _both(code: str) -> tuple[dict, truth.PlainRun]:
     note(code)
     torch.manual_seed(0)
     return record(code), truth.run_plain(code, seed=0)
@@ -102,28 +94,28 @@ def _assert_none(mismatches: list[str]) -> None:
 
 @SETTINGS
 @given(code=programs())
-def test_random_graphs_same_calls_and_errors(record, code):
-    trace, plain = _both(record, code)
+def test_random_graphs_same_calls_and_errors(code):
+    trace, plain = _both(code)
     _assert_none(truth.compare_calls(trace, plain) + truth.compare_errors(trace, plain))
     _assert_none(truth.compare_status(trace, plain))
 
 
 @SETTINGS
 @given(code=programs())
-def test_random_graphs_same_grads(record, code):
-    trace, plain = _both(record, code)
+def test_random_graphs_same_grads(code):
+    trace, plain = _both(code)
     _assert_none(truth.compare_grads(trace, plain) + truth.compare_returned(trace, plain))
 
 
 @SETTINGS
 @given(code=programs())
-def test_random_graphs_same_freed_and_stale_flags(record, code):
-    trace, plain = _both(record, code)
+def test_random_graphs_same_freed_and_stale_flags(code):
+    trace, plain = _both(code)
     _assert_none(truth.compare_freed(trace, plain) + truth.compare_stale(trace, plain))
 
 
 @SETTINGS
 @given(code=programs())
-def test_random_graphs_same_execution_order(record, code):
-    trace, plain = _both(record, code)
+def test_random_graphs_same_execution_order(code):
+    trace, plain = _both(code)
     _assert_none(truth.compare_order(trace, plain) + truth.compare_failed(trace, plain))
