@@ -44,9 +44,9 @@ class SavedValue(_Model):
     name: str = Field(
         description="Attribute name without the `_saved_` prefix: self, other, result, exponent…"
     )
-    kind: Literal["tensor", "tensors", "value", "none"] = Field(
+    kind: Literal["tensor", "tensors", "value"] = Field(
         description="tensor: one saved tensor; tensors: a list of them; value: a non-tensor "
-        "(size, exponent, flag) that stays readable after backward; none: slot not used by this call."
+        "(size, exponent, flag) that stays readable after backward."
     )
     shape: list[int] | None = None
     dtype: str | None = None
@@ -110,8 +110,7 @@ class Grad(_Model):
     dtype: str
     values: Any = Field(None, description="Nested lists of the values; null when the tensor is too big.")
     has_grad_fn: bool = Field(description="The grad itself has a grad_fn (create_graph=True).")
-    norm: float | None = Field(description="L2 norm (null when not finite).")
-    absmax: float | None = Field(description="Largest absolute value (null when not finite).")
+    norm: float | None = Field(description="L2 norm (null when not finite or not a float tensor).")
 
 
 class TensorState(_Model):

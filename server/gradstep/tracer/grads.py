@@ -1,4 +1,4 @@
-"""Gradient records: values for small tensors, norm and max for all.
+"""Gradient records: values for small tensors, the norm for all.
 
 A record is recomputed only when the gradient tensor changed: a different
 object, or the same one modified in place (accumulation bumps its version).
@@ -7,6 +7,7 @@ Norms are computed for all changed gradients in one ``_foreach_norm`` call.
 
 from __future__ import annotations
 
+import math
 import weakref
 from typing import Any
 
@@ -38,8 +39,7 @@ class GradRecords:
             fresh = [grads[i].detach() for i in todo]
             dense = [t.is_floating_point() and t.layout == torch.strided for t in fresh]
             floats = [t for t, d in zip(fresh, dense, strict=True) if d]
-            norms = iter(_norms(floats, 2.0))
-            maxes = iter(_norms(floats, float("inf")))
+            norms = iter(_norms(floats))
             small = [t for t, d in zip(fresh, dense, strict=True) if d and t.numel() <= self.max_values]
             values = iter(_small_values(small))
             for i, t, d in zip(todo, fresh, dense, strict=True):
@@ -48,8 +48,7 @@ class GradRecords:
                     "shape": list(t.shape),
                     "dtype": str(t.dtype).removeprefix("torch."),
                     "has_grad_fn": g.grad_fn is not None,
-                    "norm": next(norms) if d else 0.0,
-                    "absmax": next(maxes) if d else 0.0,
+                    "norm": next(norms) if d else None,
                 }
                 if d and t.numel() <= self.max_values:
                     rec["values"] = next(values)
@@ -58,13 +57,13 @@ class GradRecords:
         return out
 
 
-def _norms(tensors: list[torch.Tensor], ord: float) -> list[float]:
+def _norms(tensors: list[torch.Tensor]) -> list[float | None]:
     if not tensors:
         return []
-    by_dtype = torch._foreach_norm(
-        [t.float() if t.dtype in (torch.float16, torch.bfloat16) else t for t in tensors], ord
-    )
-    return [_round(float(v)) for v in by_dtype]
+    half = (torch.float16, torch.bfloat16)
+    norms = torch._foreach_norm([t.float() if t.dtype in half else t for t in tensors])
+    rounded = _round_significant(torch.stack([n.double() for n in norms])).tolist()
+    return [v if math.isfinite(v) else None for v in rounded]
 
 
 def _small_values(tensors: list[torch.Tensor]) -> list[Any]:
@@ -98,7 +97,3 @@ def _nest(flat: list, shape: list[int]) -> Any:
         return flat
     step = len(flat) // shape[0] if shape[0] else 0
     return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
-
-
-def _round(v: float, digits: int = SIGNIFICANT) -> float:
-    return float(f"{v:.{digits}g}")

@@ -59,13 +59,14 @@ class Graph:
         self.objs: dict[int, Any] = {}  # id -> live node object
         self.table: list[dict] = []  # NodeInfo dicts, index = id
         self.children: list[list[int]] = []
+        self.edge_lists: dict[int, list[list[int]]] = {}  # id -> its [id, child] pairs, built once
         self.tensor_slots: dict[int, list[_Saved]] = {}  # id -> slots holding tensors
         self.storages: dict[int, list[tuple[int, int]]] = {}  # id -> (storage key, bytes)
         self.freed: set[int] = set()
         self.stale: dict[int, list[str]] = {}
         self.lines = SeqRanges()
         self.modules = SeqRanges()
-        self._slot_cache: dict[type, tuple[str, list[str], bool]] = {}
+        self._slot_cache: dict[type, tuple[str, tuple[_Saved, ...]]] = {}
         self._accumulators: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
 
     # -- discovery -----------------------------------------------------------
@@ -101,20 +102,28 @@ class Graph:
         for nid, _node, nexts in new:
             kids = [ids[c] for c, _ in nexts if c is not None and c in ids]
             self.children[nid] = kids
+            self.edge_lists[nid] = [[nid, k] for k in kids]
             self.table[nid]["next"] = kids
 
-    def _slots(self, node: Any) -> tuple[str, list[str], bool]:
+    def _slots(self, node: Any) -> tuple[str, tuple[_Saved, ...]]:
+        """Op name and saved slots of a node type, looked up once per type."""
         t = type(node)
         cached = self._slot_cache.get(t)
         if cached is None:
-            name = t.__name__
-            custom = isinstance(node, _CUSTOM)
-            attrs = [] if custom else sorted(a[7:] for a in dir(node) if a.startswith("_saved_"))
-            cached = self._slot_cache[t] = (name, attrs, custom)
+            if isinstance(node, _CUSTOM):
+                slots = (_Saved("saved_tensors", "saved_tensors", None, "tensors"),)
+            else:
+                attrs = dir(node)
+                raws = {a[11:] for a in attrs if a.startswith("_raw_saved_")}
+                names = sorted(a[7:] for a in attrs if a.startswith("_saved_"))
+                slots = tuple(
+                    _Saved(n, "_saved_" + n, "_raw_saved_" + n if n in raws else None, "") for n in names
+                )
+            cached = self._slot_cache[t] = (t.__name__, slots)
         return cached
 
     def _info(self, node: Any, nid: int, step: int, line: int | None, grad_graph: bool, of: Names) -> dict:
-        op, attrs, custom = self._slots(node)
+        op, slots = self._slots(node)
         seq = node._sequence_nr()
         info: dict[str, Any] = {"id": nid, "op": op, "step": step}
         if seq == _UNSEQUENCED:
@@ -132,74 +141,36 @@ class Graph:
         if grad_graph:
             info["grad_graph"] = True
         saved: list[dict] = []
-        slots: list[_Saved] = []
+        held: list[_Saved] = []
         storages: list[tuple[int, int]] = []
-        if custom:
-            self._read_slot(
-                node, _Saved("saved_tensors", "saved_tensors", None, "tensors"), saved, slots, storages, of
-            )
-        else:
-            for a in attrs:
-                raw = "_raw_saved_" + a
-                self._read_slot(
-                    node,
-                    _Saved(a, "_saved_" + a, raw if hasattr(node, raw) else None, ""),
-                    saved,
-                    slots,
-                    storages,
-                    of,
-                )
+        for slot in slots:
+            try:
+                value = getattr(node, slot.attr)
+            except RuntimeError as e:
+                # Unreadable when first seen (modified in place on the line that
+                # built it, or freed by a call not seen): a slot without metadata.
+                saved.append({"name": slot.label, "kind": "tensor"})
+                held.append(_Saved(slot.label, slot.attr, slot.raw, "tensor"))
+                self._mark_unreadable(nid, slot, str(e))
+                continue
+            kind = type(value)
+            if value is None:
+                continue  # a slot this call did not need
+            if kind in _PLAIN:
+                saved.append({"name": slot.label, "kind": "value", "value": value})
+            elif isinstance(value, torch.Tensor):
+                saved.append(_describe(slot.label, "tensor", (value,), storages, of))
+                held.append(_Saved(slot.label, slot.attr, slot.raw, "tensor"))
+            elif kind in (list, tuple) and value and isinstance(value[0], torch.Tensor):
+                saved.append(_describe(slot.label, "tensors", value, storages, of))
+                held.append(_Saved(slot.label, slot.attr, slot.raw, "tensors"))
+            else:
+                saved.append({"name": slot.label, "kind": "value", "value": _jsonable(value)})
         info["saved"] = saved
-        if slots:
-            self.tensor_slots[nid] = slots
+        if held:
+            self.tensor_slots[nid] = held
             self.storages[nid] = storages
         return info
-
-    def _read_slot(self, node, slot: _Saved, saved: list, slots: list, storages: list, of: Names) -> None:
-        entry: dict[str, Any] = {"name": slot.label}
-        try:
-            with torch.no_grad():
-                value = getattr(node, slot.attr)
-        except RuntimeError as e:
-            # Already unreadable when first seen (modified in place on the same line,
-            # or freed by a call we did not see): a tensor slot without metadata.
-            entry["kind"] = "tensor"
-            slot.kind = "tensor"
-            slots.append(slot)
-            saved.append(entry)
-            self._mark_unreadable(self.ids[node], slot, str(e))
-            return
-        if isinstance(value, torch.Tensor):
-            slot.kind = entry["kind"] = "tensor"
-            self._describe(entry, [value], storages, of)
-            slots.append(slot)
-        elif isinstance(value, list | tuple) and value and all(isinstance(v, torch.Tensor) for v in value):
-            slot.kind = entry["kind"] = "tensors"
-            self._describe(entry, value, storages, of)
-            slots.append(slot)
-        elif value is None:
-            entry["kind"] = "none"
-        else:
-            entry["kind"] = "value"
-            entry["value"] = _jsonable(value)
-        saved.append(entry)
-
-    @staticmethod
-    def _describe(entry: dict, tensors, storages: list, of: Names) -> None:
-        total = 0
-        for t in tensors:
-            st = t.untyped_storage()
-            n = st.nbytes()
-            storages.append((st.data_ptr(), n))
-            total += n
-        first = tensors[0]
-        entry["shape"] = list(first.shape)
-        entry["dtype"] = str(first.dtype).removeprefix("torch.")
-        entry["bytes"] = total
-        if len(tensors) == 1:
-            name = of.name_of_data(first)
-            if name:
-                entry["of"] = name
 
     def _mark_unreadable(self, nid: int, slot: _Saved, message: str) -> None:
         if FREED_MARK in message:
@@ -276,6 +247,7 @@ class Graph:
             del self.ids[node]
             self.tensor_slots.pop(nid, None)
             self.storages.pop(nid, None)
+            self.edge_lists.pop(nid, None)
             self.freed.discard(nid)
             self.stale.pop(nid, None)
 
@@ -288,6 +260,39 @@ class Graph:
             for key, n in entries:
                 seen[key] = n
         return sum(seen.values())
+
+
+_PLAIN = (int, float, bool, str)
+_DTYPES: dict[torch.dtype, str] = {}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPES.get(dtype)
+    if name is None:
+        name = _DTYPES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
+def _describe(label: str, kind: str, tensors, storages: list, of: Names) -> dict:
+    total = 0
+    for t in tensors:
+        st = t.untyped_storage()
+        n = st.nbytes()
+        storages.append((st.data_ptr(), n))
+        total += n
+    first = tensors[0]
+    entry = {
+        "name": label,
+        "kind": kind,
+        "shape": list(first.shape),
+        "dtype": dtype_name(first.dtype),
+        "bytes": total,
+    }
+    if len(tensors) == 1:
+        name = of.name_of_data(first)
+        if name:
+            entry["of"] = name
+    return entry
 
 
 def _jsonable(value: Any) -> Any:

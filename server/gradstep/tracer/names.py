@@ -112,18 +112,25 @@ def _visit(names: Names, seen: set[int], name: str, value: object, depth: int) -
 
 
 def _visit_module(names: Names, name: str, module: torch.nn.Module) -> None:
-    for path, sub in module.named_modules(prefix=name):
-        if id(sub) in names.modules:
+    # A plain walk of ``_modules``: named_modules()/named_parameters() cost several
+    # times more on a deep model, and this runs at every step.
+    stack = [(name, module)]
+    while stack:
+        path, mod = stack.pop()
+        if id(mod) in names.modules:
             continue
-        names.modules[id(sub)] = path
-        for k, p in sub._parameters.items():
+        names.modules[id(mod)] = path
+        attrs = mod.__dict__
+        for k, p in attrs["_parameters"].items():
             if p is not None:
-                names.add(f"{path}.{k}", p)
-        for k, b in sub._buffers.items():
+                names.add(path + "." + k, p)
+        for k, b in attrs["_buffers"].items():
             if b is not None:
-                names.add(f"{path}.{k}", b)
+                names.add(path + "." + k, b)
         # Plain tensor attributes (an RNN's carried hidden state, a stored target):
         # they keep graphs alive, so they are roots too.
-        for k, v in sub.__dict__.items():
-            if isinstance(v, torch.Tensor) and not k.startswith("_"):
-                names.add(f"{path}.{k}", v)
+        for k, v in attrs.items():
+            if isinstance(v, torch.Tensor) and k[0] != "_":
+                names.add(path + "." + k, v)
+        children = [(path + "." + k, m) for k, m in attrs["_modules"].items() if m is not None]
+        stack.extend(reversed(children))

@@ -1,7 +1,8 @@
 """Run a snippet and record its autograd graph step by step.
 
-Forward steps come from line tracing limited to the snippet's own frames: a
-line whose execution moved autograd's sequence counter built nodes. Backward
+Forward steps come from markers compiled into the snippet before each of its
+statements (lines.py): a line whose execution moved autograd's sequence
+counter built nodes. Backward
 steps come from wrapping ``torch.autograd.backward`` and ``torch.autograd.grad``
 (``Tensor.backward`` looks the former up at call time), so failing calls are
 seen too. The engine's execution order comes from one prehook on the roots
@@ -10,6 +11,7 @@ calling ``torch._C._current_graph_task_execution_order()``.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import gc
@@ -23,9 +25,10 @@ from typing import Any
 import torch
 
 from gradstep.schema import VERSION
+from gradstep.tracer import lines
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.grads import GradRecords
-from gradstep.tracer.graph import Graph
+from gradstep.tracer.graph import Graph, dtype_name
 from gradstep.tracer.names import SNIPPET_FILENAME, frame_namespaces, scan, snippet_frames
 
 _seq_nr = torch._C._autograd._get_sequence_nr
@@ -64,6 +67,11 @@ class Recorder:
         self.folded = 0  # forward line executions waiting in a folded loop step
         self.folded_line: int | None = None
         self.in_call = False
+        self._last_roots: frozenset[int] = frozenset()
+        self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
+        self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
+        self._plain_states: dict[int, dict] = {}  # shared {"id": n} of nodes with nothing to say
+        self.callers: list[int | None] = []  # lines that called the snippet's functions
         self.module_stack: list[str] = []
         self.module_paths: dict[int, str] = {}
 
@@ -71,9 +79,13 @@ class Recorder:
 
     def run(self) -> dict:
         try:
-            compiled = compile(self.code, SNIPPET_FILENAME, "exec", dont_inherit=True)
+            tree = ast.parse(self.code, SNIPPET_FILENAME)
+            compiled = compile(lines.instrument(tree), SNIPPET_FILENAME, "exec", dont_inherit=True)
         except SyntaxError as e:
             return self._result("error", _syntax_error(e))
+        self.globals.update(
+            {lines.LINE: self._on_line, lines.ENTER: self._on_enter, lines.EXIT: self._on_exit}
+        )
         error = None
         with self._patched():
             try:
@@ -85,8 +97,6 @@ class Recorder:
                 pass
             except BaseException as e:  # the snippet's own failure is part of the trace
                 error = self._error(e)
-            finally:
-                sys.settrace(None)
             if not self._full():
                 self._flush(self.line)
                 self._emit_folded()
@@ -105,10 +115,8 @@ class Recorder:
         sys.stdout = sys.stderr = self.out
         try:
             with self.warnings:
-                sys.settrace(self._trace_call)
                 yield
         finally:
-            sys.settrace(None)
             sys.stdout, sys.stderr = orig_out, orig_err
             torch.autograd.backward, torch.autograd.grad = orig_backward, orig_grad
             for h in hooks:
@@ -135,31 +143,26 @@ class Recorder:
 
     # -- line tracing --------------------------------------------------------
 
-    def _trace_call(self, frame, event, arg):
-        if frame.f_code.co_filename != SNIPPET_FILENAME:
-            return None
+    def _on_line(self, line: int) -> None:
+        """Called by the snippet before each of its statements (see lines.py)."""
+        if self.in_call:  # a hook of the snippet running inside backward
+            return
+        self._flush(self.line)
+        self.line = line
+        self.line_runs[line] += 1
+        if self.folded and self.line_runs[line] <= self.limits.line_repeats:
+            self._emit_folded()  # the loop is over: show where it left the graph
+
+    def _on_enter(self) -> None:
         if not self.in_call:
             self._flush(self.line)  # what the calling line built before this call
-        return self._trace_line
+            self.callers.append(self.line)
 
-    def _trace_line(self, frame, event, arg):
-        if self.in_call:  # a hook of the snippet running inside backward
-            return self._trace_line
-        if event == "line":
+    def _on_exit(self) -> None:
+        if not self.in_call:
             self._flush(self.line)
-            line = frame.f_lineno
-            self.line = line
-            self.line_runs[line] += 1
-            if self.folded and self.line_runs[line] <= self.limits.line_repeats:
-                self._emit_folded()  # the loop is over: show where it left the graph
-            if frame.f_code.co_name == "<module>":
-                self.module_stack.clear()  # a module call that raised never popped
-        elif event == "return":
-            self._flush(self.line)
-            back = frame.f_back
-            if back is not None and back.f_code.co_filename == SNIPPET_FILENAME:
-                self.line = back.f_lineno
-        return self._trace_line
+            if self.callers:
+                self.line = self.callers.pop()
 
     def _line_now(self) -> int | None:
         frames = snippet_frames(sys._getframe(1))
@@ -406,9 +409,13 @@ class Recorder:
         graph.discover(roots, index, step.get("line"), grad_graph, names)
 
         ids = graph.ids
-        root_ids = [ids[r] for r in roots if r in ids]
-        live = graph.reachable(root_ids)
-        dropped = [nid for nid in graph.objs if nid not in live]
+        root_ids = frozenset(ids[r] for r in roots if r in ids)
+        if root_ids != self._last_roots:  # edges never change: same roots, same live set
+            self._live = sorted(graph.reachable(root_ids))
+            self._last_roots = root_ids
+        live = self._live
+        live_set = self._live_set(live)
+        dropped = [nid for nid in graph.objs if nid not in live_set]
         graph.check_stale()
 
         vars_of: dict[int, list[str]] = {}
@@ -418,19 +425,27 @@ class Recorder:
                 vars_of.setdefault(ids[fn], []).extend(tnames)
         for t, tnames in shown:
             nid = graph.accumulator_id(t)
-            if nid is not None and nid in live:
+            if nid is not None:
                 vars_of.setdefault(nid, []).extend(tnames)
 
         run = run or {}
+        special = graph.freed | graph.stale.keys() | run.keys() | vars_of.keys()
+        plain = self._plain_states
         states = []
         edges = []
-        children = graph.children
-        for nid in sorted(live):
-            states.append(self._state(nid, run, failed, vars_of))
-            for kid in children[nid]:
-                edges.append([nid, kid])
+        edge_lists = graph.edge_lists
+        for nid in live:
+            if nid in special:
+                states.append(self._state(nid, run, failed, vars_of))
+            else:
+                state = plain.get(nid)
+                if state is None:
+                    state = plain[nid] = {"id": nid}
+                states.append(state)
+            edges.extend(edge_lists[nid])
         for nid in dropped:
             states.append({"id": nid, "dropped": True})
+            plain.pop(nid, None)
         graph.drop(dropped)
 
         grads = self.grads.records([t.grad if (t.is_leaf or t.retains_grad) else None for t, _ in shown])
@@ -440,7 +455,7 @@ class Recorder:
             rec = {
                 "name": tnames[0],
                 "shape": list(t.shape),
-                "dtype": str(t.dtype).removeprefix("torch."),
+                "dtype": dtype_name(t.dtype),
                 "requires_grad": t.requires_grad,
                 "is_leaf": t.is_leaf,
                 "node": ids.get(fn) if fn is not None else graph.accumulator_id(t),
@@ -459,6 +474,11 @@ class Recorder:
         step["stdout"] = self.out.since_last_step()
         step["warnings"] = self.warnings.since_last_step()
         self.steps.append(step)
+
+    def _live_set(self, live: list[int]) -> frozenset[int]:
+        if self._live_cache[0] is not live:
+            self._live_cache = (live, frozenset(live))
+        return self._live_cache[1]
 
     def _state(self, nid: int, run: dict, failed, vars_of: dict) -> dict:
         state: dict[str, Any] = {"id": nid}
