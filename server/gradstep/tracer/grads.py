@@ -70,7 +70,15 @@ def _small_values(tensors: list[torch.Tensor]) -> list[Any]:
     """Values of small tensors as nested lists, rounded in one vectorised pass."""
     if not tensors:
         return []
-    flat = _round_significant(torch.cat([t.reshape(-1).double() for t in tensors])).tolist()
+    flat = torch.cat([t.reshape(-1).double() for t in tensors])
+    # Precision relative to each tensor's largest element (as allclose's atol would
+    # be): tiny entries next to big ones need no more digits than the big ones.
+    finite = torch.where(torch.isfinite(flat), flat.abs(), torch.zeros_like(flat))
+    sizes = torch.tensor([t.numel() for t in tensors])
+    scale = (
+        torch.segment_reduce(finite, "max", lengths=sizes) if len(tensors) > 1 else finite.max().reshape(1)
+    )
+    flat = _round_significant(flat, magnitude=torch.repeat_interleave(scale, sizes)).tolist()
     out, pos = [], 0
     for t in tensors:
         n = t.numel()
@@ -79,9 +87,12 @@ def _small_values(tensors: list[torch.Tensor]) -> list[Any]:
     return out
 
 
-def _round_significant(v: torch.Tensor, digits: int = SIGNIFICANT) -> torch.Tensor:
-    """Round to ``digits`` significant digits so the shortest repr stays short."""
-    exp = torch.floor(torch.log10(v.abs().clamp_min(1e-300)))
+def _round_significant(
+    v: torch.Tensor, digits: int = SIGNIFICANT, magnitude: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Round to ``digits`` significant digits (of ``magnitude``, default each value's own)."""
+    mag = v.abs() if magnitude is None else magnitude
+    exp = torch.floor(torch.log10(mag.clamp_min(1e-300)))
     p = torch.nan_to_num(digits - 1 - exp, nan=0.0, posinf=99.0, neginf=-99.0).long()
     ok = torch.isfinite(v) & (p.abs() <= 22)  # exact powers of ten exist up to 1e22
     scale = _POW10[p.abs().clamp_max(22)]

@@ -136,8 +136,8 @@ class Graph:
             info["seq"] = seq - self.seq_base
             info["line"] = self.lines.lookup(seq) or line
             module = self.modules.lookup(seq)
-            if module:
-                info["module"] = module
+            if module is not None:
+                info["module"] = of.modules.get(module[0]) or module[1]
         if grad_graph:
             info["grad_graph"] = True
         saved: list[dict] = []
@@ -296,11 +296,13 @@ def _describe(label: str, kind: str, tensors, storages: list, of: Names) -> dict
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, bool | int | float | str):
+    kind = type(value)
+    if kind in _PLAIN:
         return value
-    if isinstance(value, torch.Size | list | tuple):
-        if all(isinstance(v, bool | int | float) for v in value):
+    if kind is tuple or kind is list or kind is torch.Size:
+        if all(type(v) in _PLAIN for v in value):
             return list(value)
-    if isinstance(value, torch.SymInt):
-        return int(value)
+        return [_jsonable(v) for v in value]
+    if isinstance(value, torch.SymInt | torch.SymFloat):
+        return int(value) if isinstance(value, torch.SymInt) else float(value)
     return repr(value)

@@ -21,6 +21,9 @@ def instrument(tree: ast.Module) -> ast.Module:
     return ast.fix_missing_locations(tree)
 
 
+_REBINDS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)  # may let go of a graph
+
+
 def _call(name: str, *args: int) -> ast.Expr:
     return ast.Expr(ast.Call(ast.Name(name, ast.Load()), [ast.Constant(a) for a in args], []))
 
@@ -33,7 +36,7 @@ class _Markers(ast.NodeTransformer):
             if (i == 0 and _is_docstring(stmt)) or _is_future(stmt):
                 out.append(stmt)  # must stay first: a marker before it changes its meaning
                 continue
-            marker = _call(LINE, stmt.lineno)
+            marker = _call(LINE, stmt.lineno, 1) if isinstance(stmt, _REBINDS) else _call(LINE, stmt.lineno)
             ast.copy_location(marker, stmt)
             ast.copy_location(marker.value, stmt)
             out.extend((marker, stmt))
@@ -57,6 +60,12 @@ class _Markers(ast.NodeTransformer):
                 setattr(node, field, self.visit(value))
         return node
 
+    def visit_While(self, node: ast.While) -> ast.AST:
+        # The condition runs again after the body: report the while line for it.
+        self.generic_visit(node)
+        node.body = _before_continue(node.body, node.lineno) + [_at(_call(LINE, node.lineno), node)]
+        return node
+
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         self.generic_visit(node)
         if _is_generator(node):
@@ -78,6 +87,31 @@ class _Markers(ast.NodeTransformer):
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
         return node  # an expression: its work belongs to the line that calls it
+
+
+def _at(stmt: ast.Expr, where: ast.AST) -> ast.Expr:
+    ast.copy_location(stmt, where)
+    ast.copy_location(stmt.value, where)
+    return stmt
+
+
+def _before_continue(stmts: list[ast.stmt], line: int) -> list[ast.stmt]:
+    """Put a marker for ``line`` before each ``continue`` of this loop (not of nested loops)."""
+    out: list[ast.stmt] = []
+    for stmt in stmts:
+        if isinstance(stmt, ast.Continue):
+            out.append(_at(_call(LINE, line), stmt))
+        elif not isinstance(
+            stmt, ast.For | ast.While | ast.AsyncFor | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+        ):
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(stmt, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    setattr(stmt, field, _before_continue(inner, line))
+            for handler in getattr(stmt, "handlers", []):
+                handler.body = _before_continue(handler.body, line)
+        out.append(stmt)
+    return out
 
 
 def _is_docstring(stmt: ast.stmt) -> bool:

@@ -127,10 +127,12 @@ def _visit_module(names: Names, name: str, module: torch.nn.Module) -> None:
         for k, b in attrs["_buffers"].items():
             if b is not None:
                 names.add(path + "." + k, b)
-        # Plain tensor attributes (an RNN's carried hidden state, a stored target):
-        # they keep graphs alive, so they are roots too.
-        for k, v in attrs.items():
-            if isinstance(v, torch.Tensor) and k[0] != "_":
-                names.add(path + "." + k, v)
+        # Plain tensor attributes of the snippet's own modules (an RNN's carried
+        # hidden state, a stored target) keep graphs alive, so they are roots too.
+        # torch's built-in modules keep none worth a scan at every step.
+        if type(mod).__module__ == "__main__":
+            for k, v in attrs.items():
+                if isinstance(v, torch.Tensor) and k[0] != "_":
+                    names.add(path + "." + k, v)
         children = [(path + "." + k, m) for k, m in attrs["_modules"].items() if m is not None]
         stack.extend(reversed(children))

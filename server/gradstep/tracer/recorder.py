@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import functools
 import gc
 import inspect
 import sys
@@ -45,8 +46,23 @@ class Limits:
     line_repeats: int = 3  # executions of one line shown as steps before a loop is folded
 
 
-class _Stop(Exception):
-    """Raised inside the snippet when a hard cap makes further recording pointless."""
+def _guarded(method):
+    """Run a tracer callback so that a failure of the tracer never becomes the snippet's.
+
+    The snippet runs on untraced from there, and the trace says where tracing stopped.
+    """
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        if self.broken:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:
+            self.broken = f"{type(e).__name__}: {e}"
+            return None
+
+    return guarded
 
 
 class Recorder:
@@ -67,13 +83,17 @@ class Recorder:
         self.folded = 0  # forward line executions waiting in a folded loop step
         self.folded_line: int | None = None
         self.in_call = False
+        self.broken: str | None = None  # the tracer's own failure, if any
         self._last_roots: frozenset[int] = frozenset()
         self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
         self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
         self._plain_states: dict[int, dict] = {}  # shared {"id": n} of nodes with nothing to say
+        self.built = False  # nodes were built since the last step...
+        self.built_line: int | None = None  # ...by this line
+        self.check_release = False
+        self.released: list[int] = []  # ids let go between steps, shown as dropped in the next
         self.callers: list[int | None] = []  # lines that called the snippet's functions
-        self.module_stack: list[str] = []
-        self.module_paths: dict[int, str] = {}
+        self.module_stack: list[tuple[int, str]] = []  # (id, class name) of modules running
 
     # -- running -------------------------------------------------------------
 
@@ -93,14 +113,16 @@ class Recorder:
             except SystemExit as e:
                 if e.code not in (None, 0):
                     error = self._error(e)
-            except _Stop:
-                pass
             except BaseException as e:  # the snippet's own failure is part of the trace
                 error = self._error(e)
-            if not self._full():
-                self._flush(self.line)
-                self._emit_folded()
+            self._finish()
         return self._result("error" if error else "ok", error)
+
+    @_guarded
+    def _finish(self) -> None:
+        if not self._full():
+            self._flush(self.line)
+            self._emit_folded()
 
     @contextlib.contextmanager
     def _patched(self):
@@ -138,29 +160,41 @@ class Recorder:
             "steps": self.steps,
             "warnings": self.warnings.items,
             "truncated": self.truncated,
-            "notes": [],
+            "notes": [f"Tracing stopped after step {len(self.steps)}: {self.broken}"] if self.broken else [],
         }
 
     # -- line tracing --------------------------------------------------------
 
-    def _on_line(self, line: int) -> None:
-        """Called by the snippet before each of its statements (see lines.py)."""
+    @_guarded
+    def _on_line(self, line: int, rebinds: bool = False) -> None:
+        """Called by the snippet before each of its statements (see lines.py).
+
+        ``rebinds``: the statement assigns or deletes names, so it may have let
+        go of a graph without building anything; checked after it ran.
+        """
         if self.in_call:  # a hook of the snippet running inside backward
             return
-        self._flush(self.line)
+        stepped = self._flush(self.line)
+        if self.check_release and not stepped and self.line_runs[self.line] <= self.limits.line_repeats:
+            self._release()
+        self.check_release = rebinds
         self.line = line
         self.line_runs[line] += 1
         if self.folded and self.line_runs[line] <= self.limits.line_repeats:
             self._emit_folded()  # the loop is over: show where it left the graph
 
+    @_guarded
     def _on_enter(self) -> None:
         if not self.in_call:
-            self._flush(self.line)  # what the calling line built before this call
+            self._attribute(self.line)  # what the calling line built before this call
             self.callers.append(self.line)
 
+    @_guarded
     def _on_exit(self) -> None:
+        # No step here: the return value is not bound to a name yet. The caller's
+        # next statement shows what this function built.
         if not self.in_call:
-            self._flush(self.line)
+            self._attribute(self.line)
             if self.callers:
                 self.line = self.callers.pop()
 
@@ -168,21 +202,31 @@ class Recorder:
         frames = snippet_frames(sys._getframe(1))
         return frames[0].f_lineno if frames else self.line
 
-    def _flush(self, line: int | None, extra_roots=()) -> None:
-        """If the code run since the last check built nodes, record a forward step."""
+    def _attribute(self, line: int | None) -> None:
+        """Credit the nodes built since the last check to ``line``."""
         seq = _seq_nr()
-        if seq == self.seq_last:
-            return
-        self.graph.lines.mark(self.seq_last, line)
-        self.seq_last = seq
+        if seq != self.seq_last:
+            self.graph.lines.mark(self.seq_last, line)
+            self.seq_last = seq
+            self.built = True
+            self.built_line = line
+
+    def _flush(self, line: int | None, extra_roots=()) -> bool:
+        """At a statement boundary: record a forward step if nodes were built since the last one."""
+        self._attribute(line)
+        if not self.built:
+            return False
+        self.built = False
+        line = self.built_line
         if self._full():
-            return
+            return False
         if self.line_runs[line] > self.limits.line_repeats:
             self.folded += 1
             self.folded_line = line
-            return
+            return False
         self._emit_folded()
         self._snapshot({"kind": "forward", "line": line}, extra_roots)
+        return True
 
     def _emit_folded(self) -> None:
         if self.folded and not self._full():
@@ -198,16 +242,15 @@ class Recorder:
 
     # -- module paths --------------------------------------------------------
 
+    @_guarded
     def _module_enter(self, module, args) -> None:
-        path = self.module_paths.get(id(module))
-        if path is None:
-            frames = snippet_frames(sys._getframe(1))
-            names = scan(frame_namespaces(frames, self.globals))
-            self.module_paths.update(names.modules)
-            path = self.module_paths.setdefault(id(module), type(module).__name__)
-        self.module_stack.append(path)
-        self.graph.modules.mark(_seq_nr(), path)
+        # Marks which module was running when each sequence number was handed out;
+        # the module's dotted name is resolved when its nodes are discovered.
+        entry = (id(module), type(module).__name__)
+        self.module_stack.append(entry)
+        self.graph.modules.mark(_seq_nr(), entry)
 
+    @_guarded
     def _module_exit(self, module, args, output) -> None:
         if self.module_stack:
             self.module_stack.pop()
@@ -219,19 +262,87 @@ class Recorder:
         sig = inspect.signature(orig)
 
         def traced(*args, **kwargs):
-            if self.in_call:  # re-entrant backward (e.g. inside a hook): not a step of its own
+            if self.in_call or self.broken:  # re-entrant (e.g. inside a hook), or tracing stopped
                 return orig(*args, **kwargs)
             caller = sys._getframe(1)
             api = "torch.autograd.grad" if kind == "grad" else "torch.autograd.backward"
             if caller.f_code is _TENSOR_BACKWARD:
                 api = "Tensor.backward"
-            return self._call(orig, kind, api, sig.bind(*args, **kwargs), caller)
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError:  # let torch itself say what is wrong with the arguments
+                return orig(*args, **kwargs)
+            return self._call(orig, kind, api, bound, caller)
 
         traced.__wrapped__ = orig
         traced.__doc__ = orig.__doc__
         return traced
 
     def _call(self, orig, kind: str, api: str, bound: inspect.BoundArguments, caller) -> Any:
+        handles: list = []
+        try:
+            prep = self._prepare_call(kind, bound, caller, handles)
+        except Exception as e:  # the tracer's failure: run the call untraced
+            self.broken = f"{type(e).__name__}: {e}"
+            for h in handles:
+                h.remove()
+            return orig(*bound.args, **bound.kwargs)
+        (
+            line,
+            retain_graph,
+            create_graph,
+            ins,
+            gradient,
+            outs,
+            order_box,
+            input_nodes,
+            ran,
+            unusable_before,
+        ) = prep
+        graph = self.graph
+        seq_before = _seq_nr()
+        error: BaseException | None = None
+        result = None
+        self.in_call = True
+        try:
+            with torch.autograd.set_multithreading_enabled(False):
+                result = orig(*bound.args, **bound.kwargs)
+        except BaseException as e:
+            error = e
+        finally:
+            self.in_call = False
+            for h in handles:
+                h.remove()
+        seq_after = _seq_nr()
+        if seq_after != seq_before:
+            graph.lines.mark(seq_before, line)
+        self.seq_last = seq_after
+
+        if not self._full():
+            try:
+                self._record_call(
+                    kind,
+                    api,
+                    line,
+                    retain_graph,
+                    create_graph,
+                    ins,
+                    gradient,
+                    outs,
+                    order_box,
+                    input_nodes,
+                    ran,
+                    error,
+                    result,
+                    unusable_before,
+                )
+            except Exception as e:
+                self.broken = f"{type(e).__name__}: {e}"
+        if error is not None:
+            raise error
+        return result
+
+    def _prepare_call(self, kind: str, bound: inspect.BoundArguments, caller, handles: list):
         a = bound.arguments
         if kind == "grad":
             outputs, inputs, gradient = a.get("outputs"), a.get("inputs"), a.get("grad_outputs")
@@ -268,49 +379,23 @@ class Recorder:
             if node is not None:
                 input_nodes[node] = None
         ran: set = set()
-        handles = [r.register_prehook(capture_order) for r in dict.fromkeys(roots)]
+        handles.extend(r.register_prehook(capture_order) for r in dict.fromkeys(roots))
         for node in input_nodes:
             handles.append(node.register_prehook(lambda _g, node=node: ran.add(node)))
 
         unusable_before = graph.freed | graph.stale.keys()
-        seq_before = _seq_nr()
-        error: BaseException | None = None
-        result = None
-        self.in_call = True
-        try:
-            with torch.autograd.set_multithreading_enabled(False):
-                result = orig(*bound.args, **bound.kwargs)
-        except BaseException as e:
-            error = e
-        finally:
-            self.in_call = False
-            for h in handles:
-                h.remove()
-        seq_after = _seq_nr()
-        if seq_after != seq_before:
-            graph.lines.mark(seq_before, line)
-        self.seq_last = seq_after
-
-        if not self._full():
-            self._record_call(
-                kind,
-                api,
-                line,
-                retain_graph,
-                create_graph,
-                ins,
-                gradient,
-                outs,
-                order_box,
-                input_nodes,
-                ran,
-                error,
-                result,
-                unusable_before,
-            )
-        if error is not None:
-            raise error
-        return result
+        return (
+            line,
+            retain_graph,
+            create_graph,
+            ins,
+            gradient,
+            outs,
+            order_box,
+            input_nodes,
+            ran,
+            unusable_before,
+        )
 
     def _record_call(
         self,
@@ -394,28 +479,13 @@ class Recorder:
         index = len(self.steps)
         step["index"] = index
         names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals))
-        roots = list(extra_roots)
-        shown: list[tuple[torch.Tensor, list[str]]] = []
-        for t, tnames in names.tensors.values():
-            fn = t.grad_fn
-            if fn is not None:
-                roots.append(fn)
-            # .grad of a non-leaf that does not retain it is always None, and reading it warns
-            g = t.grad if (fn is None or t.retains_grad) else None
-            if g is not None and g.grad_fn is not None:
-                roots.append(g.grad_fn)
-            if (t.requires_grad and fn is None) or t.retains_grad or g is not None:
-                shown.append((t, tnames))
+        roots, shown = _roots(names, extra_roots)
         graph.discover(roots, index, step.get("line"), grad_graph, names)
-
         ids = graph.ids
-        root_ids = frozenset(ids[r] for r in roots if r in ids)
-        if root_ids != self._last_roots:  # edges never change: same roots, same live set
-            self._live = sorted(graph.reachable(root_ids))
-            self._last_roots = root_ids
-        live = self._live
-        live_set = self._live_set(live)
-        dropped = [nid for nid in graph.objs if nid not in live_set]
+        live, dropped = self._liveness(roots)
+        graph.drop(dropped)
+        dropped = self.released + dropped  # shown once as dropped, then gone
+        self.released = []
         graph.check_stale()
 
         vars_of: dict[int, list[str]] = {}
@@ -432,8 +502,6 @@ class Recorder:
         special = graph.freed | graph.stale.keys() | run.keys() | vars_of.keys()
         plain = self._plain_states
         states = []
-        edges = []
-        edge_lists = graph.edge_lists
         for nid in live:
             if nid in special:
                 states.append(self._state(nid, run, failed, vars_of))
@@ -442,11 +510,19 @@ class Recorder:
                 if state is None:
                     state = plain[nid] = {"id": nid}
                 states.append(state)
-            edges.extend(edge_lists[nid])
+        edges = []
+        edge_lists = graph.edge_lists
+        if step["kind"] == "forward":  # the edges this step added to the graph
+            for nid in live:
+                if graph.table[nid]["step"] == index:
+                    edges.extend(edge_lists[nid])
+        else:  # the edges gradient flowed along: from a node that ran to one it reached
+            for nid in sorted(run, key=run.__getitem__):
+                if nid != failed:
+                    edges.extend(e for e in edge_lists.get(nid, ()) if e[1] in run)
         for nid in dropped:
             states.append({"id": nid, "dropped": True})
             plain.pop(nid, None)
-        graph.drop(dropped)
 
         grads = self.grads.records([t.grad if (t.is_leaf or t.retains_grad) else None for t, _ in shown])
         tensors = []
@@ -474,6 +550,31 @@ class Recorder:
         step["stdout"] = self.out.since_last_step()
         step["warnings"] = self.warnings.since_last_step()
         self.steps.append(step)
+
+    def _liveness(self, roots: list) -> tuple[list[int], list[int]]:
+        """Sorted ids of the nodes the roots reach, and ids of known nodes they no longer reach."""
+        graph = self.graph
+        root_ids = frozenset(graph.ids[r] for r in roots if r in graph.ids)
+        if root_ids != self._last_roots:  # edges never change: same roots, same live set
+            self._live = sorted(graph.reachable(root_ids))
+            self._last_roots = root_ids
+        live_set = self._live_set(self._live)
+        return self._live, [nid for nid in graph.objs if nid not in live_set]
+
+    def _release(self) -> None:
+        """Let go of graphs a deleted or rebound name no longer reaches (no step)."""
+        if not self.graph.objs:
+            return
+        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals))
+        roots = _roots(names, ())[0]
+        # nodes built but not shown yet (a folded loop) must be known, or what they reach looks dropped
+        self.graph.discover(roots, len(self.steps), self.line, False, names)
+        _live, dropped = self._liveness(roots)
+        if dropped:
+            self.graph.drop(dropped)
+            self.released.extend(dropped)
+            for nid in dropped:
+                self._plain_states.pop(nid, None)
 
     def _live_set(self, live: list[int]) -> frozenset[int]:
         if self._live_cache[0] is not live:
@@ -524,6 +625,23 @@ class Recorder:
             "line": line,
             "traceback": "\n".join(text).rstrip(),
         }
+
+
+def _roots(names, extra_roots) -> tuple[list, list[tuple[torch.Tensor, list[str]]]]:
+    """Graph roots reachable from named tensors, and the tensors a step lists."""
+    roots = list(extra_roots)
+    shown: list[tuple[torch.Tensor, list[str]]] = []
+    for t, tnames in names.tensors.values():
+        fn = t.grad_fn
+        if fn is not None:
+            roots.append(fn)
+        # .grad of a non-leaf that does not retain it is always None, and reading it warns
+        g = t.grad if (fn is None or t.retains_grad) else None
+        if g is not None and g.grad_fn is not None:
+            roots.append(g.grad_fn)
+        if (t.requires_grad and fn is None) or t.retains_grad or g is not None:
+            shown.append((t, tnames))
+    return roots, shown
 
 
 def _tensors(value) -> list[torch.Tensor]:
