@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from gradstep.tracer.graph import dtype_name
+
 SIGNIFICANT = 6  # digits kept for values and norms (float32 carries ~7)
 _POW10 = torch.tensor([float(10**k) for k in range(23)], dtype=torch.float64)  # exact
 
@@ -46,7 +48,7 @@ class GradRecords:
                 g = grads[i]
                 rec: dict[str, Any] = {
                     "shape": list(t.shape),
-                    "dtype": str(t.dtype).removeprefix("torch."),
+                    "dtype": dtype_name(t.dtype),
                     "has_grad_fn": g.grad_fn is not None,
                     "norm": next(norms) if d else None,
                 }

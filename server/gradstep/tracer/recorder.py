@@ -46,6 +46,24 @@ class Limits:
     line_repeats: int = 3  # executions of one line shown as steps before a loop is folded
 
 
+@dataclass
+class _Call:
+    """A backward/grad call in flight: what the snippet asked for, and hooks' findings."""
+
+    kind: str
+    api: str
+    line: int | None
+    retain_graph: bool
+    create_graph: bool
+    ins: list[torch.Tensor]
+    gradient: bool  # gradient= / grad_outputs= given
+    outs: list[torch.Tensor]
+    order_box: list  # the engine's execution order, captured by a root prehook
+    input_nodes: dict  # nodes of inputs=, which the engine may capture without running
+    ran: set  # input nodes that did run
+    unusable_before: set[int]  # freed or stale before the call
+
+
 def _guarded(method):
     """Run a tracer callback so that a failure of the tracer never becomes the snippet's.
 
@@ -281,24 +299,13 @@ class Recorder:
     def _call(self, orig, kind: str, api: str, bound: inspect.BoundArguments, caller) -> Any:
         handles: list = []
         try:
-            prep = self._prepare_call(kind, bound, caller, handles)
+            call = self._prepare_call(kind, api, bound, caller, handles)
         except Exception as e:  # the tracer's failure: run the call untraced
             self.broken = f"{type(e).__name__}: {e}"
             for h in handles:
                 h.remove()
             return orig(*bound.args, **bound.kwargs)
-        (
-            line,
-            retain_graph,
-            create_graph,
-            ins,
-            gradient,
-            outs,
-            order_box,
-            input_nodes,
-            ran,
-            unusable_before,
-        ) = prep
+        line = call.line
         graph = self.graph
         seq_before = _seq_nr()
         error: BaseException | None = None
@@ -320,29 +327,16 @@ class Recorder:
 
         if not self._full():
             try:
-                self._record_call(
-                    kind,
-                    api,
-                    line,
-                    retain_graph,
-                    create_graph,
-                    ins,
-                    gradient,
-                    outs,
-                    order_box,
-                    input_nodes,
-                    ran,
-                    error,
-                    result,
-                    unusable_before,
-                )
+                self._record_call(call, error, result)
             except Exception as e:
                 self.broken = f"{type(e).__name__}: {e}"
         if error is not None:
             raise error
         return result
 
-    def _prepare_call(self, kind: str, bound: inspect.BoundArguments, caller, handles: list):
+    def _prepare_call(
+        self, kind: str, api: str, bound: inspect.BoundArguments, caller, handles: list
+    ) -> _Call:
         a = bound.arguments
         if kind == "grad":
             outputs, inputs, gradient = a.get("outputs"), a.get("inputs"), a.get("grad_outputs")
@@ -383,37 +377,31 @@ class Recorder:
         for node in input_nodes:
             handles.append(node.register_prehook(lambda _g, node=node: ran.add(node)))
 
-        unusable_before = graph.freed | graph.stale.keys()
-        return (
+        return _Call(
+            kind,
+            api,
             line,
             retain_graph,
             create_graph,
             ins,
-            gradient,
+            gradient is not None,
             outs,
             order_box,
             input_nodes,
             ran,
-            unusable_before,
+            graph.freed | graph.stale.keys(),
         )
 
-    def _record_call(
-        self,
-        kind,
-        api,
-        line,
-        retain_graph,
-        create_graph,
-        ins,
-        gradient,
-        outs,
-        order_box,
-        input_nodes,
-        ran,
-        error,
-        result,
-        unusable_before: set[int],
-    ) -> None:
+    def _record_call(self, call: _Call, error: BaseException | None, result) -> None:
+        kind, line, retain_graph, create_graph = call.kind, call.line, call.retain_graph, call.create_graph
+        ins, outs, order_box, input_nodes, ran = (
+            call.ins,
+            call.outs,
+            call.order_box,
+            call.input_nodes,
+            call.ran,
+        )
+        unusable_before = call.unusable_before
         graph = self.graph
         ids = graph.ids
         order = [ids.get(n) for n in order_box[0]] if order_box else []
@@ -436,10 +424,10 @@ class Recorder:
         step: dict[str, Any] = {
             "kind": kind,
             "line": line,
-            "api": api,
+            "api": call.api,
             "retain_graph": retain_graph,
             "create_graph": create_graph,
-            "gradient": gradient is not None,
+            "gradient": call.gradient,
         }
         if ins:
             step["inputs"] = self._input_names(ins)
