@@ -62,7 +62,9 @@ def main() -> None:
             f"{what}  plain {p * 1e3:6.1f} ms  traced {t * 1e3:6.1f} ms  ratio {t / p:.2f}x  (target <= 1.30x)"
         )
     print(f"nodes  {len(trace['nodes'])}  steps {len(trace['steps'])}  status {trace['status']}")
-    print(f"trace  raw {len(raw) / 1024:.0f} KB  gzip {len(gz) / 1024:.0f} KB  (target <= 150 KB gzip)")
+    print(
+        f"trace  raw {len(raw) / 1024:.0f} KB  gzip {len(gz) / 1024:.1f} KB ({len(gz)} bytes, level 6)  (target <= 150 KB gzip)"
+    )
 
 
 if __name__ == "__main__":

@@ -99,7 +99,8 @@ class NodeState(_Model):
     )
     vars: list[str] = Field(
         default_factory=list,
-        description="Snippet variables whose grad_fn this node is (or, for AccumulateGrad, the leaf's names).",
+        description="Snippet variables whose grad_fn this node is. For AccumulateGrad: the leaf's names, "
+        "given only when they differ from the node's `tensor` in Trace.nodes.",
     )
 
 
@@ -152,7 +153,10 @@ class Step(_Model):
     )
     nodes: list[NodeState] = Field(default_factory=list)
     edges: list[tuple[int, int]] = Field(
-        default_factory=list, description="[from, to] between nodes of this step."
+        default_factory=list,
+        description="[from, to] pairs this step added to the graph (the edges of its new nodes). The whole "
+        "graph of a step is the `next` of its nodes in Trace.nodes; gradient flowed along the edges between "
+        "nodes with `executed` (or `failed`) set, in `order`.",
     )
     tensors: list[TensorState] = Field(default_factory=list)
     saved_bytes: int = Field(0, description="Bytes held by live saved tensors, each storage counted once.")

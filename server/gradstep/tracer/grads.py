@@ -16,6 +16,8 @@ import torch
 from gradstep.tracer.graph import dtype_name
 
 SIGNIFICANT = 6  # digits kept for values and norms (float32 carries ~7)
+_FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
+_STRIDED = torch.strided
 _POW10 = torch.tensor([float(10**k) for k in range(23)], dtype=torch.float64)  # exact
 
 
@@ -38,24 +40,23 @@ class GradRecords:
         if not todo:
             return out
         with torch.no_grad():
-            fresh = [grads[i].detach() for i in todo]
-            dense = [t.is_floating_point() and t.layout == torch.strided for t in fresh]
-            floats = [t for t, d in zip(fresh, dense, strict=True) if d]
-            norms = iter(_norms(floats))
-            small = [t for t, d in zip(fresh, dense, strict=True) if d and t.numel() <= self.max_values]
-            values = iter(_small_values(small))
-            for i, t, d in zip(todo, fresh, dense, strict=True):
-                g = grads[i]
+            fresh = [grads[i] for i in todo]
+            dense = [t.dtype in _FLOATS and t.layout is _STRIDED for t in fresh]
+            norms = iter(_norms([t for t, d in zip(fresh, dense, strict=True) if d]))
+            small = [d and t.numel() <= self.max_values for t, d in zip(fresh, dense, strict=True)]
+            values = iter(_small_values([t for t, sm in zip(fresh, small, strict=True) if sm]))
+            cache = self._cache
+            for i, t, d, sm in zip(todo, fresh, dense, small, strict=True):
                 rec: dict[str, Any] = {
                     "shape": list(t.shape),
                     "dtype": dtype_name(t.dtype),
-                    "has_grad_fn": g.grad_fn is not None,
+                    "has_grad_fn": t.grad_fn is not None,
                     "norm": next(norms) if d else None,
                 }
-                if d and t.numel() <= self.max_values:
+                if sm:
                     rec["values"] = next(values)
                 out[i] = rec
-                self._cache[id(g)] = (weakref.ref(g), g._version, rec)
+                cache[id(t)] = (weakref.ref(t), t._version, rec)
         return out
 
 
@@ -64,7 +65,7 @@ def _norms(tensors: list[torch.Tensor]) -> list[float | None]:
         return []
     half = (torch.float16, torch.bfloat16)
     norms = torch._foreach_norm([t.float() if t.dtype in half else t for t in tensors])
-    rounded = _round_significant(torch.stack([n.double() for n in norms])).tolist()
+    rounded = _round_significant(torch.stack(norms).double()).tolist()
     return [v if math.isfinite(v) else None for v in rounded]
 
 
@@ -72,7 +73,7 @@ def _small_values(tensors: list[torch.Tensor]) -> list[Any]:
     """Values of small tensors as nested lists, rounded in one vectorised pass."""
     if not tensors:
         return []
-    flat = torch.cat([t.reshape(-1).double() for t in tensors])
+    flat = torch.cat([t.reshape(-1) for t in tensors]).double()  # cat promotes mixed dtypes
     # Precision relative to each tensor's largest element (as allclose's atol would
     # be): tiny entries next to big ones need no more digits than the big ones.
     finite = torch.where(torch.isfinite(flat), flat.abs(), torch.zeros_like(flat))

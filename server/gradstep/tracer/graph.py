@@ -55,6 +55,7 @@ class Graph:
         self.seq_base = seq_base
         self.max_nodes = max_nodes
         self.full = False  # max_nodes reached: new nodes are no longer recorded
+        self.first_new: int | None = None  # lowest id discovered since the last step
         self.ids: dict[Any, int] = {}  # live node object -> id
         self.objs: dict[int, Any] = {}  # id -> live node object
         self.table: list[dict] = []  # NodeInfo dicts, index = id
@@ -80,30 +81,46 @@ class Graph:
         ``of`` names the snippet's tensors, to say which one a saved tensor is.
         """
         ids = self.ids
+        new: dict[Any, tuple] = {}  # node -> its next_functions, for nodes not seen before
         stack = [r for r in roots if r is not None and r not in ids]
-        new: list[tuple[int, Any, tuple]] = []
         while stack:
             node = stack.pop()
-            if node in ids:
+            if node in new:
                 continue
-            if len(self.table) >= self.max_nodes:
-                self.full = True
-                break
-            nid = len(self.table)
-            ids[node] = nid
-            self.objs[nid] = node
             nexts = node.next_functions
-            self.table.append(self._info(node, nid, step, line, grad_graph, of))
-            self.children.append([])
-            new.append((nid, node, nexts))
+            new[node] = nexts
             for child, _ in nexts:
-                if child is not None and child not in ids:
+                if child is not None and child not in ids and child not in new:
                     stack.append(child)
-        for nid, _node, nexts in new:
-            kids = [ids[c] for c, _ in nexts if c is not None and c in ids]
-            self.children[nid] = kids
-            self.edge_lists[nid] = [[nid, k] for k in kids]
-            self.table[nid]["next"] = kids
+        if not new:
+            return
+        # Ids in creation order (sequence number; AccumulateGrad, which has none, by
+        # first sight): readers see the graph in the order the snippet built it.
+        order = sorted(new, key=_creation_key)
+        admitted = [node for node in order if self._admit(node)]
+        table, children, edge_lists = self.table, self.children, self.edge_lists
+        for node in admitted:
+            nid = ids[node]
+            kids = [ids[c] for c, _ in new[node] if c is not None and c in ids]
+            info = self._info(node, nid, step, line, grad_graph, of)
+            info["next"] = kids
+            table[nid] = info
+            children[nid] = kids
+            edge_lists[nid] = [[nid, k] for k in kids]
+
+    def _admit(self, node: Any) -> bool:
+        """Give ``node`` the next id, unless the node cap is reached."""
+        nid = len(self.table)
+        if nid >= self.max_nodes:
+            self.full = True
+            return False
+        if self.first_new is None:
+            self.first_new = nid
+        self.ids[node] = nid
+        self.objs[nid] = node
+        self.table.append(None)  # filled when the node is visited, before discover returns
+        self.children.append(None)
+        return True
 
     def _slots(self, node: Any) -> tuple[str, tuple[_Saved, ...]]:
         """Op name and saved slots of a node type, looked up once per type."""
@@ -263,7 +280,12 @@ class Graph:
 
 
 _PLAIN = (int, float, bool, str)
+_PLAIN_SET = frozenset(_PLAIN)
 _DTYPES: dict[torch.dtype, str] = {}
+
+
+def _creation_key(node: Any) -> int:
+    return node._sequence_nr()
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -300,7 +322,7 @@ def _jsonable(value: Any) -> Any:
     if kind in _PLAIN:
         return value
     if kind is tuple or kind is list or kind is torch.Size:
-        if all(type(v) in _PLAIN for v in value):
+        if set(map(type, value)) <= _PLAIN_SET:  # sizes, strides: the common case, checked in C
             return list(value)
         return [_jsonable(v) for v in value]
     if isinstance(value, torch.SymInt | torch.SymFloat):

@@ -481,9 +481,12 @@ class Recorder:
             fn = t.grad_fn
             if fn is not None and fn in ids:
                 vars_of.setdefault(ids[fn], []).extend(tnames)
+        table = graph.table
         for t, tnames in shown:
             nid = graph.accumulator_id(t)
-            if nid is not None:
+            # a leaf's AccumulateGrad already carries the leaf's name (`tensor`): repeat
+            # it per step only when it differs (the leaf was renamed or has aliases)
+            if nid is not None and tnames != [table[nid]["tensor"]]:
                 vars_of.setdefault(nid, []).extend(tnames)
 
         run = run or {}
@@ -498,16 +501,16 @@ class Recorder:
                 if state is None:
                     state = plain[nid] = {"id": nid}
                 states.append(state)
+        # The edges this step added (its new nodes' edges): the whole graph of a step
+        # is the table's `next` of its nodes, and where gradient flowed follows from
+        # `executed` and `order`; repeating either in every step would double the trace.
         edges = []
         edge_lists = graph.edge_lists
-        if step["kind"] == "forward":  # the edges this step added to the graph
+        if graph.first_new is not None:
             for nid in live:
-                if graph.table[nid]["step"] == index:
+                if nid >= graph.first_new:
                     edges.extend(edge_lists[nid])
-        else:  # the edges gradient flowed along: from a node that ran to one it reached
-            for nid in sorted(run, key=run.__getitem__):
-                if nid != failed:
-                    edges.extend(e for e in edge_lists.get(nid, ()) if e[1] in run)
+            graph.first_new = None
         for nid in dropped:
             states.append({"id": nid, "dropped": True})
             plain.pop(nid, None)

@@ -1,0 +1,95 @@
+"""The sandbox's two data types: what to run with (SandboxConfig) and what came back (RunResult)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+# Confinement layers, in the order a child applies them. Names are used by
+# ``SandboxConfig.disable``, ``Sandbox.health()["layers"]`` and ``RunResult.timings``.
+LAYERS = (
+    "setsid",  # own session and process group: kill(0, ...) hits only the child
+    "cgroup",  # per-slot memory + pids cgroup: the hard backstop
+    "close_fds",  # nothing inherited but the result pipe; 0/1/2 are /dev/null
+    "namespaces",  # unshare(NEWNS|NEWNET|NEWIPC|NEWUTS): no network, private mounts
+    "mounts",  # everything read-only/nosuid/nodev, tmpfs work dir, hidden paths, fresh /proc
+    "rlimits",  # DATA, CPU, FSIZE, NOFILE, NPROC, CORE=0
+    "uid",  # per-slot unprivileged uid/gid, no supplementary groups
+    "no_new_privs",  # PR_SET_NO_NEW_PRIVS + PR_SET_PDEATHSIG(SIGKILL)
+    "seccomp",  # deny exec, fork, sockets, ptrace, signals to others, mount, bpf, ...
+)
+
+DEFAULT_PRELOAD = [
+    "torch",
+    "torch.nn",
+    "torch.optim",
+    "gradstep.tracer",
+    # Snippets may import these; after the uid drop a module that is not already
+    # imported may be unreadable (the stdlib can live under a 0700 home).
+    "torch.nn.functional",
+    "numpy",
+    "math",
+    "random",
+    "itertools",
+    "functools",
+    "collections",
+    "dataclasses",
+    "typing",
+    "copy",
+    "time",
+]
+
+DEFAULT_WARMUP = """\
+import torch
+x = torch.randn(4, 3, requires_grad=True)
+layer = torch.nn.Linear(3, 2)
+loss = layer(x).pow(2).sum()
+loss.backward()
+for opt in (torch.optim.SGD(layer.parameters(), lr=0.1), torch.optim.Adam(layer.parameters())):
+    opt.step()
+    opt.zero_grad()
+print(x.grad)
+"""
+
+
+@dataclass
+class SandboxConfig:
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # concurrent children
+    memory_mb: int = 1024  # per child: memory cgroup limit and RLIMIT_DATA headroom
+    cpu_seconds: int = 10  # per child: RLIMIT_CPU (SIGXCPU, SIGKILL one second later)
+    wall_seconds: float = 15.0  # per run, from request to result: then SIGKILL
+    max_output_bytes: int = 8 << 20  # the target's return value, larger is "limit: output"
+    tmp_mb: int = 16  # the child's private tmpfs work dir (/tmp in its mount namespace)
+    max_tasks: int = 64  # per child: threads + processes (cgroup pids.max, RLIMIT_NPROC)
+    max_files: int = 256  # per child: RLIMIT_NOFILE
+    preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
+    target: str = "gradstep.sandbox.target:run"  # "module:function", run(code: str) -> bytes
+    warmup: str = DEFAULT_WARMUP  # passed once to the target in the zygote, before forking
+    # Paths a child must not see (an empty read-only tmpfs is mounted over each),
+    # and paths under them that stay visible (bind-mounted back, read-only).
+    # None: hide the gradstep project (the package's repo, or the package itself),
+    # keep the interpreter's prefixes (a venv inside the repo stays usable).
+    hide: list[str] | None = None
+    keep: list[str] | None = None
+    uid_base: int = 61000  # slot i runs as uid = gid = uid_base + i (one Sandbox per uid range)
+    # cgroup (path inside each v1 hierarchy) under which this sandbox creates its
+    # own; None: the cgroup the server process is in.
+    cgroup_parent: str | None = None
+    pythonpath: list[str] = field(default_factory=list)  # extra import paths for the zygote
+    disable: frozenset[str] = frozenset()  # layer names to skip (benchmarks, tests)
+
+
+Status = Literal["ok", "timeout", "limit", "crashed"]
+
+
+@dataclass
+class RunResult:
+    status: Status
+    output: bytes = b""  # the target's return value when status == "ok"
+    limit: str | None = None  # "memory", "cpu", "wall", "output" when status is "limit"/"timeout"
+    signal: str | None = None  # the signal that ended the child, if one did ("SIGKILL")
+    detail: str = ""  # one human sentence: which limit, which signal, what failed
+    seconds: float = 0.0  # wall time of run(), queueing included
+    # milliseconds: "queue", "fork", one entry per confinement layer, "target", "exit"
+    timings: dict[str, float] = field(default_factory=dict)
