@@ -8,6 +8,7 @@ trace size raw and gzip (target <= 150 KB gzip). Usage:
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import statistics
 import time
@@ -44,10 +45,14 @@ def timed(fn, code: str) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--no-freeze", action="store_true", help="don't gc.freeze() after warm-up")
     args = ap.parse_args()
     torch.set_num_threads(1)
     plain(SNIPPET)  # warm both paths (lazy imports, allocator)
     record(SNIPPET)
+    if not args.no_freeze:
+        gc.collect()
+        gc.freeze()  # as the sandbox's zygote does before it forks a child per run
     plain_t, traced_t = [], []
     for _ in range(args.repeat):  # interleave, so machine noise hits both alike
         plain_t.append(timed(plain, SNIPPET))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -22,13 +22,13 @@ STALE_MARK = "modified by an inplace operation"
 _CUSTOM = torch.autograd.function.BackwardCFunction
 
 
-class _Saved:
+class _Saved(NamedTuple):
     """How to read one saved slot of a node."""
 
-    __slots__ = ("label", "attr", "raw", "kind")
-
-    def __init__(self, label: str, attr: str, raw: str | None, kind: str):
-        self.label, self.attr, self.raw, self.kind = label, attr, raw, kind
+    label: str  # self, other, result, exponent...
+    attr: str  # _saved_<label>
+    raw: str | None  # _raw_saved_<label>, when torch offers the SavedTensor handle
+    kind: str  # "tensor" or "tensors" once known to hold tensors, "" before
 
 
 class SeqRanges:
@@ -161,28 +161,42 @@ class Graph:
         held: list[_Saved] = []
         storages: list[tuple[int, int]] = []
         for slot in slots:
+            label, attr, raw, _ = slot
             try:
-                value = getattr(node, slot.attr)
+                value = getattr(node, attr)
             except RuntimeError as e:
                 # Unreadable when first seen (modified in place on the line that
                 # built it, or freed by a call not seen): a slot without metadata.
-                saved.append({"name": slot.label, "kind": "tensor"})
-                held.append(_Saved(slot.label, slot.attr, slot.raw, "tensor"))
+                saved.append({"name": label, "kind": "tensor"})
+                held.append(_Saved(label, attr, raw, "tensor"))
                 self._mark_unreadable(nid, slot, str(e))
                 continue
-            kind = type(value)
             if value is None:
                 continue  # a slot this call did not need
-            if kind in _PLAIN:
-                saved.append({"name": slot.label, "kind": "value", "value": value})
-            elif isinstance(value, torch.Tensor):
-                saved.append(_describe(slot.label, "tensor", (value,), storages, of))
-                held.append(_Saved(slot.label, slot.attr, slot.raw, "tensor"))
+            kind = type(value)
+            if kind in _PLAIN_SET:
+                saved.append({"name": label, "kind": "value", "value": value})
+            elif kind is _TENSOR or isinstance(value, torch.Tensor):
+                st = value.untyped_storage()
+                n = st.nbytes()
+                storages.append((st.data_ptr(), n))
+                entry = {
+                    "name": label,
+                    "kind": "tensor",
+                    "shape": list(value.shape),
+                    "dtype": dtype_name(value.dtype),
+                    "bytes": n,
+                }
+                name = of.name_of_data(value)
+                if name:
+                    entry["of"] = name
+                saved.append(entry)
+                held.append(_Saved(label, attr, raw, "tensor"))
             elif kind in (list, tuple) and value and isinstance(value[0], torch.Tensor):
-                saved.append(_describe(slot.label, "tensors", value, storages, of))
-                held.append(_Saved(slot.label, slot.attr, slot.raw, "tensors"))
+                saved.append(_describe(label, "tensors", value, storages, of))
+                held.append(_Saved(label, attr, raw, "tensors"))
             else:
-                saved.append({"name": slot.label, "kind": "value", "value": _jsonable(value)})
+                saved.append({"name": label, "kind": "value", "value": _jsonable(value)})
         info["saved"] = saved
         if held:
             self.tensor_slots[nid] = held
@@ -280,6 +294,7 @@ class Graph:
 
 
 _PLAIN = (int, float, bool, str)
+_TENSOR = torch.Tensor
 _PLAIN_SET = frozenset(_PLAIN)
 _DTYPES: dict[torch.dtype, str] = {}
 
