@@ -31,7 +31,10 @@ class _Model(BaseModel):
 class TraceError(_Model):
     """An exception raised by the snippet, with torch's own message."""
 
-    type: str = Field(description="Exception class name, e.g. RuntimeError.")
+    type: str = Field(
+        description="Exception class name, e.g. RuntimeError; when the runner stopped the snippet, the status "
+        "(timeout, limit, crashed)."
+    )
     message: str
     line: int | None = Field(None, description="Snippet line (1-based) the error points at.")
     column: int | None = Field(None, description="Column (1-based), for syntax errors.")
@@ -95,7 +98,10 @@ class NodeState(_Model):
     )
     order: int | None = Field(None, description="Position in this call's engine execution order (0 = first).")
     dropped: bool = Field(
-        False, description="No snippet variable reaches it any more: torch frees it; shown once, then gone."
+        False,
+        description="No snippet name reaches it any more, so the tracer let go of it (torch frees it, unless "
+        "something the name scan does not see holds it: a closure, a container nested deeper than 3 levels); "
+        "shown once, then gone.",
     )
     vars: list[str] = Field(
         default_factory=list,
@@ -109,7 +115,11 @@ class Grad(_Model):
 
     shape: list[int]
     dtype: str
-    values: Any = Field(None, description="Nested lists of the values; null when the tensor is too big.")
+    values: Any = Field(
+        None,
+        description="Nested lists of the values (6 significant digits relative to the largest); absent when "
+        "the tensor has more than 64 elements or is not a dense float tensor. Non-finite values are null.",
+    )
     has_grad_fn: bool = Field(description="The grad itself has a grad_fn (create_graph=True).")
     norm: float | None = Field(description="L2 norm (null when not finite or not a float tensor).")
 
@@ -126,6 +136,8 @@ class TensorState(_Model):
 
 
 class Warning_(_Model):
+    model_config = ConfigDict(extra="forbid", title="Warning")
+
     category: str
     message: str
     line: int | None = None
@@ -169,7 +181,7 @@ class Trace(_Model):
     status: Status
     error: TraceError | None = None
     limit: str | None = Field(
-        None, description="status=limit: which limit stopped the run (memory, output, nodes…)."
+        None, description="status=limit: which limit stopped the run (memory, cpu, wall, output)."
     )
     stdout: str = ""
     code: str = Field("", description="The snippet's source, so a trace replays on its own.")
@@ -181,7 +193,7 @@ class Trace(_Model):
         default_factory=list, description="Caps that were hit: nodes, steps, stdout."
     )
     notes: list[str] = Field(
-        default_factory=list, description="Things the viewer should say, e.g. CUDA mapped to CPU."
+        default_factory=list, description="Things the viewer should say, e.g. that tracing stopped early."
     )
 
 

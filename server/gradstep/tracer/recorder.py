@@ -256,6 +256,9 @@ class Recorder:
             return False
         if "steps" not in self.truncated:
             self.truncated.append("steps")
+            # No step will show them: let go of every node so the rest of the run
+            # keeps exactly the memory it would keep untraced.
+            self.graph.drop(list(self.graph.objs))
         return True
 
     # -- module paths --------------------------------------------------------
@@ -554,7 +557,7 @@ class Recorder:
 
     def _release(self) -> None:
         """Let go of graphs a deleted or rebound name no longer reaches (no step)."""
-        if not self.graph.objs:
+        if not self.graph.objs or self._full():
             return
         names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals))
         roots = _roots(names, ())[0]

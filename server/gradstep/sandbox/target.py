@@ -1,0 +1,11 @@
+"""The sandbox's default target: trace a snippet, return the trace as JSON bytes."""
+
+from __future__ import annotations
+
+import orjson
+
+from gradstep.tracer import record
+
+
+def run(code: str) -> bytes:
+    return orjson.dumps(record(code))

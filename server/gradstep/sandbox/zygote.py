@@ -1,0 +1,234 @@
+"""The zygote: a warm, single-threaded process that forks one confined child per run.
+
+Started by ``Sandbox.start()`` as ``python -s -P -m gradstep.sandbox.zygote FD``
+with a minimal environment; FD is its end of the control socketpair. It
+reads its plan (the first message), imports and warms the preloads, runs the
+target once, freezes the heap, probes which confinement layers this host
+allows, says "ready", then serves:
+
+* ``{"op": "run", "run": id, "slot": i, "code": str}`` + one fd (result pipe):
+  fork; the child confines itself and runs the target; reply
+  ``{"op": "forked", "run": id, "pid": pid}`` (or ``"fork_failed"``).
+* ``{"op": "kill", "run": id}``: SIGKILL that child if it has not been reaped
+  (a pid is never reused before its parent reaps it, so this is race-free).
+* every reaped child: ``{"op": "exited", "run": id, "status": wait status, "cpu": s}``.
+
+EOF on the control socket (the server died or closed it) kills every child and exits.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+import traceback
+
+from gradstep.sandbox import protocol
+from gradstep.sandbox.confine import Confinement, LayerFailed
+from gradstep.sandbox.protocol import Channel, write_frame
+
+
+def load_target(spec: str):
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def preload(modules: list[str]) -> None:
+    if any(m == "torch" or m.startswith(("torch.", "gradstep")) for m in modules):
+        import torch
+
+        torch.set_num_threads(1)  # before any torch op: libgomp deadlocks in a child otherwise
+    for m in modules:
+        importlib.import_module(m)
+
+
+class Zygote:
+    def __init__(self, chan: Channel, plan: dict):
+        self.chan = chan
+        self.plan = plan
+        self.target = None
+        self.children: dict[int, int] = {}  # pid -> run id
+        self.pending: list[dict] = []
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    # -- start-up ----------------------------------------------------------------
+
+    def warm(self) -> None:
+        preload(self.plan["preload"])
+        self.target = load_target(self.plan["target"])
+        out = self.target(self.plan["warmup"])
+        if not isinstance(out, bytes):
+            raise TypeError(f"the target returned {type(out).__name__}, not bytes")
+        gc.collect()
+        gc.freeze()  # forked children then don't touch (copy) the zygote's objects in gc passes
+
+    def probe(self) -> dict[str, str]:
+        """Fork a child that tries every enabled layer; report what this host allows."""
+        layers = self.plan["probe_layers"]
+        r, w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(r)
+                conf = Confinement(self.plan, 0, w)
+                found = conf.probe(layers)
+                os.write(conf.fd, json.dumps(found).encode())  # small: one atomic pipe write
+            finally:
+                os._exit(0)
+        os.close(w)
+        data = b""
+        while chunk := os.read(r, 65536):
+            data += chunk
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        if not data:
+            return {name: f"unavailable: the probe child died (status {status})" for name in layers}
+        return json.loads(data)
+
+    # -- serving -----------------------------------------------------------------
+
+    def serve(self) -> None:
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        while True:
+            try:
+                ready, _, _ = select.select([self.chan, self.wake_r], [], [], 1.0)
+            except InterruptedError:
+                ready = []
+            if self.wake_r in ready:
+                try:
+                    while os.read(self.wake_r, 4096):
+                        pass
+                except BlockingIOError:
+                    pass
+            self.reap()
+            if self.chan in ready:
+                messages = self.chan.receive()
+                if messages is None:
+                    self.shutdown()
+                    return
+                for msg in messages:
+                    if msg["op"] == "run":
+                        self.fork(msg, self.chan.fds.popleft())
+                    elif msg["op"] == "kill":
+                        self.kill(msg["run"])
+
+    def fork(self, msg: dict, fd: int) -> None:
+        run = msg["run"]
+        t_fork = time.perf_counter()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            os.close(fd)
+            self.chan.send({"op": "fork_failed", "run": run, "error": str(e)})
+            return
+        if pid == 0:
+            self.child(msg, fd, t_fork)  # never returns
+        os.close(fd)
+        self.children[pid] = run
+        self.chan.send({"op": "forked", "run": run, "pid": pid})
+
+    def kill(self, run: int) -> None:
+        for pid, r in self.children.items():
+            if r == run:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            run = self.children.pop(pid, None)
+            if run is not None:
+                cpu = usage.ru_utime + usage.ru_stime
+                self.chan.send({"op": "exited", "run": run, "pid": pid, "status": status, "cpu": cpu})
+
+    def shutdown(self) -> None:
+        for pid in self.children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + 5
+        while self.children and time.monotonic() < end:
+            try:
+                pid, _ = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            self.children.pop(pid, None)
+
+    # -- the child -----------------------------------------------------------------
+
+    def child(self, msg: dict, fd: int, t_fork: float) -> None:
+        """Runs in the forked child: confine, run the target, write the result, exit."""
+        code = 71
+        try:
+            t0 = time.perf_counter()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            # Always, whatever layers are on: the control socket, the wake-up pipe and
+            # other runs' result pipes must never reach a snippet.
+            for other in (self.chan.fileno(), self.wake_r, self.wake_w, *self.chan.fds):
+                os.close(other)
+            conf = Confinement(self.plan, msg["slot"], fd)
+            conf.timings["fork"] = (t0 - t_fork) * 1e3
+            try:
+                conf.apply(self.plan["layers"])
+            except LayerFailed as e:
+                write_frame(conf.fd, protocol.REFUSED, str(e).encode())
+                code = 70
+                return
+            write_frame(conf.fd, protocol.CONFINED, json.dumps(conf.timings).encode())
+            try:
+                out = self.target(msg["code"])
+                if not isinstance(out, bytes):
+                    raise TypeError(f"the target returned {type(out).__name__}, not bytes")
+            except BaseException as e:  # noqa: BLE001 - anything the target raises is reported
+                text = "".join(traceback.format_exception_only(type(e), e)).strip()
+                write_frame(conf.fd, protocol.RAISED, text[:4000].encode("utf-8", "replace"))
+                code = 1
+                return
+            write_frame(conf.fd, protocol.RESULT, out)
+            code = 0
+        finally:
+            os._exit(code)
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    sock.set_inheritable(False)
+    chan = Channel(sock)
+    plan = None
+    while plan is None:
+        messages = chan.receive()
+        if messages is None:
+            return
+        plan = messages[0] if messages else None
+    try:
+        zygote = Zygote(chan, plan)
+        zygote.warm()
+        plan["zygote_pid"] = os.getpid()
+        layers = zygote.probe()
+        plan["layers"] = [name for name in plan["probe_layers"] if layers[name] == "active"]
+        threads = len(os.listdir("/proc/self/task"))
+    except BaseException:
+        chan.send({"op": "failed", "error": traceback.format_exc()})
+        raise
+    chan.send({"op": "ready", "pid": os.getpid(), "layers": layers, "threads": threads})
+    zygote.serve()
+
+
+if __name__ == "__main__":
+    main()
