@@ -21,7 +21,7 @@ import orjson
 import pytest
 import torch
 from gradstep import schema
-from gradstep.isolated import failed_trace
+from gradstep.runner import failed_trace
 from gradstep.tracer import Limits, record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,9 +68,13 @@ EXTRA_CODE = {
     ),
 }
 RUNNER_FAILURES = {
-    "timeout": failed_trace("pass\n", "timeout", "The snippet ran longer than 30 s and was stopped."),
-    "crashed": failed_trace("pass\n", "crashed", "The process running the snippet was killed by SIGKILL."),
-    "limit": failed_trace("pass\n", "limit", "The snippet used too much memory.", limit="memory"),
+    "timeout": orjson.loads(
+        failed_trace("pass\n", "timeout", "The snippet ran longer than 30 s and was stopped.")
+    ),
+    "crashed": orjson.loads(failed_trace("pass\n", "crashed", "The child was killed by SIGKILL.")),
+    "limit": orjson.loads(
+        failed_trace("pass\n", "limit", "The snippet used too much memory.", limit="memory")
+    ),
 }
 
 # Field names front ends key on; docs/trace-format.md promises they stay within a version.

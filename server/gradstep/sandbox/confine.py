@@ -14,7 +14,11 @@ import resource
 import signal
 import time
 
-import pyseccomp
+try:
+    import pyseccomp
+except Exception as e:  # not installed, or no libseccomp: the seccomp layer reports itself unavailable
+    pyseccomp = None
+    _NO_SECCOMP = f"pyseccomp is not usable: {type(e).__name__}: {e}"
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
@@ -44,6 +48,7 @@ MOUNT_ATTR_NODEV = 4
 SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 (the unified syscall table)
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 
 
@@ -86,6 +91,10 @@ def _mount_setattr(path: str, set_: int = 0, clear: int = 0, recursive: bool = F
         ctypes.c_size_t(ctypes.sizeof(attr)),
     )
     _check(res, f"mount_setattr {path}")
+
+
+def prctl(option: int, value: int) -> None:
+    _check(_libc.prctl(option, value, 0, 0, 0), f"prctl {option}")
 
 
 def _under(path: str, parent: str) -> bool:
@@ -256,12 +265,14 @@ class Confinement:
             raise RuntimeError("uid did not change")
 
     def no_new_privs(self) -> None:
-        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
-        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != self.plan["zygote_pid"]:  # the zygote died before PDEATHSIG was set
             os._exit(1)
 
     def seccomp(self) -> None:
+        if pyseccomp is None:
+            raise RuntimeError(_NO_SECCOMP)
         f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
         f.set_attr(pyseccomp.Attr.CTL_TSYNC, 1)  # every thread, not only this one
         for action, name, args in seccomp_rules(os.getpid()):

@@ -390,6 +390,8 @@ class Sandbox:
 
     def _collect(self, run: _Run, r: int, deadline: float) -> RunResult:
         os.set_blocking(r, False)
+        poller = select.poll()
+        poller.register(r, select.POLLIN)
         buf = bytearray()
         timings: dict[str, float] = {}
         confined = False
@@ -462,8 +464,7 @@ class Sandbox:
                     f"The run took longer than {self.config.wall_seconds:g} s and was stopped (SIGKILL)."
                 )
                 return result
-            ready, _, _ = select.select([r], [], [], remaining)
-            if not ready:
+            if not poller.poll(remaining * 1e3):  # poll, not select: fds can be > 1023 in a server
                 continue
             try:
                 chunk = os.read(r, 1 << 20)

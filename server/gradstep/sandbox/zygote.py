@@ -30,7 +30,7 @@ import time
 import traceback
 
 from gradstep.sandbox import protocol
-from gradstep.sandbox.confine import Confinement, LayerFailed
+from gradstep.sandbox.confine import PR_SET_CHILD_SUBREAPER, Confinement, LayerFailed, prctl
 from gradstep.sandbox.protocol import Channel, write_frame
 
 
@@ -217,6 +217,9 @@ def main() -> None:
             return
         plan = messages[0] if messages else None
     try:
+        # Orphans (a child's own children, where seccomp is unavailable) come to the
+        # zygote, which reaps them, instead of to pid 1.
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
         zygote = Zygote(chan, plan)
         zygote.warm()
         plan["zygote_pid"] = os.getpid()

@@ -1,0 +1,213 @@
+"""The web API: routes, validation and limits. Tracing happens in the sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Annotated
+
+import anyio
+import orjson
+import torch
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, Field, ValidationError, field_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gradstep import snippets
+from gradstep.cache import TraceCache, cache_key
+from gradstep.limits import Admission, BodyLimit, RateLimiter, retry_after
+from gradstep.runner import TraceRunner
+from gradstep.schema import VERSION, Trace, json_schema
+from gradstep.settings import Settings
+
+MAX_CODE = 60_000  # characters of a snippet
+
+
+class TraceOptions(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    max_steps: Annotated[int, Field(ge=1, le=500)] = 500
+    line_repeats: Annotated[int, Field(ge=1, le=50)] = 3
+
+
+class TraceRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    code: Annotated[str, Field(max_length=MAX_CODE, description="The PyTorch snippet to run.")]
+    options: TraceOptions | None = None
+
+    @field_validator("code")
+    @classmethod
+    def no_nul(cls, code: str) -> str:
+        if "\x00" in code:
+            raise ValueError("code must not contain NUL characters")
+        return code
+
+
+class Health(BaseModel):
+    status: str
+    version: int
+    torch: str
+    workers: int
+    running_or_queued: int
+    cache: dict
+    sandbox: dict
+
+
+def create_app(settings: Settings | None = None, runner: TraceRunner | None = None) -> FastAPI:
+    settings = settings or Settings.from_env()
+    runner = runner or TraceRunner(settings)
+    cache = TraceCache(settings.cache_bytes, settings.cache_ttl)
+    rate = RateLimiter(settings.rate, settings.burst)
+    admission = Admission(settings.workers + settings.queue)
+    threads = anyio.CapacityLimiter(settings.workers + settings.queue)
+    in_flight: dict[str, asyncio.Future] = {}  # identical requests share one run
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await anyio.to_thread.run_sync(runner.start)
+        try:
+            yield
+        finally:
+            await anyio.to_thread.run_sync(runner.close)
+
+    app = FastAPI(
+        title="gradstep",
+        version=str(VERSION),
+        description="Step through PyTorch autograd: run a snippet in a sandbox, get its trace.",
+        lifespan=lifespan,
+    )
+    app.add_middleware(GZipMiddleware, minimum_size=1024)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+
+    @app.exception_handler(RequestValidationError)
+    async def readable_422(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+            problems.append(f"{where}: {err.get('msg')}")
+        return JSONResponse(
+            status_code=422,
+            content={"error": "Invalid request: " + "; ".join(problems), "detail": jsonable(exc.errors())},
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def error_json(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail
+        if exc.status_code == 400 and message == "There was an error parsing the body":
+            message = "The request body is not valid JSON text (UTF-8)."
+        return JSONResponse(status_code=exc.status_code, content={"error": message}, headers=exc.headers)
+
+    def client_of(request: Request) -> str:
+        if settings.trust_proxy:
+            forwarded = request.headers.get("x-forwarded-for")
+            if forwarded:
+                return forwarded.split(",")[0].strip()
+        return request.client.host if request.client else "?"
+
+    @app.post(
+        "/api/trace",
+        summary="Run a snippet and return its trace",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The trace (see /api/schema); its `status` says how the run ended.",
+                "content": {"application/json": {}},
+            },
+            413: {"description": "Body too large"},
+            422: {"description": "Invalid request"},
+            429: {"description": "Rate limit: retry after Retry-After seconds"},
+            503: {"description": "All workers busy and the queue full: retry after Retry-After seconds"},
+        },
+    )
+    async def trace(body: TraceRequest, request: Request) -> Response:
+        options = (body.options or TraceOptions()).model_dump()
+        key = cache_key(body.code, options)
+        cached = cache.get(key)
+        if cached is not None:
+            return _json(cached, cache="hit")
+        wait = rate.acquire(client_of(request))
+        if wait > 0:
+            raise HTTPException(
+                429, "Too many runs from this client: slow down.", {"Retry-After": retry_after(wait)}
+            )
+        shared = in_flight.get(key)
+        if shared is not None:
+            return _json(await asyncio.shield(shared), cache="shared")
+        if not admission.enter():
+            raise HTTPException(503, "All workers are busy: try again shortly.", {"Retry-After": "2"})
+        future = asyncio.get_running_loop().create_future()
+        in_flight[key] = future
+        try:
+            payload = orjson.dumps({"code": body.code, "options": options}).decode()
+            out, cacheable = await anyio.to_thread.run_sync(
+                runner.trace_bytes, body.code, payload, limiter=threads
+            )
+            if cacheable:
+                cache.put(key, out)
+            future.set_result(out)
+            return _json(out, cache="miss")
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved: waiters get it; no "never retrieved" warning
+            raise
+        finally:
+            admission.leave()
+            in_flight.pop(key, None)
+
+    @app.get("/api/snippets", response_model=list[snippets.SnippetInfo], summary="The curated snippets")
+    def list_snippets() -> list[snippets.SnippetInfo]:
+        return [snippets.SnippetInfo(**s.model_dump(exclude={"code"})) for s in snippets.load_all().values()]
+
+    @app.get(
+        "/api/snippets/{name}", response_model=snippets.Snippet, summary="One curated snippet with its code"
+    )
+    def get_snippet(name: str) -> snippets.Snippet:
+        found = snippets.load_all().get(name)
+        if found is None:
+            raise HTTPException(404, f"No snippet named {name!r}; GET /api/snippets lists them.")
+        return found
+
+    @app.get("/api/schema", summary="JSON Schema of the trace")
+    def schema() -> dict:
+        return json_schema()
+
+    @app.get("/healthz", response_model=Health, summary="Liveness, and which sandbox layers are active")
+    def healthz() -> Health:
+        sandbox = runner.health()
+        return Health(
+            status="ok" if sandbox.get("zygote") else "degraded",
+            version=VERSION,
+            torch=torch.__version__,
+            workers=settings.workers,
+            running_or_queued=admission.inside,
+            cache=cache.stats(),
+            sandbox=sandbox,
+        )
+
+    @app.get("/", include_in_schema=False)
+    def index() -> RedirectResponse:
+        return RedirectResponse("/docs")
+
+    app.state.settings, app.state.runner, app.state.cache = settings, runner, cache
+    app.state.admission = admission
+    return app
+
+
+def _json(body: bytes, cache: str) -> Response:
+    return Response(body, media_type="application/json", headers={"X-Gradstep-Cache": cache})
+
+
+def jsonable(value):
+    return orjson.loads(orjson.dumps(value, default=str))
+
+
+def validate_trace(body: bytes) -> Trace:
+    """The child's bytes are untrusted: only a trace that fits the schema is served."""
+    try:
+        return Trace.model_validate_json(body)
+    except ValidationError as e:
+        raise ValueError(f"invalid trace: {e.error_count()} problems") from e

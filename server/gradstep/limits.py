@@ -1,0 +1,108 @@
+"""Cross-cutting limits: request body size, per-client rate, bounded queue."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+
+import orjson
+
+
+class BodyLimit:
+    """ASGI middleware: a body over ``max_bytes`` gets 413 before the app reads it all."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await self._reject(send)
+        seen = 0
+
+        async def limited_receive():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _TooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send) -> None:
+        body = orjson.dumps({"error": f"Request body is larger than {self.max_bytes} bytes."})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class RateLimiter:
+    """Token bucket per client: ``burst`` runs at once, then ``rate`` per second."""
+
+    def __init__(self, rate: float, burst: int, max_clients: int = 10_000):
+        self.rate, self.burst, self.max_clients = rate, burst, max_clients
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def acquire(self, client: str) -> float:
+        """0 when the client may run now; else the seconds until it may."""
+        if self.rate <= 0:
+            return 0.0
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.pop(client, (float(self.burst), now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            wait = 0.0
+            if tokens >= 1:
+                tokens -= 1
+            else:
+                wait = (1 - tokens) / self.rate
+            self._buckets[client] = (tokens, now)
+            while len(self._buckets) > self.max_clients:
+                self._buckets.popitem(last=False)
+            return wait
+
+
+class Admission:
+    """At most ``capacity`` runs in the building (running or queued); the rest are turned away."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.inside = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        with self._lock:
+            if self.inside >= self.capacity:
+                return False
+            self.inside += 1
+            return True
+
+    def leave(self) -> None:
+        with self._lock:
+            self.inside -= 1
+
+
+def retry_after(seconds: float) -> str:
+    return str(max(1, math.ceil(seconds)))

@@ -1,0 +1,71 @@
+"""Traces through the sandbox: what the server and the CLI share.
+
+The sandbox returns bytes or a failure; this turns either into trace JSON, and
+treats the child's bytes as untrusted (served only if they fit the schema).
+"""
+
+from __future__ import annotations
+
+import orjson
+from pydantic import ValidationError
+
+from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
+from gradstep.sandbox.config import DEFAULT_WARMUP
+from gradstep.schema import VERSION, Trace
+from gradstep.settings import Settings
+
+TARGET = "gradstep.tracer.remote:run"
+
+
+def failed_trace(code: str, status: str, message: str, limit: str | None = None) -> bytes:
+    return orjson.dumps(
+        {
+            "version": VERSION,
+            "status": status,
+            "limit": limit,
+            "error": {"type": status, "message": message, "line": None},
+            "code": code,
+        }
+    )
+
+
+class TraceRunner:
+    def __init__(self, settings: Settings, sandbox: Sandbox | None = None):
+        self.sandbox = sandbox or Sandbox(
+            SandboxConfig(
+                workers=settings.workers,
+                wall_seconds=settings.wall_seconds,
+                cpu_seconds=settings.cpu_seconds,
+                memory_mb=settings.memory_mb,
+                target=TARGET,
+                warmup=payload_for(DEFAULT_WARMUP),
+            )
+        )
+
+    def start(self) -> None:
+        self.sandbox.start()
+
+    def close(self) -> None:
+        self.sandbox.close()
+
+    def health(self) -> dict:
+        return self.sandbox.health()
+
+    def trace_bytes(self, code: str, payload: str) -> tuple[bytes, bool]:
+        """(trace JSON, whether it may be cached) for one run of ``code``."""
+        return to_trace(code, self.sandbox.run(payload))
+
+
+def to_trace(code: str, result: RunResult) -> tuple[bytes, bool]:
+    if result.status == "ok":
+        try:
+            Trace.model_validate_json(result.output)
+        except ValidationError as e:
+            message = f"The run returned something that is not a trace ({e.error_count()} problems)."
+            return failed_trace(code, "crashed", message), False
+        return result.output, True
+    return failed_trace(code, result.status, result.detail, result.limit), False
+
+
+def payload_for(code: str, options: dict | None = None) -> str:
+    return orjson.dumps({"code": code, "options": options or {}}).decode()

@@ -1,0 +1,34 @@
+"""Server settings: defaults, overridden by GRADSTEP_* environment variables, then by CLI flags."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+
+
+@dataclass
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # sandboxed runs at once
+    queue: int = 32  # runs that may wait for a worker; beyond that: 503 + Retry-After
+    max_body: int = 64 * 1024  # bytes of a request body; beyond that: 413
+    rate: float = 2.0  # runs per second per client, sustained (0 disables the limit)
+    burst: int = 20  # runs a client may make at once before the rate applies
+    trust_proxy: bool = False  # take the client address from X-Forwarded-For (behind nginx)
+    cache_bytes: int = 64 << 20  # in-process trace cache budget
+    cache_ttl: float = 3600.0  # seconds a cached trace is served
+    wall_seconds: float = 15.0  # per run
+    cpu_seconds: int = 10  # per run
+    memory_mb: int = 1024  # per run
+
+    @classmethod
+    def from_env(cls, **overrides) -> Settings:
+        values = {}
+        for f in fields(cls):
+            raw = os.environ.get(f"GRADSTEP_{f.name.upper()}")
+            if raw is not None:
+                kind = type(getattr(cls(), f.name))
+                values[f.name] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

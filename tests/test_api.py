@@ -1,0 +1,190 @@
+"""The web API against the real app and the real sandboxed runner.
+
+Expected traces come from the tracer run in this process on the same code (the
+tracer itself is checked against plain PyTorch in test_tracer_truth.py).
+"""
+
+from __future__ import annotations
+
+import gzip
+
+import httpx
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+from gradstep import snippets
+from gradstep.app import create_app
+from gradstep.schema import Trace, json_schema
+from gradstep.settings import Settings
+from gradstep.tracer import record
+
+SMALL = (
+    "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * 2).sum()\ny.backward()\nprint(x.grad)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def client():
+    settings = Settings(workers=2, queue=4, rate=0, wall_seconds=20, cpu_seconds=10)
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def post(client, code: str, **extra) -> httpx.Response:
+    return client.post("/api/trace", json={"code": code, **extra})
+
+
+def test_trace_returns_the_trace_of_the_snippet(client):
+    r = post(client, SMALL)
+    assert r.status_code == 200
+    trace = Trace.model_validate_json(r.content)
+    local = record(SMALL)
+    assert trace.status == "ok"
+    assert trace.stdout == local["stdout"]
+    assert [(s.kind, s.line) for s in trace.steps] == [(s["kind"], s["line"]) for s in local["steps"]]
+    grads = {t.name: t.grad.values for t in trace.steps[-1].tensors if t.grad}
+    assert grads == {t["name"]: t["grad"]["values"] for t in local["steps"][-1]["tensors"] if t["grad"]}
+
+
+def test_a_failing_snippet_is_a_trace_with_its_error_not_an_http_error(client):
+    code = "import torch\nx = torch.ones(2, requires_grad=True)\ny = x * x\ny.sum().backward()\ny.sum().backward()\n"
+    r = post(client, code)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "error"
+    assert body["error"] == record(code)["error"]
+
+
+def test_syntax_error_points_at_line_and_column(client):
+    code = "import torch\nx = (1,\n"
+    with pytest.raises(SyntaxError) as e:
+        compile(code, "<snippet>", "exec")
+    err = post(client, code).json()["error"]
+    assert (err["type"], err["line"], err["column"]) == ("SyntaxError", e.value.lineno, e.value.offset)
+
+
+def test_cpu_limit_is_a_limit_result_naming_cpu(client):
+    body = post(client, "while True:\n    pass\n").json()
+    assert body["status"] in ("limit", "timeout")
+    assert body["limit"] in ("cpu", "wall")
+    assert body["error"]["message"]
+
+
+def test_identical_requests_are_served_from_the_cache(client):
+    code = SMALL + "# cache probe\n"
+    first = post(client, code)
+    second = post(client, code)
+    assert first.headers["x-gradstep-cache"] == "miss"
+    assert second.headers["x-gradstep-cache"] == "hit"
+    assert first.content == second.content
+
+
+def test_options_reach_the_tracer(client):
+    code = "import torch\nx = torch.ones(1, requires_grad=True)\nfor i in range(10):\n    x = x * 2\n"
+    body = post(client, code, options={"max_steps": 2}).json()
+    assert len(body["steps"]) == 2
+    assert "steps" in body["truncated"]
+
+
+def test_missing_code_is_a_readable_422(client):
+    r = client.post("/api/trace", json={"source": "x"})
+    assert r.status_code == 422
+    assert "code" in r.json()["error"]
+
+
+def test_invalid_json_is_a_readable_422(client):
+    r = client.post("/api/trace", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert r.json()["error"].startswith("Invalid request")
+
+
+def test_non_utf8_body_is_a_400_with_a_message(client):
+    r = client.post(
+        "/api/trace", content=b'{"code": "\xff\xfe"}', headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 400
+    assert "UTF-8" in r.json()["error"]
+
+
+def test_nul_in_code_is_a_422(client):
+    r = post(client, "x = 1\x00")
+    assert r.status_code == 422
+    assert "NUL" in r.json()["error"]
+
+
+def test_oversized_body_is_413(client):
+    r = post(client, "#" * (70 * 1024))
+    assert r.status_code == 413
+    assert "larger than" in r.json()["error"]
+
+
+def test_unknown_option_is_a_422(client):
+    assert post(client, SMALL, options={"max_steps": 0}).status_code == 422
+    assert post(client, SMALL, options={"bogus": 1}).status_code == 422
+
+
+def test_snippets_list_every_curated_snippet_with_its_header(client):
+    listed = client.get("/api/snippets").json()
+    assert {s["name"] for s in listed} == set(snippets.load_all())
+    for s in listed:
+        assert s["title"] and s["watch"] and "code" not in s
+
+
+def test_one_snippet_has_its_code(client):
+    name = next(iter(snippets.load_all()))
+    body = client.get(f"/api/snippets/{name}").json()
+    assert body["code"] == snippets.load_all()[name].code
+
+
+def test_unknown_snippet_is_404_with_a_message(client):
+    r = client.get("/api/snippets/no_such_thing")
+    assert r.status_code == 404
+    assert "no_such_thing" in r.json()["error"]
+
+
+def test_schema_endpoint_serves_the_trace_schema(client):
+    assert client.get("/api/schema").json() == json_schema()
+
+
+def test_healthz_lists_the_sandbox_layers(client):
+    body = client.get("/healthz").json()
+    assert body["status"] == "ok"
+    assert body["sandbox"]["layers"]
+    assert all(isinstance(v, str) for v in body["sandbox"]["layers"].values())
+
+
+def test_openapi_docs_are_served(client):
+    assert client.get("/openapi.json").json()["paths"]["/api/trace"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_responses_are_gzipped_when_asked(client):
+    r = client.get("/api/schema", headers={"accept-encoding": "gzip"})
+    assert r.headers["content-encoding"] == "gzip"
+    raw = client.get("/api/schema", headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in raw.headers
+    assert orjson.loads(raw.content) == json_schema()
+    assert len(gzip.compress(raw.content)) < len(raw.content)
+
+
+def test_rate_limit_answers_429_with_retry_after():
+    settings = Settings(workers=1, queue=2, rate=0.01, burst=1)
+    with TestClient(create_app(settings)) as c:
+        first = post(c, SMALL + "# rate 1\n")
+        second = post(c, SMALL + "# rate 2\n")
+    assert first.status_code == 200
+    assert second.status_code == 429
+    assert int(second.headers["retry-after"]) >= 1
+
+
+def test_full_queue_answers_503_with_retry_after():
+    settings = Settings(workers=1, queue=0, rate=0)
+    app = create_app(settings)
+    with TestClient(app) as c:
+        app.state.admission.inside = app.state.admission.capacity  # every place taken
+        r = post(c, SMALL + "# full\n")
+        app.state.admission.inside = 0
+        ok = post(c, SMALL + "# full\n")
+    assert r.status_code == 503
+    assert r.headers["retry-after"]
+    assert ok.status_code == 200
