@@ -923,3 +923,22 @@ def test_a_tracer_failure_never_becomes_the_snippets_error(monkeypatch):
     assert tr["status"] == "ok"
     assert tr["stdout"] == plain.getvalue()
     assert any("tracer bug" in note for note in tr["notes"])
+
+
+def test_cuda_code_gets_a_note_that_there_is_no_gpu():
+    code = "import torch\nx = torch.ones(2, requires_grad=True).cuda()\n"
+    with pytest.raises(AssertionError) as plain:  # what plain torch says on this CPU-only machine
+        exec(compile(code, "<snippet>", "exec"), {"__name__": "__main__"})
+    tr = record(code)
+    assert tr["status"] == "error"
+    assert tr["error"]["message"] == str(plain.value)
+    assert any("no GPU" in note for note in tr["notes"])
+
+
+def test_cpu_fallback_idiom_runs_without_a_note():
+    code = (
+        "import torch\ndev = 'cuda' if torch.cuda.is_available() else 'cpu'\nx = torch.ones(2, device=dev)\n"
+    )
+    tr = record(code)
+    assert tr["status"] == "ok"
+    assert tr["notes"] == []

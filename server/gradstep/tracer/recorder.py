@@ -17,6 +17,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import re
 import sys
 import traceback
 from collections import Counter
@@ -32,6 +33,7 @@ from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph, dtype_name
 from gradstep.tracer.names import SNIPPET_FILENAME, frame_namespaces, scan, snippet_frames
 
+_NO_CUDA = re.compile(r"not compiled with CUDA|no NVIDIA driver|CUDA is not available|CUDA driver", re.I)
 _seq_nr = torch._C._autograd._get_sequence_nr
 _exec_order = torch._C._current_graph_task_execution_order
 _TENSOR_BACKWARD = torch.Tensor.backward.__code__
@@ -178,8 +180,19 @@ class Recorder:
             "steps": self.steps,
             "warnings": self.warnings.items,
             "truncated": self.truncated,
-            "notes": [f"Tracing stopped after step {len(self.steps)}: {self.broken}"] if self.broken else [],
+            "notes": self._notes(error),
         }
+
+    def _notes(self, error: dict | None) -> list[str]:
+        notes = []
+        if error and "CUDA" in error["message"] and _NO_CUDA.search(error["message"]):
+            notes.append(
+                "This machine has no GPU, so CUDA code cannot run here. Run the snippet on the CPU "
+                "(drop .cuda() and device='cuda'): autograd behaves the same."
+            )
+        if self.broken:
+            notes.append(f"Tracing stopped after step {len(self.steps)}: {self.broken}")
+        return notes
 
     # -- line tracing --------------------------------------------------------
 
