@@ -942,3 +942,28 @@ def test_cpu_fallback_idiom_runs_without_a_note():
     tr = record(code)
     assert tr["status"] == "ok"
     assert tr["notes"] == []
+
+
+def test_a_module_attribute_rebound_between_steps_names_the_new_tensor():
+    code = _code(
+        """
+        import torch
+        import torch.nn as nn
+        class Holder(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(2, 2)
+        m = Holder()
+        x = torch.ones(2)
+        m.h = m.lin(x)
+        y = m.h.sum()
+        m.h = m.lin(x) * 2
+        z = m.h.sum()
+        """
+    )
+    ns = {"__name__": "__main__"}
+    exec(compile(code, "<snippet>", "exec"), ns)
+    tr = record(code)
+    ops = {n["id"]: n["op"] for n in tr["nodes"]}
+    named = [ops[s["id"]] for s in tr["steps"][-1]["nodes"] if "m.h" in s.get("vars", [])]
+    assert named == [type(ns["m"].h.grad_fn).__name__]

@@ -1,4 +1,115 @@
-"""The sandbox (docstring to be written)."""
+"""The sandbox: run untrusted code in a confined child forked from a warm zygote.
+
+It knows nothing about autograd. It calls a *target* — a function
+``run(code: str) -> bytes`` named by ``SandboxConfig.target`` — in a fresh,
+confined child process and hands back the bytes, or a clear failure.
+
+API
+---
+::
+
+    sb = Sandbox(SandboxConfig(workers=2, memory_mb=1024, cpu_seconds=10, wall_seconds=15))
+    sb.start()                # start the zygote (imports + warms the preloads); raises if it can't
+    r = sb.run(code)          # thread-safe, blocking; at most `workers` children at once, callers queue
+    r.status                  # "ok" | "timeout" | "limit" | "crashed"
+    r.output                  # the target's bytes when "ok" (untrusted: validate before use)
+    r.limit, r.signal         # "memory" | "cpu" | "wall" | "output", "SIGKILL"... when relevant
+    r.detail                  # one human sentence: which limit, which signal, what failed
+    r.seconds, r.timings      # wall time of run(); ms per phase: queue, fork, each layer, target, exit
+    sb.health()               # {"zygote": bool, "layers": {name: "active" | "disabled" | "unavailable: why"}, ...}
+    sb.close()                # kill the zygote and every child, remove the cgroups (idempotent)
+
+A snippet's own exceptions are the target's business (the tracer records them
+in its trace, status "ok"). The sandbox reports what happens to the *process*:
+
+* ``timeout`` / ``wall``: no result before ``wall_seconds`` (counted from the
+  request, not the queue); the child is SIGKILLed.
+* ``limit`` / ``cpu``: RLIMIT_CPU — SIGXCPU at ``cpu_seconds``, SIGKILL a second later.
+* ``limit`` / ``memory``: the slot's memory cgroup OOM-killed the child.
+  (Most allocations fail earlier and cleanly, inside the snippet, on RLIMIT_DATA.)
+* ``limit`` / ``output``: the result is larger than ``max_output_bytes``.
+* ``crashed``: the target raised, the child died by a signal or exited without
+  a result, wrote a malformed result, a confinement layer failed (nothing ran),
+  or the zygote died (it restarts on the next run).
+
+run() returns only once the child is gone (reaped, or killed then reaped), so
+a slot is never reused while its previous child lives.
+
+Processes
+---------
+* **Zygote** (``zygote.py``): ``python -s -P -m gradstep.sandbox.zygote`` with a
+  minimal environment (PATH, LANG, HOME=/nonexistent, OMP/OPENBLAS/MKL threads
+  = 1, PYTHONPATH) — never a secret: the exec-time environment stays readable in
+  its memory. It calls ``torch.set_num_threads(1)`` before any torch op, imports
+  ``preload``, runs the target once on ``warmup`` (a tiny forward, backward and
+  optimizer steps; this also imports everything the tracer imports lazily),
+  ``gc.freeze()``, probes the layers, then serves fork requests. It is a
+  single-threaded process and a child subreaper; EOF on its control socket
+  (the server died) kills its children and ends it.
+* **Parent ↔ zygote**: a Unix socketpair of framed JSON; each run's result pipe
+  (write end) goes over it with SCM_RIGHTS. The zygote reaps every child and
+  reports its wait status and CPU time, so the parent can classify a death;
+  kills go through the zygote, which cannot see a pid reused before it reaps it.
+* **Child**: confines itself (below), writes a "confined" frame with its layer
+  timings, runs the target, writes a length-prefixed result, ``_exit``\\s. The
+  parent reads with a deadline (poll), checks the announced length against the
+  cap before reading a payload, and never waits for EOF.
+
+Layers, in the order a child applies them
+-----------------------------------------
+Measured here (root, kernel 6.18, cgroup v1, 2 vCPU): see ``RunResult.timings``
+and ``benchmarks/sandbox_cost.py``. ``SandboxConfig.disable`` switches layers off
+(for measurement and tests only). At start a probe child tries every layer;
+one the host refuses is reported as ``"unavailable: <why>"`` in
+``health()["layers"]`` and with a WARNING on stderr, and children run without it
+— never silently. A layer that the probe found working but that then fails in
+a child stops that child before the target runs ("crashed", fail closed).
+
+1. ``setsid`` — own session/process group, so ``kill(0, …)`` reaches only the
+   child. Never unavailable.
+2. ``cgroup`` — per-slot v1 memory + pids cgroup (``cgroups.py``), created by the
+   parent under ``cgroup_parent`` (default: the server's own cgroup); the child
+   writes itself into its slot's ``cgroup.procs``. The hard backstop: shared-memory
+   bombs, fork/thread bombs. Unavailable (read-only cgroupfs in an unprivileged
+   container, cgroup v2 — not supported yet): the container's ``--memory`` and
+   ``--pids-limit`` must stand in. Cost: ~0.2 ms when migrations come back to
+   back, ~7–10 ms after an idle spell (v1 migration waits for an RCU grace period).
+3. ``close_fds`` — 0/1/2 become /dev/null (a snippet writing to fd 1/2 reaches
+   nobody), the result pipe moves to fd 3, everything else is closed. (The
+   control socket and other runs' pipes are closed in every child regardless.)
+4. ``namespaces`` — ``unshare(NEWNS|NEWNET|NEWIPC|NEWUTS)``: no network at all
+   (even loopback is down: ENETUNREACH). Unavailable in an unprivileged
+   container: use ``--network none`` there.
+5. ``mounts`` (needs 4; never attempted without it) — all mounts private, then
+   read-only/nosuid/nodev recursively (``mount_setattr``), nodev cleared again on
+   /dev; each ``hide`` path (default: the gradstep repository) covered by an
+   empty read-only tmpfs with the ``keep`` paths (default: the interpreter's
+   prefixes, e.g. a venv inside the repo) bound back read-only; a private
+   size-limited tmpfs (``tmp_mb``, noexec, owned by the slot's uid) on /tmp as
+   the work dir (cwd) — it disappears with the child's mount namespace; a fresh
+   /proc with ``hidepid=invisible``. Unavailable: use ``--read-only --tmpfs /tmp``.
+6. ``rlimits`` — RLIMIT_DATA = the zygote's data size + ``memory_mb`` (not
+   RLIMIT_AS: torch maps ~620 MB of address space), CPU (soft ``cpu_seconds``,
+   hard +1), FSIZE = ``tmp_mb``, NOFILE, NPROC (per uid, so it binds after 7),
+   CORE = 0.
+7. ``uid`` — per-slot unprivileged uid/gid ``uid_base + slot`` (one per slot, or
+   runs could signal each other), no supplementary groups. Everything the child
+   needs must be imported before this: the stdlib here lives under a 0700 home
+   directory; ``preload`` lists what snippets may import beyond what torch and
+   the tracer pull in. Unavailable when the server doesn't run as root.
+8. ``no_new_privs`` — PR_SET_NO_NEW_PRIVS (a setuid binary gains nothing) and
+   PR_SET_PDEATHSIG(SIGKILL) (the uid change cleared it; the child dies with the zygote).
+9. ``seccomp`` — last, via pyseccomp, with TSYNC: EPERM for exec*, fork/vfork,
+   ``clone`` without CLONE_THREAD, every socket (Unix sockets by path ignore the
+   network namespace), ptrace, process_vm_*, signals to any pid but its own,
+   mount/unshare/setns/pivot_root, bpf, io_uring, keyctl, set*id and other kernel
+   surface; ``clone3`` gets ENOSYS so glibc falls back to ``clone`` (EPERM would
+   stop threads). Threads and multi-threaded matmul keep working. Unavailable
+   without pyseccomp/libseccomp.
+
+Host requirements: root, cgroup v1 memory + pids hierarchies, kernel ≥ 5.12
+(``mount_setattr``), libseccomp2 and the ``pyseccomp`` package.
+"""
 
 from gradstep.sandbox.config import LAYERS, RunResult, SandboxConfig
 from gradstep.sandbox.runner import Sandbox

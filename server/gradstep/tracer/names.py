@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import types
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -62,13 +63,41 @@ def current_line(frame: types.FrameType | None = None) -> int | None:
     return frames[0].f_lineno if frames else None
 
 
-def scan(namespaces: Iterable[dict]) -> Names:
+class ModuleIndex:
+    """Remembers what a walk of each module tree found, until any module changes.
+
+    The tracer bumps ``generation`` whenever a module attribute is set or a
+    parameter, buffer or submodule registered, so a cached walk is never stale.
+    """
+
+    def __init__(self) -> None:
+        self.generation = 0
+        self._walks: dict[tuple[int, str], tuple[int, weakref.ref, list, list]] = {}
+
+    def touch(self, *args, **kwargs) -> None:
+        self.generation += 1
+
+    def walk(self, name: str, module: torch.nn.Module) -> tuple[list, list]:
+        key = (id(module), name)
+        hit = self._walks.get(key)
+        if hit is not None and hit[0] == self.generation and hit[1]() is module:
+            return hit[2], hit[3]
+        found = Names()
+        _walk_module(found, name, module)
+        tensors = [(tnames[0], t) for t, tnames in found.tensors.values()]
+        modules = list(found.modules.items())
+        self._walks[key] = (self.generation, weakref.ref(module), tensors, modules)
+        return tensors, modules
+
+
+def scan(namespaces: Iterable[dict], index: ModuleIndex | None = None) -> Names:
     names = Names()
     seen: set[int] = set()
+    index = index or ModuleIndex()
     for ns in namespaces:
         for key, value in list(ns.items()):
             if isinstance(key, str) and not key.startswith("__"):
-                _visit(names, seen, key, value, 0)
+                _visit(names, seen, key, value, 0, index)
     return names
 
 
@@ -81,7 +110,7 @@ def frame_namespaces(frames: list[types.FrameType], globals_: dict) -> list[dict
     return out
 
 
-def _visit(names: Names, seen: set[int], name: str, value: object, depth: int) -> None:
+def _visit(names: Names, seen: set[int], name: str, value: object, depth: int, index: ModuleIndex) -> None:
     if isinstance(value, torch.Tensor):
         names.add(name, value)
         return
@@ -91,27 +120,31 @@ def _visit(names: Names, seen: set[int], name: str, value: object, depth: int) -
         return
     seen.add(id(value))
     if isinstance(value, torch.nn.Module):
-        _visit_module(names, name, value)
+        tensors, modules = index.walk(name, value)
+        for mid, path in modules:
+            names.modules.setdefault(mid, path)
+        for tname, t in tensors:
+            names.add(tname, t)
     elif isinstance(value, torch.optim.Optimizer):
         return  # its params are the model's; its state is not part of any graph
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value[:_MAX_ITEMS]):
-            _visit(names, seen, f"{name}[{i}]", item, depth + 1)
+            _visit(names, seen, f"{name}[{i}]", item, depth + 1, index)
     elif isinstance(value, dict):
         for i, (k, item) in enumerate(value.items()):
             if i >= _MAX_ITEMS:
                 break
             if isinstance(k, str | int):
-                _visit(names, seen, f"{name}[{k!r}]", item, depth + 1)
+                _visit(names, seen, f"{name}[{k!r}]", item, depth + 1, index)
     else:
         attrs = getattr(value, "__dict__", None)
         if isinstance(attrs, dict):
             for k, item in list(attrs.items())[:_MAX_ITEMS]:
                 if isinstance(k, str) and not k.startswith("__"):
-                    _visit(names, seen, f"{name}.{k}", item, depth + 1)
+                    _visit(names, seen, f"{name}.{k}", item, depth + 1, index)
 
 
-def _visit_module(names: Names, name: str, module: torch.nn.Module) -> None:
+def _walk_module(names: Names, name: str, module: torch.nn.Module) -> None:
     # A plain walk of ``_modules``: named_modules()/named_parameters() cost several
     # times more on a deep model, and this runs at every step.
     stack = [(name, module)]

@@ -31,7 +31,7 @@ from gradstep.tracer import lines
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph, dtype_name
-from gradstep.tracer.names import SNIPPET_FILENAME, frame_namespaces, scan, snippet_frames
+from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, frame_namespaces, scan, snippet_frames
 
 _NO_CUDA = re.compile(r"not compiled with CUDA|no NVIDIA driver|CUDA is not available|CUDA driver", re.I)
 _seq_nr = torch._C._autograd._get_sequence_nr
@@ -64,6 +64,25 @@ class _Call:
     input_nodes: dict  # nodes of inputs=, which the engine may capture without running
     ran: set  # input nodes that did run
     unusable_before: set[int]  # freed or stale before the call
+
+
+_MODULE_MUTATORS = (
+    "__setattr__",
+    "__delattr__",
+    "register_parameter",
+    "register_buffer",
+    "register_module",
+    "add_module",
+)
+
+
+def _touching(method, index: ModuleIndex):
+    @functools.wraps(method)
+    def touching(*args, **kwargs):
+        index.generation += 1
+        return method(*args, **kwargs)
+
+    return touching
 
 
 def _guarded(method):
@@ -113,6 +132,7 @@ class Recorder:
         self.check_release = False
         self.released: list[int] = []  # ids let go between steps, shown as dropped in the next
         self.callers: list[int | None] = []  # lines that called the snippet's functions
+        self.module_index = ModuleIndex()
         self.module_stack: list[tuple[int, str]] = []  # (id, class name) of modules running
 
     # -- running -------------------------------------------------------------
@@ -152,6 +172,11 @@ class Recorder:
             torch.nn.modules.module.register_module_forward_pre_hook(self._module_enter),
             torch.nn.modules.module.register_module_forward_hook(self._module_exit, always_call=True),
         ]
+        # Any change to a module's attributes invalidates the cached module walks.
+        module_cls = torch.nn.Module
+        patched = {m: getattr(module_cls, m) for m in _MODULE_MUTATORS}
+        for m, orig in patched.items():
+            setattr(module_cls, m, _touching(orig, self.module_index))
         torch.autograd.backward = self._wrap(orig_backward, "backward")
         torch.autograd.grad = self._wrap(orig_grad, "grad")
         sys.stdout = sys.stderr = self.out
@@ -161,6 +186,8 @@ class Recorder:
         finally:
             sys.stdout, sys.stderr = orig_out, orig_err
             torch.autograd.backward, torch.autograd.grad = orig_backward, orig_grad
+            for m, orig in patched.items():
+                setattr(module_cls, m, orig)
             for h in hooks:
                 h.remove()
 
@@ -371,7 +398,7 @@ class Recorder:
         self._emit_folded()
         graph = self.graph
         if any(r not in graph.ids for r in roots):
-            names = scan(frame_namespaces(frames, self.globals))
+            names = scan(frame_namespaces(frames, self.globals), self.module_index)
             graph.discover(roots, len(self.steps), line, False, names)
 
         order_box: list = []
@@ -460,7 +487,7 @@ class Recorder:
         self._snapshot(step, extra_roots, run=run, failed=failed, grad_graph=create_graph, returned=returned)
 
     def _input_names(self, ins: list[torch.Tensor]) -> list[str]:
-        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals))
+        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
         return [names.name_of(t) or "?" for t in ins]
 
     # -- snapshots -----------------------------------------------------------
@@ -482,7 +509,7 @@ class Recorder:
         graph = self.graph
         index = len(self.steps)
         step["index"] = index
-        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals))
+        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
         roots, shown = _roots(names, extra_roots)
         graph.discover(roots, index, step.get("line"), grad_graph, names)
         ids = graph.ids
@@ -572,7 +599,7 @@ class Recorder:
         """Let go of graphs a deleted or rebound name no longer reaches (no step)."""
         if not self.graph.objs or self._full():
             return
-        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals))
+        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
         roots = _roots(names, ())[0]
         # nodes built but not shown yet (a folded loop) must be known, or what they reach looks dropped
         self.graph.discover(roots, len(self.steps), self.line, False, names)
