@@ -7,6 +7,7 @@ WORKDIR /app
 # Pass the index of PyTorch's CPU wheels as TORCH_INDEX_URL to keep the image
 # small; without it pip takes torch from the default index (a CUDA build).
 ARG TORCH_INDEX_URL=
+RUN apt-get update && apt-get install -y --no-install-recommends libseccomp2 && rm -rf /var/lib/apt/lists/*
 RUN pip install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0 \
  && pip install numpy
 

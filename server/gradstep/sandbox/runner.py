@@ -434,12 +434,12 @@ class Sandbox:
                     except (ValueError, AttributeError, TypeError):
                         timings = {}
                 elif kind == protocol.REFUSED:
-                    text = payload.decode("utf-8", "replace")
+                    text = payload[:2000].decode("utf-8", "replace")  # untrusted: capped
                     return self._after_exit(
                         run, RunResult("crashed", detail=f"Confinement failed, so nothing ran: {text}")
                     )
                 elif kind == protocol.RAISED:
-                    text = payload.decode("utf-8", "replace")
+                    text = payload[:2000].decode("utf-8", "replace")  # untrusted: capped
                     result = RunResult(
                         "crashed", detail=f"The sandbox's target raised {text}", timings=timings
                     )

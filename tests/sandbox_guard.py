@@ -1,0 +1,153 @@
+"""Test support for the sandbox: an outer guard cgroup, checks for leftovers, a light target.
+
+Every sandbox a test starts lives inside a ``Guard``: a v1 memory + pids cgroup
+with its own limits, under which the sandbox nests its cgroups
+(``SandboxConfig.cgroup_parent``). A regression in the sandbox then fails a
+test instead of taking the machine down; the guard kills and removes
+whatever is left in it at the end.
+
+``target`` is a tiny target (no torch) for tests of the runner itself; the
+zygote imports this module, so it imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import time
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_count = itertools.count()
+
+
+def guard_unavailable() -> str | None:
+    """Why a guard can't be made here (None if it can)."""
+    if os.geteuid() != 0:
+        return "the sandbox tests need root (cgroups, namespaces, uid switching)"
+    for c in ("memory", "pids"):
+        if not (CGROUP_ROOT / c / "cgroup.procs").exists():
+            return f"no cgroup v1 {c} hierarchy for the test guard"
+    return None
+
+
+class Guard:
+    def __init__(self, memory_mb: int = 6144, pids: int = 400):
+        self.name = f"gradstep-guard-{os.getpid()}-{next(_count)}"
+        self.dirs = [CGROUP_ROOT / c / self.name for c in ("memory", "pids")]
+        for d in self.dirs:
+            d.mkdir()
+        _write(self.dirs[0] / "memory.limit_in_bytes", memory_mb << 20)
+        if (self.dirs[0] / "memory.memsw.limit_in_bytes").exists():
+            _write(self.dirs[0] / "memory.memsw.limit_in_bytes", memory_mb << 20)
+        _write(self.dirs[1] / "pids.max", pids)
+
+    @property
+    def parent(self) -> str:
+        """The value for ``SandboxConfig.cgroup_parent``."""
+        return "/" + self.name
+
+    def contains(self, pid: int) -> bool:
+        paths = {}
+        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+            _, names, path = line.split(":", 2)
+            for n in names.split(","):
+                paths[n] = path
+        return all(paths.get(c, "").startswith(self.parent) for c in ("memory", "pids"))
+
+    def hold(self, pid: int) -> None:
+        """Make sure ``pid`` is inside the guard (move it there if the sandbox did not)."""
+        if not self.contains(pid):
+            for d in self.dirs:
+                _write(d / "cgroup.procs", pid)
+
+    def tasks(self) -> set[int]:
+        found: set[int] = set()
+        for d in self.dirs:
+            for procs in d.rglob("cgroup.procs"):
+                try:
+                    found.update(int(p) for p in procs.read_text().split())
+                except OSError:
+                    pass
+        return found
+
+    def destroy(self) -> list[str]:
+        """Kill everything inside, remove every cgroup; returns what was left behind."""
+        left = []
+        end = time.monotonic() + 10
+        pids = self.tasks()
+        if pids:
+            left.append(f"processes left in the guard: {sorted(pids)}")
+        while pids and time.monotonic() < end:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+            pids = self.tasks()
+        for d in self.dirs:
+            subs = sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts))
+            if subs:
+                left.append(f"cgroups left in the guard: {[str(p) for p in subs]}")
+            for p in [*subs, d]:
+                while True:
+                    try:
+                        p.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        if time.monotonic() > end:
+                            left.append(f"could not remove {p}")
+                            break
+                        time.sleep(0.05)
+        return left
+
+
+def files_owned_by(uids: range, dirs: list[str]) -> list[str]:
+    """Entries directly in ``dirs`` owned by one of ``uids`` (a child's leftovers on the host)."""
+    found = []
+    for d in dirs:
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                if e.stat(follow_symlinks=False).st_uid in uids:
+                    found.append(e.path)
+            except OSError:
+                pass
+    return found
+
+
+def mount_points() -> set[str]:
+    return {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+
+
+def _write(path: Path, value: int | str) -> None:
+    with open(path, "w") as f:
+        f.write(str(value))
+
+
+def target(code: str) -> bytes:
+    """A light target: ``bytes N``, ``raise``, ``str``, ``sleep S``, ``exit N``, ``pid``, ``env``."""
+    cmd, _, arg = code.partition(" ")
+    if cmd == "bytes":
+        return b"x" * int(arg)
+    if cmd == "raise":
+        raise ValueError("the target failed on purpose")
+    if cmd == "str":
+        return "not bytes"  # type: ignore[return-value]
+    if cmd == "sleep":
+        time.sleep(float(arg))
+        return b"slept"
+    if cmd == "exit":
+        os._exit(int(arg))
+    if cmd == "pid":
+        return str(os.getpid()).encode()
+    if cmd == "env":
+        return "\n".join(f"{k}={v}" for k, v in sorted(os.environ.items())).encode()
+    return code.encode()
