@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 TORCH   ?= torch==2.13.0
 PYTHON  ?= python3
 
-.PHONY: install serve test lint format schema bench clean
+.PHONY: install browser serve test frontend format schema bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,10 +19,19 @@ install: $(STAMP)
 serve: install
 	$(VENV)/bin/gradstep serve
 
-test: install
+# Browser tests drive Debian's chromium (playwright cannot download its own here).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+test: install browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
+	node --test tests/frontend/
+
+# Rebuild the vendored, minified front-end libraries from the pinned npm packages.
+frontend:
+	cd frontend && npm ci && npm run build
 
 format: install
 	$(VENV)/bin/ruff check --fix .

@@ -12,15 +12,16 @@ import torch
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import JSONResponse, RedirectResponse, Response
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gradstep import snippets
 from gradstep.cache import TraceCache, cache_key
 from gradstep.limits import Admission, BodyLimit, RateLimiter, retry_after
+from gradstep.pages import mount_pages
 from gradstep.runner import TraceRunner
-from gradstep.schema import VERSION, Trace, json_schema
+from gradstep.schema import VERSION, json_schema
 from gradstep.settings import Settings
 
 MAX_CODE = 60_000  # characters of a snippet
@@ -85,13 +86,15 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
 
     @app.exception_handler(RequestValidationError)
     async def readable_422(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = []
+        # Never echo the input back: it may not even be encodable (huge integers,
+        # lone surrogates), and the client already has it.
+        detail = []
         for err in exc.errors():
-            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
-            problems.append(f"{where}: {err.get('msg')}")
+            loc = [_printable(str(p)) for p in err.get("loc", ()) if p != "body"]
+            detail.append({"loc": loc, "msg": _printable(str(err.get("msg"))), "type": str(err.get("type"))})
+        problems = "; ".join(f"{'.'.join(d['loc']) or 'body'}: {d['msg']}" for d in detail)
         return JSONResponse(
-            status_code=422,
-            content={"error": "Invalid request: " + "; ".join(problems), "detail": jsonable(exc.errors())},
+            status_code=422, content={"error": "Invalid request: " + problems, "detail": detail}
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -188,9 +191,7 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
             sandbox=sandbox,
         )
 
-    @app.get("/", include_in_schema=False)
-    def index() -> RedirectResponse:
-        return RedirectResponse("/docs")
+    mount_pages(app)
 
     app.state.settings, app.state.runner, app.state.cache = settings, runner, cache
     app.state.admission = admission
@@ -201,13 +202,5 @@ def _json(body: bytes, cache: str) -> Response:
     return Response(body, media_type="application/json", headers={"X-Gradstep-Cache": cache})
 
 
-def jsonable(value):
-    return orjson.loads(orjson.dumps(value, default=str))
-
-
-def validate_trace(body: bytes) -> Trace:
-    """The child's bytes are untrusted: only a trace that fits the schema is served."""
-    try:
-        return Trace.model_validate_json(body)
-    except ValidationError as e:
-        raise ValueError(f"invalid trace: {e.error_count()} problems") from e
+def _printable(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

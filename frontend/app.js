@@ -1,0 +1,267 @@
+// The page: editor + snippet picker + Run, wired to the viewer.
+import { createEditor } from "./editor.js";
+import { createViewer } from "./viewer.js";
+
+const $ = (sel) => document.querySelector(sel);
+
+function readJSON(id) {
+  const el = document.getElementById(id);
+  try {
+    return el ? JSON.parse(el.textContent) : null;
+  } catch {
+    return null;
+  }
+}
+
+const config = readJSON("gs-config") || {};
+const api = config.api || "";
+let snippets = readJSON("gs-snippets") || [];
+
+// ------------------------------------------------------------------ theme
+const root = document.documentElement;
+const savedTheme = localStorage.getItem("gradstep-theme");
+if (savedTheme) root.dataset.theme = savedTheme;
+const themeBtn = $("#gs-theme");
+function currentTheme() {
+  return root.dataset.theme || (matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
+}
+function syncThemeButton() {
+  const t = currentTheme();
+  themeBtn.textContent = t === "dark" ? "☀ Light" : "☾ Dark";
+  themeBtn.setAttribute("aria-label", `Switch to ${t === "dark" ? "light" : "dark"} theme`);
+}
+themeBtn.addEventListener("click", () => {
+  root.dataset.theme = currentTheme() === "dark" ? "light" : "dark";
+  localStorage.setItem("gradstep-theme", root.dataset.theme);
+  syncThemeButton();
+});
+syncThemeButton();
+
+// ------------------------------------------------------------------ editor + viewer
+const status = $("#gs-run-status");
+const runBtn = $("#gs-run");
+let lastRunCode = null;
+
+const editor = createEditor($("#gs-editor"), {
+  doc: "",
+  onRun: () => run(),
+  onHoverLine: (line) => viewer.hoverLine(line),
+  onChange: (codeNow) => {
+    document.body.classList.toggle("gs-edited", codeNow !== lastRunCode);
+  },
+});
+
+const viewer = createViewer($("#gs-viewer"), {
+  code: editor,
+  slots: { stepper: $("#gs-stepper"), graph: $("#gs-graph"), panels: $("#gs-panels") },
+});
+window.gradstep = { viewer, editor, run, pick };
+
+// keyboard: ←/→, Home/End, space anywhere outside the editor and form fields
+document.addEventListener("keydown", (ev) => {
+  if ((ev.ctrlKey || ev.metaKey) && ev.key === "Enter") {
+    ev.preventDefault();
+    run();
+    return;
+  }
+  const t = ev.target;
+  if (t.closest && (t.closest(".cm-editor") || t.closest("#gs-viewer") || t.closest(".gs-picker"))) return;
+  if (/^(INPUT|SELECT|TEXTAREA)$/.test(t.tagName)) return;
+  if (t.tagName === "BUTTON" && (ev.key === " " || ev.key === "Enter")) return;
+  viewer.handleKey(ev);
+});
+
+// ------------------------------------------------------------------ run
+let inFlight = null;
+let runSeq = 0;
+
+function setStatus(kind, text, extra) {
+  status.className = `gs-run-status gs-status-${kind}`;
+  status.replaceChildren();
+  if (kind === "running") {
+    const bar = document.createElement("div");
+    bar.className = "gs-progress";
+    bar.setAttribute("role", "progressbar");
+    bar.setAttribute("aria-label", "Running the snippet");
+    status.append(bar);
+  }
+  const span = document.createElement("span");
+  span.textContent = text;
+  status.append(span);
+  if (extra) status.append(extra);
+}
+
+async function run() {
+  const code = editor.getCode();
+  if (inFlight) inFlight.abort();
+  const ctrl = new AbortController();
+  inFlight = ctrl;
+  const seq = ++runSeq;
+  const t0 = performance.now();
+  document.body.classList.add("gs-running");
+  runBtn.disabled = false;
+  runBtn.setAttribute("aria-busy", "true");
+  setStatus("running", "Running in the sandbox…");
+  const tick = setInterval(() => {
+    if (seq === runSeq) setStatus("running", `Running in the sandbox… ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  }, 200);
+  try {
+    const res = await fetch(`${api}/api/trace`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ code }),
+      signal: ctrl.signal,
+    });
+    if (!res.ok) {
+      let message = `${res.status} ${res.statusText}`;
+      try {
+        message = (await res.json()).error || message;
+      } catch {}
+      const retry = res.headers.get("retry-after");
+      throw new Error(`${message}${retry ? ` (retry in ${retry} s)` : ""}`);
+    }
+    const trace = await res.json();
+    if (seq !== runSeq) return;
+    const arrived = performance.now();
+    lastRunCode = code;
+    document.body.classList.remove("gs-edited");
+    await viewer.setTrace(trace);
+    const rendered = performance.now();
+    window.gradstepTiming = { request: arrived - t0, render: rendered - arrived, total: rendered - t0, nodes: (trace.nodes || []).length };
+    // painted: the frame after the DOM was built has been drawn
+    requestAnimationFrame(() => setTimeout(() => {
+      const painted = performance.now();
+      Object.assign(window.gradstepTiming, { painted: painted - arrived, clickToPaint: painted - t0 });
+      document.body.dataset.painted = String(seq);
+    }, 0));
+    document.body.dataset.traceStatus = trace.status;
+    reportStatus(trace, rendered - t0);
+  } catch (e) {
+    if (e.name === "AbortError") return;
+    setStatus("error", `Could not run: ${e.message}`);
+    document.body.dataset.traceStatus = "request-error";
+  } finally {
+    clearInterval(tick);
+    if (seq === runSeq) {
+      document.body.classList.remove("gs-running");
+      runBtn.removeAttribute("aria-busy");
+      inFlight = null;
+      document.body.dataset.runs = String(seq);
+    }
+  }
+}
+
+function reportStatus(trace, ms) {
+  const steps = (trace.steps || []).length;
+  const took = `${(ms / 1000).toFixed(2)} s`;
+  if (trace.status === "ok") setStatus("ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes`);
+  else if (trace.status === "error") {
+    const e = trace.error || {};
+    setStatus("error", `${e.type || "Error"}${e.line ? ` at line ${e.line}` : ""}: ${e.message || ""}`);
+  } else if (trace.status === "timeout") setStatus("error", `Stopped: the run hit the time limit. ${trace.error ? trace.error.message : ""}`);
+  else if (trace.status === "limit") setStatus("error", `Stopped: the run hit the ${trace.limit || "resource"} limit. ${trace.error ? trace.error.message : ""}`);
+  else setStatus("error", `The run crashed. ${trace.error ? trace.error.message : ""}`);
+}
+
+runBtn.addEventListener("click", () => run());
+$("#gs-snippet-info").addEventListener("click", (ev) => {
+  const el = ev.currentTarget;
+  el.classList.toggle("gs-open");
+  el.title = el.classList.contains("gs-open") ? "" : "Click to show the whole explanation";
+});
+
+// ------------------------------------------------------------------ snippets
+const picker = $("#gs-picker");
+const pickerList = $("#gs-picker-list");
+const info = $("#gs-snippet-info");
+
+function renderPicker() {
+  pickerList.replaceChildren();
+  for (const s of snippets) {
+    const li = document.createElement("li");
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.snippet = s.name;
+    b.className = "gs-pick";
+    const t = document.createElement("strong");
+    t.textContent = s.title;
+    const d = document.createElement("span");
+    d.textContent = s.summary;
+    b.append(t);
+    if (s.fails) {
+      const f = document.createElement("em");
+      f.className = "gs-fails";
+      f.textContent = "fails on purpose";
+      b.append(f);
+    }
+    b.append(d);
+    b.addEventListener("click", () => {
+      picker.open = false;
+      pick(s.name);
+    });
+    li.append(b);
+    pickerList.append(li);
+  }
+}
+
+async function pick(name, { autorun = true } = {}) {
+  let s = snippets.find((x) => x.name === name);
+  if (!s) return;
+  if (!s.code) {
+    const res = await fetch(`${api}/api/snippets/${encodeURIComponent(name)}`);
+    s = Object.assign(s, await res.json());
+  }
+  editor.setCode(s.code);
+  info.replaceChildren();
+  const h = document.createElement("h1");
+  h.textContent = s.title;
+  info.append(h);
+  if (s.summary) {
+    const p = document.createElement("p");
+    p.textContent = s.summary;
+    info.append(p);
+  }
+  if (s.watch) {
+    const w = document.createElement("p");
+    w.className = "gs-watch";
+    const b = document.createElement("strong");
+    b.textContent = "Watch: ";
+    w.append(b, s.watch);
+    info.append(w);
+  }
+  info.classList.remove("gs-open");
+  info.title = "Click to show the whole explanation";
+  $("#gs-picker-current").textContent = s.title;
+  for (const b of pickerList.querySelectorAll("button")) b.setAttribute("aria-current", b.dataset.snippet === name ? "true" : "false");
+  const url = new URL(location.href);
+  url.searchParams.set("snippet", name);
+  history.replaceState(null, "", url);
+  if (autorun) await run();
+}
+
+async function start() {
+  if (!snippets.length) {
+    try {
+      snippets = await (await fetch(`${api}/api/snippets`)).json();
+    } catch {
+      snippets = [];
+    }
+  }
+  renderPicker();
+  const wanted = new URL(location.href).searchParams.get("snippet");
+  const first = snippets.find((s) => s.name === wanted) || snippets.find((s) => s.name === config.default) || snippets[0];
+  if (first) await pick(first.name);
+  else setStatus("idle", "Write a snippet and press Run (Ctrl/⌘+Enter).");
+}
+
+document.addEventListener("click", (ev) => {
+  if (picker.open && !picker.contains(ev.target)) picker.open = false;
+});
+picker.addEventListener("keydown", (ev) => {
+  if (ev.key === "Escape") {
+    picker.open = false;
+    picker.querySelector("summary").focus();
+  }
+});
+
+start();

@@ -1,0 +1,173 @@
+// The code editor: CodeMirror 6 with Python highlighting and line numbers, plus
+// the decorations the viewer drives — the current step's line, the line linked
+// to a hovered node, and error messages shown inline under their line.
+
+import {
+  EditorState, StateField, StateEffect, Compartment,
+  EditorView, keymap, lineNumbers, highlightActiveLineGutter, highlightSpecialChars, drawSelection,
+  highlightActiveLine, Decoration, WidgetType,
+  defaultKeymap, history, historyKeymap, indentWithTab,
+  syntaxHighlighting, HighlightStyle, indentOnInput, bracketMatching,
+  searchKeymap, highlightSelectionMatches, python, tags,
+} from "./vendor/codemirror.js";
+
+const setMarks = StateEffect.define();
+
+class ErrorWidget extends WidgetType {
+  constructor(err) {
+    super();
+    this.err = err;
+  }
+  eq(other) {
+    return other.err.key === this.err.key;
+  }
+  toDOM() {
+    const div = document.createElement("div");
+    div.className = `gs-inline-error gs-inline-${this.err.kind || "error"}`;
+    div.setAttribute("role", "alert");
+    div.setAttribute("data-error-line", String(this.err.line));
+    const head = document.createElement("strong");
+    head.textContent = this.err.title;
+    div.append(head);
+    if (this.err.message) {
+      const msg = document.createElement("span");
+      msg.className = "gs-inline-error-msg";
+      msg.textContent = ` ${this.err.message}`;
+      div.append(msg);
+    }
+    if (this.err.hint) {
+      const hint = document.createElement("div");
+      hint.className = "gs-inline-error-hint";
+      hint.textContent = this.err.hint;
+      div.append(hint);
+    }
+    return div;
+  }
+  ignoreEvent() {
+    return true;
+  }
+}
+
+function buildDecorations(state, marks) {
+  const ranges = [];
+  const doc = state.doc;
+  const lineAt = (n) => (n >= 1 && n <= doc.lines ? doc.line(n) : null);
+  const cur = lineAt(marks.current);
+  if (cur) ranges.push(Decoration.line({ class: "gs-line-current", attributes: { "data-current-line": "true" } }).range(cur.from));
+  for (const n of marks.linked || []) {
+    const l = lineAt(n);
+    if (l && n !== marks.current) ranges.push(Decoration.line({ class: "gs-line-linked" }).range(l.from));
+  }
+  for (const e of marks.errors || []) {
+    const l = lineAt(e.line) || lineAt(doc.lines);
+    if (!l) continue;
+    ranges.push(Decoration.line({ class: "gs-line-error" }).range(l.from));
+    ranges.push(Decoration.widget({ widget: new ErrorWidget(e), block: true, side: 1 }).range(l.to));
+  }
+  ranges.sort((a, b) => a.from - b.from || a.value.startSide - b.value.startSide);
+  return Decoration.set(ranges, true);
+}
+
+const emptyMarks = { current: null, linked: [], errors: [] };
+
+const marksField = StateField.define({
+  create: () => ({ marks: emptyMarks, deco: Decoration.none }),
+  update(value, tr) {
+    for (const e of tr.effects) if (e.is(setMarks)) return { marks: e.value, deco: buildDecorations(tr.state, e.value) };
+    if (tr.docChanged) {
+      // editing invalidates what the last run said about lines
+      return { marks: emptyMarks, deco: Decoration.none };
+    }
+    return value;
+  },
+  provide: (f) => EditorView.decorations.from(f, (v) => v.deco),
+});
+
+const highlight = HighlightStyle.define([
+  { tag: tags.keyword, class: "tok-keyword" },
+  { tag: [tags.string, tags.special(tags.string)], class: "tok-string" },
+  { tag: tags.comment, class: "tok-comment" },
+  { tag: [tags.number, tags.bool, tags.null], class: "tok-number" },
+  { tag: [tags.function(tags.variableName), tags.function(tags.propertyName)], class: "tok-function" },
+  { tag: tags.definition(tags.variableName), class: "tok-def" },
+  { tag: [tags.operator], class: "tok-operator" },
+  { tag: tags.propertyName, class: "tok-property" },
+  { tag: tags.className, class: "tok-class" },
+]);
+
+export function createEditor(parent, { doc = "", readOnly = false, onRun, onHoverLine, onChange, label = "Python code" } = {}) {
+  let hovered = null;
+  const readOnlyConf = new Compartment();
+  const extensions = [
+    lineNumbers(),
+    highlightActiveLineGutter(),
+    highlightSpecialChars(),
+    history(),
+    drawSelection(),
+    indentOnInput(),
+    bracketMatching(),
+    highlightActiveLine(),
+    highlightSelectionMatches(),
+    syntaxHighlighting(highlight),
+    python(),
+    EditorView.lineWrapping,
+    marksField,
+    readOnlyConf.of([EditorState.readOnly.of(readOnly), EditorView.editable.of(!readOnly)]),
+    EditorView.contentAttributes.of({ "aria-label": label }),
+    keymap.of([
+      { key: "Mod-Enter", run: () => (onRun ? (onRun(), true) : false), preventDefault: true },
+      ...defaultKeymap,
+      ...historyKeymap,
+      ...searchKeymap,
+      indentWithTab,
+    ]),
+    EditorView.updateListener.of((u) => {
+      if (u.docChanged && onChange) onChange(u.state.doc.toString());
+    }),
+    EditorView.domEventHandlers({
+      mousemove(ev, view) {
+        const pos = view.posAtCoords({ x: ev.clientX, y: ev.clientY }, false);
+        const line = pos === null ? null : view.state.doc.lineAt(pos).number;
+        if (line !== hovered) {
+          hovered = line;
+          if (onHoverLine) onHoverLine(line);
+        }
+      },
+      mouseleave() {
+        if (hovered !== null) {
+          hovered = null;
+          if (onHoverLine) onHoverLine(null);
+        }
+      },
+    }),
+  ];
+  const view = new EditorView({ parent, state: EditorState.create({ doc, extensions }) });
+  let marks = emptyMarks;
+  const api = {
+    view,
+    getCode: () => view.state.doc.toString(),
+    setCode(code) {
+      view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: code } });
+    },
+    setMarks(next) {
+      marks = { ...marks, ...next };
+      view.dispatch({ effects: setMarks.of(marks) });
+    },
+    clearMarks() {
+      marks = emptyMarks;
+      view.dispatch({ effects: setMarks.of(marks) });
+    },
+    /** Scroll the line into view without moving the cursor. */
+    revealLine(n) {
+      if (!n || n < 1 || n > view.state.doc.lines) return;
+      const line = view.state.doc.line(n);
+      // room below for an inline error under the line
+      view.dispatch({ effects: EditorView.scrollIntoView(line.to, { y: "nearest", yMargin: 110 }) });
+    },
+    focus: () => view.focus(),
+    setReadOnly(ro) {
+      view.dispatch({ effects: readOnlyConf.reconfigure([EditorState.readOnly.of(ro), EditorView.editable.of(!ro)]) });
+    },
+  };
+  return api;
+}

@@ -1,0 +1,242 @@
+// Layout: where every visible item goes. Pure (no DOM), so it runs in a Web
+// Worker (layout.worker.js), on the main thread for small graphs, and in node tests.
+//
+// Computed over the union of all steps (every node the trace ever shows), so
+// nothing moves while stepping. Modules are laid out one container at a time,
+// as TensorBoard does: each expanded module is a small dagre graph of its own
+// children (nodes and module boxes), whose size then counts as one box in its
+// parent. Expanding a module re-lays out only it and its ancestors; results are
+// cached per container and per expansion state below it.
+
+import dagre from "./vendor/dagre.js";
+import { effectiveExpanded, fmtGrad, modulePath } from "./model.js";
+
+// Geometry shared with the renderer (graph.js). Text is monospace 11.5px.
+export const G = {
+  charW: 7.1,
+  padX: 10,
+  title: 18, // op name row
+  vars: 15, // "loss1.grad_fn" row
+  chips: 22, // saved tensors row
+  gradRow: 16,
+  accRow: 15,
+  padY: 6,
+  minW: 104,
+  groupW: 190,
+  groupH: 58,
+  framePad: 12,
+  frameHead: 22,
+  nodesep: 18,
+  ranksep: 30,
+};
+
+export function chipWidth(name) {
+  return name.length * 6.2 + 12;
+}
+
+/** Width and height of a node, stable over all steps. */
+export function nodeSize(model, id) {
+  const n = model.nodes[id];
+  const gradRows = model.maxGradRows.get(id) ?? (n.isLeaf ? 1 : 0);
+  const gradChars = Math.min(model.gradWidth.get(id) ?? 9, 50);
+  const varsChars = (model.varsWidth.get(id) ?? (n.tensor ? n.tensor.length : 0)) + (n.isLeaf ? 0 : 8);
+  if (n.isLeaf) {
+    const accChars = Math.min((model.accWidth && model.accWidth.get(id)) || 0, 60) * (10.5 / 11.5);
+    const w = Math.max(G.minW, G.padX * 2 + G.charW * Math.max(Math.min(varsChars, 30), gradChars, accChars, 14));
+    const h = G.padY * 2 + G.title + Math.max(1, gradRows) * G.gradRow + G.accRow;
+    return [Math.round(w), h];
+  }
+  const chips = n.savedTensors.length
+    ? n.savedTensors.reduce((a, s) => a + chipWidth(s.name) + 4, 0)
+    : G.charW * 16;
+  const w = Math.max(G.minW, G.padX * 2 + Math.max(G.charW * Math.max(n.op.length + 3, Math.min(varsChars, 30), gradChars), chips));
+  const h = G.padY * 2 + G.title + G.vars + G.chips + gradRows * G.gradRow;
+  return [Math.round(w), h];
+}
+
+/** Longest grad text a node shows, in characters (for tests of stable sizes). */
+export function gradTextWidth(grad) {
+  return fmtGrad(grad).length;
+}
+
+/** The container an item sits in: its module when expanded, else the root (null). */
+function containerOf(model, item) {
+  return item.kind === "node" ? model.nodes[item.id].group : item.parent;
+}
+
+/**
+ * Lay out the visible graph. `vis` is model.visibleGraph(expanded).
+ * Returns absolute boxes (top-left x, y, w, h) for items and frames, and
+ * routed points for edges whose ends share a container (others are drawn as
+ * curves between their boxes). `cache` (a Map) keeps per-container results
+ * between calls; `onProgress(done, total)` is called after each container.
+ */
+export function layoutGraph(model, expandedIn, vis, { cache = new Map(), onProgress = null } = {}) {
+  if (!cache.shapes) cache.shapes = new Map();
+  const shapes = cache.shapes;
+  const expanded = effectiveExpanded(model, expandedIn);
+  // Containers: the root (key "") and every expanded module.
+  const containers = new Map([["", { id: "", items: [], frames: [], edges: [] }]]);
+  for (const id of expanded) containers.set(id, { id, items: [], frames: [], edges: [] });
+  const containerKey = (m) => (m === null || m === undefined ? "" : m);
+  for (const item of vis.items.values()) {
+    containers.get(containerKey(containerOf(model, item))).items.push(item);
+  }
+  for (const c of containers.values()) {
+    if (c.id === "") continue;
+    const parent = model.groups.get(c.id).parent;
+    containers.get(containerKey(parent)).frames.push(c.id);
+  }
+  // Each item's chain of containers from the root.
+  const chainOf = (item) => {
+    const m = containerOf(model, item);
+    return ["", ...modulePath(m)];
+  };
+  // Edges are laid out in their lowest common container, between the children
+  // of that container that hold their ends.
+  for (const e of vis.edges.values()) {
+    const a = chainOf(vis.items.get(e.from));
+    const b = chainOf(vis.items.get(e.to));
+    let k = 0;
+    while (k + 1 < a.length && k + 1 < b.length && a[k + 1] === b[k + 1]) k++;
+    const ca = k + 1 < a.length ? `f:${a[k + 1]}` : e.from;
+    const cb = k + 1 < b.length ? `f:${b[k + 1]}` : e.to;
+    if (ca === cb) continue;
+    containers.get(a[k]).edges.push({ key: e.key, from: ca, to: cb, direct: ca === e.from && cb === e.to });
+  }
+
+  // Signature of a container's layout: what is expanded below it.
+  const below = (id) => [...expanded].filter((x) => id === "" || x.startsWith(`${id}.`)).sort().join(",");
+  const sizeOfItem = (item) => (item.kind === "node" ? nodeSize(model, item.id) : [G.groupW, G.groupH]);
+
+  // Post-order: children containers first.
+  const order = [];
+  const visit = (id) => {
+    for (const f of containers.get(id).frames) visit(f);
+    order.push(id);
+  };
+  visit("");
+  const todo = order.filter((id) => {
+    const hit = cache.get(id);
+    return !(hit && hit.sig === below(id));
+  });
+  let done = 0;
+  const results = new Map();
+  for (const id of order) {
+    const sig = below(id);
+    const hit = cache.get(id);
+    if (hit && hit.sig === sig) {
+      results.set(id, hit);
+      continue;
+    }
+    const c = containers.get(id);
+    // The container as a shape: child sizes and edges by local index. Repeated
+    // blocks (24 identical transformer layers) have the same shape, and dagre is
+    // deterministic, so one layout serves them all.
+    const keys = [...c.items.map((i) => i.key), ...c.frames.map((f) => `f:${f}`)];
+    const sizes = [...c.items.map(sizeOfItem), ...c.frames.map((f) => [results.get(f).w, results.get(f).h])];
+    const index = new Map(keys.map((k, i) => [k, i]));
+    const local = c.edges.map((e) => [index.get(e.from), index.get(e.to)]);
+    const shapeKey = `${id === "" ? "root" : "box"}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
+    let shape = shapes.get(shapeKey);
+    if (!shape) {
+      shape = layoutShape(sizes, local, id === "");
+      shapes.set(shapeKey, shape);
+    }
+    const pos = new Map(keys.map((k, i) => [k, shape.pos[i]]));
+    const points = new Map();
+    c.edges.forEach((e, i) => {
+      if (e.direct && shape.points[i]) points.set(e.key, shape.points[i]);
+    });
+    const r = { sig, pos, points, w: shape.w, h: shape.h };
+    cache.set(id, r);
+    results.set(id, r);
+    done++;
+    if (onProgress) onProgress(done, todo.length);
+  }
+
+  // Absolute positions, top-down.
+  const items = new Map();
+  const frames = new Map();
+  const edges = new Map();
+  const place = (id, ox, oy) => {
+    const r = results.get(id);
+    for (const [k, p] of r.pos) {
+      const box = { x: p.x + ox, y: p.y + oy, w: p.w, h: p.h };
+      if (k.startsWith("f:")) {
+        frames.set(k.slice(2), box);
+        place(k.slice(2), box.x, box.y);
+      } else {
+        items.set(k, box);
+      }
+    }
+    for (const [k, pts] of r.points) edges.set(k, pts.map(([x, y]) => [x + ox, y + oy]));
+  };
+  place("", 0, 0);
+  const root = results.get("");
+  return { items, frames, edges, width: root.w, height: root.h, laidOut: todo.length };
+}
+
+/** dagre over one container's children: boxes (top-left) and routed edges by index. */
+function layoutShape(sizes, edges, isRoot) {
+  const g = new dagre.graphlib.Graph({ multigraph: true });
+  g.setGraph({ rankdir: "TB", nodesep: G.nodesep, ranksep: G.ranksep, edgesep: 8, marginx: 0, marginy: 0 });
+  g.setDefaultEdgeLabel(() => ({}));
+  sizes.forEach(([w, h], i) => g.setNode(String(i), { width: w, height: h }));
+  edges.forEach(([a, b], i) => g.setEdge(String(a), String(b), {}, String(i)));
+  dagre.layout(g);
+  const pad = isRoot ? 0 : G.framePad;
+  const head = isRoot ? 0 : G.frameHead;
+  const pos = [];
+  let minX = Infinity;
+  let minY = Infinity;
+  let maxX = -Infinity;
+  let maxY = -Infinity;
+  sizes.forEach((_, i) => {
+    const n = g.node(String(i));
+    const x = n.x - n.width / 2;
+    const y = n.y - n.height / 2;
+    pos.push({ x, y, w: n.width, h: n.height });
+    minX = Math.min(minX, x);
+    minY = Math.min(minY, y);
+    maxX = Math.max(maxX, x + n.width);
+    maxY = Math.max(maxY, y + n.height);
+  });
+  if (!Number.isFinite(minX)) minX = minY = maxX = maxY = 0;
+  const dx = pad - minX;
+  const dy = pad + head - minY;
+  for (const p of pos) {
+    p.x += dx;
+    p.y += dy;
+  }
+  const points = edges.map(([a, b], i) => {
+    const ed = g.edge(String(a), String(b), String(i));
+    return ed && ed.points ? ed.points.map((p) => [p.x + dx, p.y + dy]) : null;
+  });
+  const w = Math.ceil(Math.max(maxX - minX + pad * 2, isRoot ? 0 : G.groupW));
+  const h = Math.ceil(maxY - minY + pad * 2 + head);
+  return { pos, points, w, h };
+}
+
+/** A layout as plain arrays (what the worker posts back). */
+export function serializeLayout(l) {
+  return {
+    items: [...l.items],
+    frames: [...l.frames],
+    edges: [...l.edges],
+    width: l.width,
+    height: l.height,
+    laidOut: l.laidOut,
+  };
+}
+
+export function deserializeLayout(o) {
+  return {
+    items: new Map(o.items),
+    frames: new Map(o.frames),
+    edges: new Map(o.edges),
+    width: o.width,
+    height: o.height,
+    laidOut: o.laidOut,
+  };
+}

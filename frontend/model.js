@@ -1,0 +1,562 @@
+// The view model: a pure function of the trace (and, for a step, its index).
+//
+// Nothing here touches the DOM, so the same code serves the app, embeds, static
+// exports and `node --test`. The trace format is docs/trace-format.md: fields at
+// their default may be absent, so every read below applies the default.
+//
+//   buildModel(trace)            node table, module tree, union graph, per-line index
+//   model.step(i)                the state of every node at step i, flow edges, grads
+//   diffSteps(model, from, to)   what changed (for animation)
+//   visibleGraph(model, expanded) the graph with collapsed modules folded into boxes
+
+export const LEAF_OP = "AccumulateGrad";
+
+// ---------------------------------------------------------------- formatting
+
+/** A number with 3 significant digits, no trailing zeros (tests format the same way). */
+export function fmtNum(v) {
+  if (v === null || v === undefined) return "nan";
+  if (typeof v !== "number") return String(v);
+  if (!Number.isFinite(v)) return v > 0 ? "inf" : v < 0 ? "-inf" : "nan";
+  if (v === 0) return "0";
+  const e = Math.floor(Math.log10(Math.abs(v)));
+  let s;
+  if (e < -3 || e >= 5) {
+    const [m, x] = v.toExponential(2).split("e");
+    s = `${stripZeros(m)}e${x.replace("+", "")}`;
+  } else {
+    s = stripZeros(v.toFixed(Math.max(0, 2 - e)));
+  }
+  return s === "-0" ? "0" : s;
+}
+
+function stripZeros(s) {
+  return s.includes(".") ? s.replace(/0+$/, "").replace(/\.$/, "") : s;
+}
+
+export function fmtShape(shape) {
+  return shape && shape.length ? shape.join("×") : "scalar";
+}
+
+export function fmtBytes(n) {
+  if (n === null || n === undefined) return "?";
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${fmtNum(n / 1024)} KB`;
+  return `${fmtNum(n / (1024 * 1024))} MB`;
+}
+
+function numel(shape) {
+  return (shape || []).reduce((a, b) => a * b, 1);
+}
+
+/**
+ * The short text of a gradient shown on its node: the values when the tensor has
+ * at most 6 elements, else its norm and shape; "None" when there is no grad.
+ */
+export function fmtGrad(grad) {
+  if (!grad) return "None";
+  const values = grad.values ?? null;
+  if (values !== null && numel(grad.shape) <= 6) return fmtValues(values);
+  if (grad.norm === null || grad.norm === undefined) return `${fmtShape(grad.shape)} ${grad.dtype}`;
+  return `‖${fmtNum(grad.norm)}‖ ${fmtShape(grad.shape)}`;
+}
+
+export function fmtValues(values) {
+  if (Array.isArray(values)) return `[${values.map(fmtValues).join(", ")}]`;
+  return fmtNum(values);
+}
+
+/** Elementwise a - b over nested lists (null when shapes differ or values are absent). */
+export function subValues(a, b) {
+  if (a === null || a === undefined || b === null || b === undefined) return null;
+  if (Array.isArray(a) !== Array.isArray(b)) return null;
+  if (!Array.isArray(a)) return a - b;
+  if (a.length !== b.length) return null;
+  const out = [];
+  for (let i = 0; i < a.length; i++) {
+    const d = subValues(a[i], b[i]);
+    if (d === null) return null;
+    out.push(d);
+  }
+  return out;
+}
+
+/** The row a leaf shows when its .grad accumulated: "= old + delta" (delta = new - old). */
+export function accText(old, total) {
+  const tv = total.values ?? null;
+  const ov = old.values ?? null;
+  const d = tv !== null && ov !== null ? subValues(tv, ov) : null;
+  const delta = d !== null && numel(total.shape) <= 6 ? fmtValues(d) : `… (‖${fmtNum(total.norm)}‖ now)`;
+  return `= ${fmtGrad(old)} + ${delta}`;
+}
+
+/** "Tensor.backward(retain_graph=True)" style flags of a call step. */
+export function callFlags(step) {
+  const flags = [];
+  if (step.retainGraph) flags.push("retain_graph=True");
+  if (step.createGraph) flags.push("create_graph=True");
+  if (step.inputs && step.inputs.length) flags.push(`inputs=[${step.inputs.join(", ")}]`);
+  if (step.gradient) flags.push(step.kind === "grad" ? "grad_outputs=…" : "gradient=…");
+  return flags;
+}
+
+export function stepTitle(step) {
+  const where = step.line !== null ? `line ${step.line}` : "no line";
+  if (step.kind === "forward") {
+    return step.repeat > 1 ? `${where} · forward ×${step.repeat}` : `${where} · forward`;
+  }
+  const api = step.api || (step.kind === "grad" ? "torch.autograd.grad" : "backward");
+  const flags = callFlags(step);
+  return `${where} · ${api}(${flags.join(", ")})${step.error ? " ✕ failed" : ""}`;
+}
+
+// ---------------------------------------------------------------- node table
+
+function nodeInfo(raw) {
+  const op = raw.op;
+  const saved = (raw.saved ?? []).map((s) => ({
+    name: s.name,
+    kind: s.kind,
+    shape: s.shape ?? null,
+    dtype: s.dtype ?? null,
+    bytes: s.bytes ?? null,
+    value: s.value ?? null,
+    of: s.of ?? null,
+  }));
+  return {
+    id: raw.id,
+    op,
+    isLeaf: op === LEAF_OP,
+    seq: raw.seq ?? null,
+    line: raw.line ?? null,
+    module: raw.module ?? null,
+    next: raw.next ?? [],
+    saved,
+    savedTensors: saved.filter((s) => s.kind !== "value"),
+    savedValues: saved.filter((s) => s.kind === "value"),
+    tensor: raw.tensor ?? null,
+    group: raw.module ?? null, // the module box it is drawn in (see buildModel)
+    gradGraph: raw.grad_graph ?? false,
+    step: raw.step ?? 0,
+  };
+}
+
+function stepInfo(raw, i) {
+  return {
+    index: raw.index ?? i,
+    kind: raw.kind,
+    line: raw.line ?? null,
+    repeat: raw.repeat ?? 1,
+    api: raw.api ?? null,
+    retainGraph: raw.retain_graph ?? null,
+    createGraph: raw.create_graph ?? null,
+    inputs: raw.inputs ?? null,
+    gradient: raw.gradient ?? null,
+    error: raw.error ?? null,
+    returned: raw.returned ?? null,
+    savedBytes: raw.saved_bytes ?? 0,
+    stdout: raw.stdout ?? "",
+    warnings: raw.warnings ?? [],
+    added: raw.edges ?? [],
+  };
+}
+
+/** Ancestor module paths of "a.b.c": ["a", "a.b", "a.b.c"]. */
+export function modulePath(module) {
+  if (!module) return [];
+  const parts = module.split(".");
+  return parts.map((_, i) => parts.slice(0, i + 1).join("."));
+}
+
+/**
+ * The trace → the model every view reads. Cheap for 2000 nodes (one pass over
+ * the table, step states built on demand and cached).
+ */
+export function buildModel(raw) {
+  const trace = {
+    version: raw.version ?? 1,
+    status: raw.status,
+    error: raw.error ?? null,
+    limit: raw.limit ?? null,
+    stdout: raw.stdout ?? "",
+    code: raw.code ?? "",
+    torch: raw.torch ?? "",
+    warnings: raw.warnings ?? [],
+    truncated: raw.truncated ?? [],
+    notes: raw.notes ?? [],
+  };
+  const nodes = (raw.nodes ?? []).map(nodeInfo);
+  const rawSteps = raw.steps ?? [];
+  const steps = rawSteps.map(stepInfo);
+
+  // Nodes each line created, and the line of each node.
+  const byLine = new Map();
+  for (const n of nodes) {
+    if (n.line === null) continue;
+    if (!byLine.has(n.line)) byLine.set(n.line, []);
+    byLine.get(n.line).push(n.id);
+  }
+
+  // Union graph, forward direction (input → consumer), one entry per (a, b) pair.
+  const edges = [];
+  const seen = new Set();
+  for (const n of nodes) {
+    for (const c of n.next) {
+      const key = `${c}>${n.id}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      edges.push({ key, from: c, to: n.id });
+    }
+  }
+
+  // Module tree: every prefix of every module path is a group.
+  const groups = new Map();
+  const ensureGroup = (path) => {
+    if (groups.has(path)) return groups.get(path);
+    const dot = path.lastIndexOf(".");
+    const parent = dot < 0 ? null : path.slice(0, dot);
+    const g = { id: path, name: dot < 0 ? path : path.slice(dot + 1), parent, depth: 0, groups: [], nodes: [], size: 0 };
+    groups.set(path, g);
+    if (parent !== null) {
+      const p = ensureGroup(parent);
+      p.groups.push(path);
+      g.depth = p.depth + 1;
+    }
+    return g;
+  };
+  const rootGroups = [];
+  const rootNodes = [];
+  for (const n of nodes) if (n.module) ensureGroup(n.module);
+  // A parameter's AccumulateGrad carries no module (it is found, not created, in
+  // a module call); it belongs with its module: the deepest group its name starts with.
+  for (const n of nodes) {
+    if (n.isLeaf && !n.module && n.tensor && n.tensor.includes(".")) {
+      const found = modulePath(n.tensor).filter((p) => groups.has(p)).pop();
+      if (found) n.group = found;
+    }
+  }
+  for (const n of nodes) {
+    if (!n.group) {
+      rootNodes.push(n.id);
+      continue;
+    }
+    const g = groups.get(n.group);
+    g.nodes.push(n.id);
+    for (const p of modulePath(n.group)) groups.get(p).size++;
+  }
+  for (const g of groups.values()) if (g.parent === null) rootGroups.push(g.id);
+
+  // First step at which each node shows stale: the line that modified it in place
+  // is the line of that step (or, for a forward step folded from a loop, its last line).
+  const staleSince = new Map();
+  // Bytes of saved tensors per step come with the trace; the grads per step too.
+  const cache = new Map();
+  const model = {
+    trace,
+    nodes,
+    steps,
+    edges,
+    byLine,
+    groups,
+    rootGroups,
+    rootNodes,
+    staleSince,
+    maxGradRows: new Map(), // node id → most grad rows it shows at any step
+    gradWidth: new Map(), // node id → longest grad text at any step
+    varsWidth: new Map(), // node id → longest "a, b" of its vars at any step
+    accWidth: new Map(), // leaf id → longest "= old + delta" row at any step
+    step(i) {
+      if (i < 0 || i >= steps.length) return null;
+      if (!cache.has(i)) cache.set(i, readStep(model, rawSteps[i], steps[i]));
+      return cache.get(i);
+    },
+    /** Grads that changed at step i (written or accumulated): name → {old, total}. */
+    gradChanges(i) {
+      const key = `g${i}`;
+      if (!cache.has(key)) cache.set(key, gradChanges(model, i));
+      return cache.get(key);
+    },
+  };
+  // One pass over the steps for what must be known about all of them at once
+  // (stable sizes, first stale step). Cheap: no per-step objects are kept.
+  let before = new Map(); // tensor name → grad at the previous step
+  for (let i = 0; i < rawSteps.length; i++) {
+    const rs = rawSteps[i];
+    // the "= old + delta" row of a leaf whose grad accumulated at this step
+    const now = new Map();
+    for (const t of rs.tensors ?? []) {
+      const g = t.grad ?? null;
+      now.set(t.name, g);
+      const old = before.get(t.name) ?? null;
+      const node = t.node ?? null;
+      if (node === null || !g || !old || sameGrad(old, g) || !model.nodes[node]) continue;
+      const w = accText(old, g).length;
+      if (w > (model.accWidth.get(node) ?? 0)) model.accWidth.set(node, w);
+    }
+    before = now;
+    for (const s of rs.nodes ?? []) {
+      if (s.stale && !staleSince.has(s.id)) staleSince.set(s.id, i);
+      if (s.vars && s.vars.length) {
+        const w = s.vars.join(", ").length;
+        if (w > (model.varsWidth.get(s.id) ?? 0)) model.varsWidth.set(s.id, w);
+      }
+    }
+    const rows = new Map();
+    for (const t of rs.tensors ?? []) {
+      const node = t.node ?? null;
+      if (node === null || !model.nodes[node]) continue;
+      rows.set(node, (rows.get(node) ?? 0) + 1);
+      // the row reads "grad <values>" on a leaf, "<name>.grad <values>" on an op node
+      const label = t.isLeaf || model.nodes[node]?.isLeaf ? 5 : Math.min(t.name.length, 12) + 6;
+      const w = label + fmtGrad(t.grad ?? null).length;
+      if (w > (model.gradWidth.get(node) ?? 0)) model.gradWidth.set(node, w);
+    }
+    for (const [node, count] of rows) {
+      if (count > (model.maxGradRows.get(node) ?? 0)) model.maxGradRows.set(node, count);
+    }
+  }
+  return model;
+}
+
+// ---------------------------------------------------------------- one step
+
+function readStep(model, raw, info) {
+  const state = new Map();
+  const dropped = [];
+  for (const s of raw.nodes ?? []) {
+    const node = model.nodes[s.id];
+    if (!node) continue;
+    if (s.dropped) {
+      dropped.push(s.id);
+      continue;
+    }
+    state.set(s.id, {
+      id: s.id,
+      freed: s.freed ?? false,
+      stale: s.stale ?? false,
+      staleSaved: s.stale_saved ?? [],
+      executed: s.executed ?? false,
+      failed: s.failed ?? false,
+      order: s.order ?? null,
+      vars: s.vars ?? (node.isLeaf && node.tensor ? [node.tensor] : []),
+      isNew: node.step === info.index,
+    });
+  }
+  // Where gradient flowed: edges [a, b] of the step's graph (a's next) with a
+  // executed and b reached (has an order), in a's execution order.
+  const ran = [...state.values()].filter((s) => s.order !== null);
+  ran.sort((a, b) => a.order - b.order || (a.failed ? 1 : 0) - (b.failed ? 1 : 0));
+  const flow = [];
+  for (const s of ran) {
+    if (!s.executed) continue;
+    const seen = new Set();
+    for (const c of model.nodes[s.id].next) {
+      const cs = state.get(c);
+      if (!cs || cs.order === null || seen.has(c)) continue;
+      seen.add(c);
+      flow.push({ from: s.id, to: c, order: s.order });
+    }
+  }
+  const tensors = (raw.tensors ?? []).map((t) => ({
+    name: t.name,
+    shape: t.shape ?? [],
+    dtype: t.dtype ?? "",
+    requiresGrad: t.requires_grad ?? false,
+    isLeaf: t.is_leaf ?? false,
+    retainsGrad: t.retains_grad ?? false,
+    node: t.node ?? null,
+    grad: t.grad ?? null,
+  }));
+  const gradsOf = new Map(); // node id → [tensor]
+  for (const t of tensors) {
+    if (t.node === null) continue;
+    if (!gradsOf.has(t.node)) gradsOf.set(t.node, []);
+    gradsOf.get(t.node).push(t);
+  }
+  const failed = ran.find((s) => s.failed) ?? null;
+  return {
+    ...info,
+    state,
+    alive: state,
+    dropped,
+    order: ran.map((s) => s.id),
+    flow,
+    failed: failed ? failed.id : null,
+    tensors,
+    gradsOf,
+    isCall: info.kind !== "forward",
+  };
+}
+
+function gradChanges(model, i) {
+  const out = new Map();
+  const step = model.step(i);
+  const prev = i > 0 ? model.step(i - 1) : null;
+  const before = new Map((prev ? prev.tensors : []).map((t) => [t.name, t.grad]));
+  for (const t of step.tensors) {
+    const old = before.get(t.name) ?? null;
+    if (t.grad && !sameGrad(old, t.grad)) out.set(t.name, { old, total: t.grad });
+  }
+  return out;
+}
+
+/** The state of a node at a step: "absent" when not alive (not yet created, or gone). */
+export function nodeStatus(model, step, id) {
+  const s = step ? step.state.get(id) : null;
+  if (!s) return { alive: false, dropped: step ? step.dropped.includes(id) : false };
+  const node = model.nodes[id];
+  const hasTensors = node.savedTensors.length > 0;
+  // Retained: the call ran through the node and kept its saved tensors.
+  const retained = step.isCall && s.executed && !s.freed && hasTensors && step.retainGraph === true;
+  return { alive: true, ...s, hasTensors, retained };
+}
+
+// ---------------------------------------------------------------- diffs
+
+/**
+ * What changes from step `from` to step `to` (from may be -1: nothing before).
+ * Stepping backwards is a jump: nothing to animate beyond the new state.
+ */
+export function diffSteps(model, from, to) {
+  const a = from >= 0 ? model.step(from) : null;
+  const b = model.step(to);
+  const out = { added: [], removed: [], freed: [], stale: [], grads: [], flow: [], forward: to === from + 1 };
+  if (!b) return out;
+  for (const id of b.state.keys()) if (!a || !a.state.has(id)) out.added.push(id);
+  if (a) for (const id of a.state.keys()) if (!b.state.has(id)) out.removed.push(id);
+  for (const [id, s] of b.state) {
+    const p = a ? a.state.get(id) : null;
+    if (s.freed && !(p && p.freed)) out.freed.push(id);
+    if (s.stale && !(p && p.stale)) out.stale.push(id);
+  }
+  const before = new Map((a ? a.tensors : []).map((t) => [t.name, t.grad]));
+  for (const t of b.tensors) {
+    const old = before.get(t.name) ?? null;
+    if (!t.grad || sameGrad(old, t.grad)) continue;
+    out.grads.push({
+      name: t.name,
+      node: t.node,
+      old,
+      total: t.grad,
+      // accumulated: there was a grad, and this step added to it (a call)
+      accumulated: old !== null && b.isCall,
+      delta: old !== null ? subValues(t.grad.values ?? null, old.values ?? null) : null,
+    });
+  }
+  if (out.forward && b.isCall) out.flow = b.flow;
+  return out;
+}
+
+function sameGrad(a, b) {
+  if (!a || !b) return a === b;
+  return a.norm === b.norm && JSON.stringify(a.values ?? null) === JSON.stringify(b.values ?? null)
+    && JSON.stringify(a.shape) === JSON.stringify(b.shape) && a.has_grad_fn === b.has_grad_fn;
+}
+
+/** Bytes held by saved tensors at each step (for the chart). */
+export function savedBytesSeries(model) {
+  return model.steps.map((s) => s.savedBytes);
+}
+
+// ---------------------------------------------------------------- collapse
+
+/**
+ * Which modules start expanded: whole levels of the module tree are opened, top
+ * down, while the number of visible items stays within `budget`. A module with a
+ * single child module and no nodes of its own opens with its parent (chains
+ * like model → model.layers are not worth a click).
+ */
+export function initialExpanded(model, budget = 120) {
+  const expanded = new Set();
+  let level = [...model.rootGroups];
+  let visible = model.rootNodes.length + level.length;
+  while (level.length) {
+    const next = [];
+    let added = 0;
+    for (const id of level) {
+      const g = model.groups.get(id);
+      added += g.nodes.length + g.groups.length - 1;
+      next.push(...g.groups);
+    }
+    const chain = level.every((id) => {
+      const g = model.groups.get(id);
+      return g.groups.length === 1 && g.nodes.length === 0;
+    });
+    if (visible + added > budget && !chain) break;
+    for (const id of level) expanded.add(id);
+    visible += added;
+    level = next;
+  }
+  return expanded;
+}
+
+/** The expanded modules that show: expanded, and so are all their ancestors. */
+export function effectiveExpanded(model, expanded) {
+  const out = new Set();
+  for (const id of expanded) {
+    if (model.groups.has(id) && modulePath(id).every((p) => expanded.has(p))) out.add(id);
+  }
+  return out;
+}
+
+/** The visible item that stands for node `id`: itself, or its outermost collapsed module. */
+export function representative(model, expanded, id) {
+  const node = model.nodes[id];
+  for (const path of modulePath(node.group)) {
+    if (!expanded.has(path)) return `g:${path}`;
+  }
+  return `n:${id}`;
+}
+
+/**
+ * The graph with collapsed modules folded: items (nodes and collapsed module
+ * boxes), the expanded modules (drawn as frames around their content), and the
+ * edges between items, each remembering the node edges it stands for.
+ */
+export function visibleGraph(model, expanded) {
+  const rep = new Array(model.nodes.length);
+  const items = new Map();
+  for (const n of model.nodes) {
+    const r = representative(model, expanded, n.id);
+    rep[n.id] = r;
+    if (!items.has(r)) {
+      if (r.startsWith("n:")) {
+        items.set(r, { key: r, kind: "node", id: n.id, parent: n.group });
+      } else {
+        const g = model.groups.get(r.slice(2));
+        items.set(r, { key: r, kind: "group", group: g.id, parent: g.parent, members: [] });
+      }
+    }
+    if (r.startsWith("g:")) items.get(r).members.push(n.id);
+  }
+  const edges = new Map();
+  for (const e of model.edges) {
+    const a = rep[e.from];
+    const b = rep[e.to];
+    if (a === b) continue;
+    const key = `${a}>${b}`;
+    if (!edges.has(key)) edges.set(key, { key, from: a, to: b, pairs: [] });
+    edges.get(key).pairs.push([e.from, e.to]);
+  }
+  const frames = [...effectiveExpanded(model, expanded)].map((id) => model.groups.get(id));
+  return { rep, items, edges, frames };
+}
+
+/** Aggregate state of a collapsed module at a step (counts over its alive members). */
+export function groupStatus(model, step, members) {
+  const out = { alive: 0, freed: 0, stale: 0, executed: 0, failed: 0, withTensors: 0, firstOrder: null, isNew: 0 };
+  if (!step) return out;
+  for (const id of members) {
+    const s = step.state.get(id);
+    if (!s) continue;
+    out.alive++;
+    if (s.freed) out.freed++;
+    if (s.stale) out.stale++;
+    if (s.executed) out.executed++;
+    if (s.failed) out.failed++;
+    if (s.isNew) out.isNew++;
+    if (model.nodes[id].savedTensors.length) out.withTensors++;
+    if (s.order !== null && (out.firstOrder === null || s.order < out.firstOrder)) out.firstOrder = s.order;
+  }
+  return out;
+}

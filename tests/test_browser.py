@@ -1,0 +1,489 @@
+"""The browser front end, end to end: the real server, real Chromium (Playwright).
+
+Every claim on screen is checked against the trace the API returned to the page
+(the tracer itself is checked against plain PyTorch in test_tracer_truth.py):
+for each curated snippet, stepping with the keyboard through every step, each
+node's data-freed / data-stale / data-executed and each grad text equal the
+trace. Screenshots of key steps go to build/browser/ (gitignored) for a human
+to look at.
+
+Needs Chromium at /usr/bin/chromium (or $GRADSTEP_CHROMIUM): `apt-get install chromium`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from decimal import ROUND_HALF_UP, Decimal, localcontext
+from pathlib import Path
+
+import httpx
+import pytest
+from gradstep import snippets
+
+sync_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM = os.environ.get("GRADSTEP_CHROMIUM", "/usr/bin/chromium")
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(
+    os.environ.get("GRADSTEP_ARTIFACTS", Path(__file__).resolve().parents[1] / "build" / "browser")
+)
+SNIPPETS = snippets.load_all()
+
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
+
+
+# ---------------------------------------------------------------- the texts the page must show
+
+
+def fmt_num(v) -> str:
+    """frontend/model.js fmtNum: 3 significant digits, halves away from zero (as JS toFixed)."""
+    if v is None:
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if v == 0:
+        return "0"
+    e = math.floor(math.log10(abs(v)))
+    sign = "-" if v < 0 else ""
+    d = Decimal(abs(v))
+    with localcontext() as ctx:
+        ctx.rounding = ROUND_HALF_UP
+        if e < -3 or e >= 5:
+            mantissa, exp = f"{d:.2e}".split("e")
+            return f"{sign}{_strip(mantissa)}e{int(exp)}"
+        s = str(d.quantize(Decimal(1).scaleb(-max(0, 2 - e))))
+    return sign + _strip(s)
+
+
+def _strip(s: str) -> str:
+    return s.rstrip("0").rstrip(".") if "." in s else s
+
+
+def fmt_values(values) -> str:
+    if isinstance(values, list):
+        return "[" + ", ".join(fmt_values(v) for v in values) + "]"
+    return fmt_num(values)
+
+
+def fmt_grad(grad) -> str:
+    if not grad:
+        return "None"
+    shape = grad["shape"]
+    numel = math.prod(shape)
+    shape_text = "×".join(map(str, shape)) if shape else "scalar"
+    if grad.get("values") is not None and numel <= 6:
+        return fmt_values(grad["values"])
+    if grad.get("norm") is None:
+        return f"{shape_text} {grad['dtype']}"
+    return f"‖{fmt_num(grad['norm'])}‖ {shape_text}"
+
+
+def test_fmt_num_matches_the_front_end_rules():
+    assert [fmt_num(v) for v in (448.0, 0.39322, -1.5729, 2.0, 1.2345e-7, 123456, 1.125, -1.125)] == [
+        "448",
+        "0.393",
+        "-1.57",
+        "2",
+        "1.23e-7",
+        "1.23e5",
+        "1.13",
+        "-1.13",
+    ]
+
+
+# ---------------------------------------------------------------- server, browser, page
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    env = {**os.environ, "GRADSTEP_RATE": "0", "GRADSTEP_WORKERS": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gradstep", "serve", "--port", str(port), "--log-level", "warning"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+        time.sleep(0.2)
+    yield base
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page of the app with its console watched."""
+
+    def __init__(self, browser, base, **context):
+        self.ctx = browser.new_context(
+            viewport=context.pop("viewport", {"width": 1440, "height": 900}), **context
+        )
+        self.page = self.ctx.new_page()
+        self.base = base
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def open(self, query: str = "") -> dict:
+        """Load the page; it runs its default snippet. Returns that trace."""
+        with self.page.expect_response(lambda r: r.url.endswith("/api/trace")) as resp:
+            self.page.goto(f"{self.base}/{query}")
+        self.wait_runs(1)
+        return resp.value.json()
+
+    def wait_runs(self, n: int) -> None:
+        self.page.wait_for_function(f"Number(document.body.dataset.runs || 0) >= {n}", timeout=30_000)
+        status = self.page.locator("#gs-run-status").inner_text()
+        assert not status.startswith("Could not run"), status
+
+    def runs(self) -> int:
+        return int(self.page.evaluate("document.body.dataset.runs || 0"))
+
+    def pick(self, name: str) -> dict:
+        """Pick a snippet in the picker (which runs it); returns the trace the API sent."""
+        n = self.runs()
+        self.page.click("#gs-picker summary")
+        with self.page.expect_response(lambda r: r.url.endswith("/api/trace")) as resp:
+            self.page.click(f'[data-snippet="{name}"]')
+        self.wait_runs(n + 1)
+        return resp.value.json()
+
+    def run_code(self, code: str) -> dict:
+        """Type code into the editor and run it with Ctrl+Enter."""
+        n = self.runs()
+        self.page.click(".cm-content")
+        self.page.keyboard.press("Control+A")
+        self.page.keyboard.press("Delete")
+        # CodeMirror auto-indents typed newlines: insert the text as one paste-like input
+        self.page.keyboard.insert_text(code)
+        with self.page.expect_response(lambda r: r.url.endswith("/api/trace")) as resp:
+            self.page.keyboard.press("Control+Enter")
+        self.wait_runs(n + 1)
+        return resp.value.json()
+
+    def press(self, key: str) -> None:
+        self.page.evaluate("document.activeElement && document.activeElement.blur()")
+        self.page.keyboard.press(key)
+
+    def shot(self, name: str) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.page.wait_for_timeout(120)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+    def graph_state(self) -> dict:
+        return self.page.evaluate(
+            """() => {
+            const root = document.querySelector('.gs-stepper');
+            const nodes = {};
+            for (const el of document.querySelectorAll('[data-node-id]')) {
+              nodes[el.dataset.nodeId] = {
+                op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
+                executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
+                grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
+              };
+            }
+            return { step: Number(root.dataset.step), steps: Number(root.dataset.steps), nodes };
+          }"""
+        )
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+@pytest.fixture
+def app(browser, server):
+    p = Page(browser, server, reduced_motion="reduce")
+    yield p
+    p.close()
+
+
+def expected_at(trace: dict, i: int) -> dict:
+    """What the graph must show at step i, straight from the trace (defaults applied)."""
+    step = trace["steps"][i]
+    table = trace["nodes"]
+    alive = {}
+    for s in step["nodes"]:
+        if s.get("dropped"):
+            continue
+        alive[str(s["id"])] = {
+            "op": table[s["id"]]["op"],
+            "freed": "true" if s.get("freed") else "false",
+            "stale": "true" if s.get("stale") else "false",
+            "executed": "true" if s.get("executed") else "false",
+            "failed": "true" if s.get("failed") else "false",
+            "grads": {},
+        }
+    for t in step.get("tensors", []):
+        node = t.get("node")
+        if node is not None and str(node) in alive:
+            alive[str(node)]["grads"][t["name"]] = fmt_grad(t.get("grad"))
+    return alive
+
+
+def assert_step_matches(state: dict, trace: dict, i: int) -> None:
+    assert state["step"] == i
+    assert state["steps"] == len(trace["steps"])
+    want = expected_at(trace, i)
+    for node_id, exp in want.items():
+        got = state["nodes"].get(node_id)
+        assert got is not None, f"step {i}: node {node_id} ({exp['op']}) is not drawn"
+        assert got["alive"] == "true", f"step {i}: node {node_id} should be alive"
+        for key in ("op", "freed", "stale", "executed", "failed"):
+            assert got[key] == exp[key], (
+                f"step {i}: node {node_id} {exp['op']} {key}={got[key]}, trace says {exp[key]}"
+            )
+        for name, text in exp["grads"].items():
+            assert got["grads"].get(name) == text, (
+                f"step {i}: {name}.grad shows {got['grads'].get(name)!r}, trace {text!r}"
+            )
+    for node_id, got in state["nodes"].items():
+        if node_id not in want:
+            assert got["alive"] == "false", (
+                f"step {i}: node {node_id} is drawn alive but the step does not list it"
+            )
+
+
+# ---------------------------------------------------------------- tests
+
+KEY_STEPS = {
+    "backward_twice_fails": "last",
+    "shared_trunk_partial_grads": "last",
+    "retain_graph_accumulates": "last",
+    "inplace_modified_saved_tensor_fails": "last",
+    "create_graph_second_derivative": 2,
+    "two_outputs_retain_graph": "last",
+}
+
+
+def test_every_snippet_steps_through_with_the_keyboard_and_matches_its_trace(browser, server):
+    """One page, every curated snippet picked in turn, every step reached with ←/→/Home/End."""
+    app = Page(browser, server, reduced_motion="reduce")
+    try:
+        app.open()
+        for name in SNIPPETS:
+            trace = app.pick(name)
+            steps = len(trace["steps"])
+            assert steps > 0, name
+            state = app.graph_state()
+            assert_step_matches(state, trace, 0)
+            for i in range(1, steps):
+                app.press("ArrowRight")
+                state = app.graph_state()
+                assert_step_matches(state, trace, i)
+            app.press("ArrowRight")  # past the end: stays
+            assert app.graph_state()["step"] == steps - 1
+            app.press("Home")
+            assert app.graph_state()["step"] == 0
+            app.press("End")
+            assert_step_matches(app.graph_state(), trace, steps - 1)
+            if steps > 1:
+                app.press("ArrowLeft")
+                assert_step_matches(app.graph_state(), trace, steps - 2)
+            key = KEY_STEPS.get(name)
+            if key is not None:
+                app.press("End")
+                if key != "last":
+                    app.press("Home")
+                    for _ in range(key):
+                        app.press("ArrowRight")
+                app.shot(f"{name}")
+        assert app.errors == [], app.errors
+    finally:
+        app.close()
+
+
+def test_second_backward_through_a_freed_graph_shows_its_error_at_its_line(app):
+    trace = app.open("?snippet=backward_twice_fails")
+    app.press("End")
+    line = trace["error"]["line"]
+    widget = app.page.locator(f'.gs-inline-error[data-error-line="{line}"]')
+    assert widget.count() == 1
+    assert "Trying to backward through the graph a second time" in widget.inner_text()
+    # the widget sits right under its line: the line before it in the editor is that line of code
+    prev_line = app.page.evaluate(
+        """(line) => {
+          const w = document.querySelector(`.gs-inline-error[data-error-line="${line}"]`);
+          const block = w.closest('.cm-widgetBuffer, .cm-line') || w;
+          let el = block.previousElementSibling;
+          while (el && !el.classList.contains('cm-line')) el = el.previousElementSibling;
+          return el ? el.textContent : null;
+        }""",
+        line,
+    )
+    assert prev_line == trace["code"].splitlines()[line - 1]
+    banner = app.page.locator(".gs-banner").inner_text()
+    assert "Trying to backward through the graph a second time" in banner
+    assert "freed by the backward call at line" in banner
+    failed = app.page.locator('[data-node-id][data-failed="true"]')
+    assert failed.count() == 1
+    assert failed.get_attribute("data-freed") == "true"
+    app.shot("error_backward_twice")
+    assert app.errors == []
+
+
+def test_syntax_error_is_shown_inline_at_its_line(app):
+    app.open("?snippet=retain_graph_accumulates")
+    trace = app.run_code("import torch\nx = torch.ones(2, requires_grad=True)\ny = (x * 2\nprint(y)\n")
+    assert trace["status"] == "error" and trace["error"]["type"] == "SyntaxError"
+    line = trace["error"]["line"]
+    widget = app.page.locator(f'.gs-inline-error[data-error-line="{line}"]')
+    widget.wait_for()
+    assert "SyntaxError" in widget.inner_text()
+    assert app.page.locator(".gs-graph-empty").inner_text().startswith("No graph")
+    assert "SyntaxError" in app.page.locator("#gs-run-status").inner_text()
+    assert app.graph_state()["steps"] == 0
+    app.shot("error_syntax")
+    assert app.errors == []
+
+
+def test_hovering_a_line_highlights_its_nodes_and_hovering_a_node_its_line(app):
+    trace = app.open("?snippet=shared_trunk_partial_grads")
+    app.press("End")
+    line = next(n["line"] for n in trace["nodes"] if n["op"] == "TanhBackward0")
+    made = {str(n["id"]) for n in trace["nodes"] if n.get("line") == line}
+    # the editor line element for `line`
+    app.page.locator(".cm-line").nth(line - 1).hover()
+    linked = set(
+        app.page.eval_on_selector_all(".gs-linked[data-node-id]", "els => els.map(e => e.dataset.nodeId)")
+    )
+    assert linked == made
+    tanh = next(n["id"] for n in trace["nodes"] if n["op"] == "TanhBackward0")
+    app.page.hover(f'[data-node-id="{tanh}"]')
+    assert app.page.locator(".gs-line-linked").inner_text() == trace["code"].splitlines()[line - 1]
+
+
+def test_clicking_a_node_opens_the_inspector_with_its_saved_tensors(app):
+    trace = app.open("?snippet=retain_graph_accumulates")
+    app.press("End")
+    pow_id = next(n["id"] for n in trace["nodes"] if n["op"] == "PowBackward0")
+    app.page.click(f'[data-node-id="{pow_id}"]')
+    text = app.page.locator(".gs-inspector").inner_text()
+    assert "PowBackward0" in text and "line" in text
+    saved = next(s for s in trace["nodes"][pow_id]["saved"] if s["kind"] == "tensor")
+    row = app.page.locator(".gs-inspector tbody tr", has_text=saved["name"]).first.inner_text()
+    assert "freed" in row
+    assert app.page.locator('.gs-tensors [data-tensor-grad="x"]').inner_text() == fmt_grad(
+        next(t for t in trace["steps"][-1]["tensors"] if t["name"] == "x")["grad"]
+    )
+
+
+def test_big_model_collapses_by_module_and_expands_on_click(app):
+    app.open("?snippet=retain_graph_accumulates")
+    code = (
+        "import torch\nfrom torch import nn\ntorch.manual_seed(0)\n"
+        "layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)\n"
+        "model = nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False)\n"
+        "out = model(torch.randn(2, 3, 16))\nloss = out.pow(2).mean()\nloss.backward()\n"
+    )
+    trace = app.run_code(code)
+    assert trace["status"] == "ok" and len(trace["nodes"]) > 150
+    groups = app.page.locator("g.gs-group[data-group]")
+    assert groups.count() >= 4
+    assert app.page.locator("[data-node-id]").count() < len(trace["nodes"])
+    app.press("End")
+    app.shot("big_collapsed")
+    target = groups.nth(1).get_attribute("data-group")
+    app.page.click(f'g.gs-group[data-group="{target}"]')
+    app.page.wait_for_selector(f'g.gs-frame[data-group="{target}"]')
+    inside = [n for n in trace["nodes"] if (n.get("module") or "").startswith(target)]
+    # every node created in that module (not in a still-collapsed submodule) is drawn now
+    shown = set(app.page.eval_on_selector_all("[data-node-id]", "els => els.map(e => e.dataset.nodeId)"))
+    direct = [n for n in inside if n.get("module") == target]
+    assert direct and all(str(n["id"]) in shown for n in direct)
+    app.shot("big_expanded_one")
+    assert app.errors == []
+
+
+def test_narrow_column_and_dark_theme_have_no_horizontal_overflow(browser, server):
+    p = Page(
+        browser, server, viewport={"width": 420, "height": 900}, color_scheme="dark", reduced_motion="reduce"
+    )
+    try:
+        p.open("?snippet=two_outputs_without_retain_fails")
+        p.press("End")
+        overflow = p.page.evaluate("document.scrollingElement.scrollWidth - window.innerWidth")
+        assert overflow <= 1
+        assert p.page.evaluate("getComputedStyle(document.body).backgroundColor") != "rgb(246, 247, 249)"
+        p.shot("narrow_dark")
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+def test_controls_are_labelled_for_assistive_technology(app):
+    app.open("?snippet=retain_graph_accumulates")
+    unlabelled = app.page.evaluate(
+        """() => [...document.querySelectorAll('button, [role=button], input, [tabindex="0"]')]
+             .filter(el => el.offsetParent !== null || el instanceof SVGElement)
+             .filter(el => !(el.getAttribute('aria-label') || el.textContent.trim() || el.getAttribute('title')))
+             .map(el => el.outerHTML.slice(0, 80))"""
+    )
+    assert unlabelled == []
+    assert (
+        app.page.locator("[data-node-id][aria-label]").count() == app.page.locator("[data-node-id]").count()
+    )
+
+
+def test_embed_render_draws_a_trace_without_the_app(app):
+    """frontend/embed.js: render({trace, el, step, theme}) — what course pages and static exports use."""
+    trace = app.open("?snippet=two_outputs_retain_graph")
+    app.page.evaluate(
+        """async (trace) => {
+          document.querySelector('main').remove();
+          document.querySelector('header').remove();
+          const el = document.createElement('div');
+          el.id = 'embed';
+          el.style.width = '720px';
+          document.body.append(el);
+          const { render } = await import('/static/embed.js');
+          window.embedded = await render({ trace, el, step: 1, theme: 'dark' });
+        }""",
+        trace,
+    )
+    assert_step_matches(app.graph_state(), trace, 1)
+    app.page.focus("#embed")
+    app.page.keyboard.press("End")
+    assert_step_matches(app.graph_state(), trace, len(trace["steps"]) - 1)
+    assert app.page.locator("#embed .cm-content").get_attribute("contenteditable") == "false"
+    app.shot("embed_dark")
+    assert app.errors == []
