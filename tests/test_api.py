@@ -188,3 +188,11 @@ def test_full_queue_answers_503_with_retry_after():
     assert r.status_code == 503
     assert r.headers["retry-after"]
     assert ok.status_code == 200
+
+
+def test_every_run_shows_torchs_once_per_process_warnings(client):
+    # torch warns about backward(create_graph=True) once per process: each run is a fresh child
+    code = "import torch\nx = torch.tensor(2.0, requires_grad=True)\n(x**3).backward(create_graph=True)\n"
+    for n in range(2):
+        body = post(client, code + f"# run {n}\n").json()
+        assert any("create_graph=True" in w["message"] for w in body["warnings"]), body["warnings"]

@@ -52,8 +52,10 @@ class Warnings:
         self._ctx = warnings.catch_warnings()
 
     def __enter__(self) -> Warnings:
+        # Entering resets every module's "already shown" registry, so a warning shows
+        # once per location in this run, as in a fresh script; the filters stay the
+        # process's defaults (DeprecationWarnings from library code stay hidden).
         self._ctx.__enter__()
-        warnings.simplefilter("default")  # once per location, as a script shows them
         warnings.showwarning = self._show
         return self
 
