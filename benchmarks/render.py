@@ -34,19 +34,7 @@ ARGS = [
     "--disable-sync",
 ]
 
-# the snippet of benchmarks/tracer_overhead.py
-TRANSFORMER = """
-import torch
-from torch import nn
-torch.manual_seed(0)
-layer = nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128, dropout=0.1, batch_first=True)
-model = nn.TransformerEncoder(layer, num_layers=24, enable_nested_tensor=False)
-x = torch.randn(8, 16, 64)
-out = model(x)
-loss = out.pow(2).mean()
-loss.backward(retain_graph=True)
-loss.backward()
-"""
+from tracer_overhead import SNIPPET as TRANSFORMER  # noqa: E402  (benchmarks/ is on sys.path)
 
 
 def free_port() -> int:
