@@ -3,10 +3,14 @@
     .venv/bin/python benchmarks/sandbox_cost.py [--runs 40] [--naive-runs 5]
 
 Every configuration runs the same tiny snippet through the real target (the
-tracer) in a sandbox with one worker, so each run() includes the child's exit
-and cleanup. Printed: median milliseconds per run, the part until the result
-arrived, and ratios against "all layers" measured in this same process run.
-The per-layer column is the child's own measurement of that layer (median).
+tracer) in a sandbox with one worker, twice: with a pre-forked spare (the
+default: fork and layers happen before the run) and forking per run
+(``prefork=False``: fork and layers on the run's path). run() answers once the
+result is read; the child's exit is not part of it. Printed: median
+milliseconds per run, the part until the result arrived, the same forked per
+run, and ratios against "all layers" (pre-forked) measured in this same
+process run. The per-layer column is the child's own measurement of that
+layer (median).
 Needs root (cgroups, namespaces); the sandbox's cgroups go under the root of
 each hierarchy (``--cgroup-parent``) and are removed at the end.
 """
@@ -26,13 +30,20 @@ SNIPPET = (
 )
 
 
-def measure(configs: dict[str, frozenset[str]], runs: int, cgroup_parent: str) -> dict[str, dict]:
-    """Run every configuration round-robin (so load drift hits all alike); medians per configuration."""
+def measure(
+    configs: dict[tuple[str, bool], frozenset[str]], runs: int, cgroup_parent: str
+) -> dict[tuple[str, bool], dict]:
+    """Run every configuration round-robin (so load drift hits all alike); medians per configuration.
+
+    A configuration is (label, pre-forked) -> the layers it disables.
+    """
     boxes = {
-        label: Sandbox(
-            SandboxConfig(workers=1, cgroup_parent=cgroup_parent, disable=off, uid_base=63000 + 10 * i)
+        (label, prefork): Sandbox(
+            SandboxConfig(
+                workers=1, cgroup_parent=cgroup_parent, disable=off, uid_base=63000 + 10 * i, prefork=prefork
+            )
         )
-        for i, (label, off) in enumerate(configs.items())
+        for i, ((label, prefork), off) in enumerate(configs.items())
     }
     samples: dict[str, dict[str, list[float]]] = {
         label: {"total": [], "to_result": [], **{n: [] for n in ("fork", *LAYERS)}} for label in configs
@@ -111,7 +122,13 @@ def main() -> None:
         off = {name, "mounts"} if name == "namespaces" else {name}  # mounts need the namespace
         configs[f"without {'+'.join(sorted(off))}"] = frozenset(off)
     configs["no layers (bare fork)"] = frozenset(LAYERS)
-    results = measure(configs, args.runs, args.cgroup_parent)
+    both = measure(
+        {(label, prefork): off for label, off in configs.items() for prefork in (True, False)},
+        args.runs,
+        args.cgroup_parent,
+    )
+    results = {label: both[label, True] for label in configs}
+    per_run = {label: both[label, False] for label in configs}
     all_layers = results["all layers"]
     inactive = [n for n, s in all_layers["states"].items() if s != "active"]
     if inactive:
@@ -119,11 +136,16 @@ def main() -> None:
         print("note: not active here: " + ", ".join(f"{n} ({states[n]})" for n in inactive))
     base = all_layers["total"]
     print(f"\nmedian of {args.runs} runs of a tiny snippet, one worker (ms; ratio = run / all layers)")
-    print(f"{'configuration':34} {'run':>8} {'to result':>10} {'ratio':>7} {'layer (child)':>14}")
+    print(
+        f"{'configuration':34} {'run':>8} {'to result':>10} {'forked per run':>15} {'ratio':>7} {'layer (child)':>14}"
+    )
     for (label, m), off in zip(results.items(), configs.values(), strict=True):
         layer = min(off, key=LAYERS.index) if len(off) < len(LAYERS) and off else ""
         own = f"{all_layers['layers'][layer]:.2f}" if layer in all_layers["layers"] else ""
-        print(f"{label:34} {m['total']:8.1f} {m['to_result']:10.1f} {m['total'] / base:7.2f} {own:>14}")
+        print(
+            f"{label:34} {m['total']:8.1f} {m['to_result']:10.1f} {per_run[label]['total']:15.1f}"
+            f" {m['total'] / base:7.2f} {own:>14}"
+        )
     print(f"{'  of which fork (zygote -> child)':34} {all_layers['layers']['fork']:8.1f}")
     inproc = in_process(args.runs)
     print(f"{'in-process record() (no sandbox)':34} {inproc:8.1f} {'':>10} {inproc / base:7.2f}")

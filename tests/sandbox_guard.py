@@ -13,10 +13,15 @@ zygote imports this module, so it imports nothing heavy.
 from __future__ import annotations
 
 import itertools
+import json
+import mmap
 import os
+import resource
 import signal
 import time
 from pathlib import Path
+
+from gradstep.sandbox import protocol
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _count = itertools.count()
@@ -106,6 +111,23 @@ class Guard:
         return left
 
 
+def settle(sb, timeout: float = 10.0) -> dict:
+    """Wait until every slot is free again (its last child reaped) and has its spare; returns health().
+
+    A run answers before its child has exited, so right after ``run()`` its slot
+    may still be busy; it is free once the zygote has reaped that child.
+    """
+    end = time.monotonic() + timeout
+    while True:
+        h = sb.health()
+        spares = h["workers"] if h["prefork"] and h["zygote"] else 0
+        if h["busy"] == 0 and h["spares"] == spares:
+            return h
+        if time.monotonic() > end:
+            raise AssertionError(f"the sandbox did not settle: {h}")
+        time.sleep(0.005)
+
+
 def files_owned_by(uids: range, dirs: list[str]) -> list[str]:
     """Entries directly in ``dirs`` owned by one of ``uids`` (a child's leftovers on the host)."""
     found = []
@@ -133,8 +155,28 @@ def _write(path: Path, value: int | str) -> None:
 
 
 def target(code: str) -> bytes:
-    """A light target: ``bytes N``, ``raise``, ``str``, ``sleep S``, ``exit N``, ``pid``, ``env``."""
+    """A light target: ``bytes N``, ``raise``, ``str``, ``sleep S``, ``exit N``, ``pid``, ``env``,
+    ``spin``, ``limits``, and ``early S`` / ``early-kill`` / ``early-oom``: write a whole
+    result (``early <pid>``) first, then sleep S seconds / die by SIGKILL / blow the memory cgroup.
+    """
     cmd, _, arg = code.partition(" ")
+    if cmd.startswith("early"):
+        protocol.write_frame(3, protocol.RESULT, f"early {os.getpid()}".encode())
+        if cmd == "early-kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if cmd == "early-oom":
+            m = mmap.mmap(-1, 1 << 30)  # shared: not data, only the memory cgroup stops it
+            for i in range(0, len(m), 4096):
+                m[i] = 1
+        time.sleep(float(arg or 0))
+        return b"late"
+    if cmd == "spin":
+        while True:
+            pass
+    if cmd == "limits":
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        cpu = resource.getrlimit(resource.RLIMIT_CPU)
+        return json.dumps({"cpu_used": usage.ru_utime + usage.ru_stime, "rlimit_cpu": cpu}).encode()
     if cmd == "bytes":
         return b"x" * int(arg)
     if cmd == "raise":

@@ -6,6 +6,7 @@ in a fraction of a second; every sandbox runs inside a guard cgroup.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig
-from sandbox_guard import Guard, guard_unavailable
+from sandbox_guard import Guard, guard_unavailable, settle
 
 pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
 
@@ -147,17 +148,26 @@ def test_concurrent_callers_queue_for_the_slots(sandbox):
     idle(sandbox)
 
 
-def test_the_zygote_restarts_after_it_dies(sandbox, guard):
-    before = sandbox.health()
+def test_the_zygote_restarts_after_it_dies_and_its_spares_come_back(sandbox, guard):
+    before = settle(sandbox)
+    assert before["spares"] == 2
     os.kill(before["zygote_pid"], signal.SIGKILL)
     end = time.monotonic() + 10
-    while sandbox.health()["zygote"] and time.monotonic() < end:
+    while (sandbox.health()["zygote"] or sandbox.health()["spares"]) and time.monotonic() < end:
         time.sleep(0.01)
+    assert sandbox.health()["spares"] == 0
+    for pid in before["spare_pids"]:  # they die with their zygote (PDEATHSIG, and the cgroup kill)
+        while alive(pid) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert not alive(pid)
     r = sandbox.run("echo back")
     assert r.status == "ok" and r.output == b"echo back"
-    after = sandbox.health()
+    after = settle(sandbox)
     assert after["zygote"] and after["starts"] == before["starts"] + 1
     assert guard.contains(after["zygote_pid"])
+    assert after["spares"] == 2 and not set(after["spare_pids"]) & set(before["spare_pids"])
+    for pid in after["spare_pids"]:
+        assert ppid(pid) == after["zygote_pid"]
 
 
 def test_a_run_in_flight_when_the_zygote_dies_is_a_crash(sandbox):
@@ -194,15 +204,206 @@ def test_an_unavailable_layer_is_reported_and_warned_about(guard, capfd):
 def test_close_leaves_no_process_and_no_cgroup(guard):
     cgroups = Path("/sys/fs/cgroup/memory", guard.name)
     before = {p for p in cgroups.iterdir() if p.is_dir()}
-    sb = Sandbox(light(guard, workers=1, uid_base=62500))
+    sb = Sandbox(light(guard, workers=2, uid_base=62500))
     sb.start()
     assert {p for p in cgroups.iterdir() if p.is_dir()} != before
     zygote = sb.health()["zygote_pid"]
     assert sb.run("echo x").status == "ok"
+    spares = settle(sb)["spare_pids"]
+    assert len(spares) == 2
     sb.close()
     assert not Path(f"/proc/{zygote}").exists()
+    for pid in spares:
+        assert not Path(f"/proc/{pid}").exists(), "a spare outlived close()"
+    assert sb.health()["spares"] == 0
     assert {p for p in cgroups.iterdir() if p.is_dir()} == before
     assert sb.run("echo x").status == "crashed"
+
+
+def test_close_right_after_a_run_leaves_no_child(guard):
+    # The run answered, its child may still be exiting, and a new spare may be half-way
+    # through its confinement: close() still leaves nothing.
+    sb = Sandbox(light(guard, workers=2, uid_base=62500))
+    sb.start()
+    zygote = sb.health()["zygote_pid"]
+    r = sb.run("early 5")
+    assert r.status == "ok"
+    child = int(r.output.split()[1])
+    assert sb.run("echo x").status == "ok"  # answered; the next spare for its slot is being made
+    sb.close()
+    assert not alive(child) and not alive(zygote)
+    assert not [pid for pid in guard.tasks() if uid_of(pid) in range(62500, 62502)]
+
+
+# -- answering before the child exits, and spares ------------------------------------------
+
+
+def alive(pid: int) -> bool:
+    """Running, or a zombie nobody reaped yet (a reaped child is gone from /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def uid_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].split()[0])
+    except (OSError, IndexError):
+        return None
+
+
+def status_of(pid: int) -> dict[str, str]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return {k: " ".join(v.split()) for k, _, v in (line.partition(":") for line in text.splitlines())}
+
+
+def test_a_run_answers_before_its_child_exits_and_the_child_is_reaped(sandbox, guard):
+    settle(sandbox)
+    r = sandbox.run("early 1.0")  # a whole result, then the child stays 1 s more
+    assert r.status == "ok" and r.output.startswith(b"early ")
+    assert r.seconds < 0.8, "run() waited for the child to exit"
+    child = int(r.output.split()[1])
+    assert alive(child)
+    assert sandbox.health()["busy"] == 1, "its slot stays busy while the child lives"
+    r2 = sandbox.run("echo meanwhile")  # the other slot serves meanwhile
+    assert r2.status == "ok"
+    h = settle(sandbox)
+    assert not alive(child) and not Path(f"/proc/{child}").exists(), "reaped"
+    assert guard.tasks() <= {h["zygote_pid"], *h["spare_pids"]}
+    assert child not in h["spare_pids"]
+
+
+def test_a_child_that_dies_after_its_result_is_still_ok(sandbox):
+    settle(sandbox)
+    r = sandbox.run("early-kill")
+    assert (r.status, r.signal, r.limit) == ("ok", None, None)
+    assert r.output.startswith(b"early ")
+    settle(sandbox)
+    assert sandbox.run("echo after").status == "ok"
+
+
+def test_a_memory_kill_after_the_result_does_not_change_it(sandbox, guard):
+    def oom_kills() -> int:
+        total = 0
+        for f in Path("/sys/fs/cgroup/memory", guard.name).rglob("memory.oom_control"):
+            total += int(f.read_text().split("oom_kill ")[1].split()[0])
+        return total
+
+    settle(sandbox)
+    before = oom_kills()
+    r = sandbox.run("early-oom")
+    assert (r.status, r.signal, r.limit) == ("ok", None, None)
+    child = int(r.output.split()[1])
+    settle(sandbox)
+    assert not alive(child)
+    assert oom_kills() > before, "the memory cgroup killed it after its result"
+    for _ in range(2):  # both slots: the next run in the killed one is not blamed
+        assert sandbox.run("echo after").status == "ok"
+
+
+def test_the_wall_clock_after_a_result_is_not_the_runs(sandbox):
+    # A child that answered and then hangs is killed EXIT_GRACE later; the answer stands.
+    settle(sandbox)
+    r = sandbox.run("early 100")
+    assert r.status == "ok" and r.seconds < 1
+    child = int(r.output.split()[1])
+    settle(sandbox, timeout=15)
+    assert not alive(child)
+
+
+def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
+    h = settle(sandbox)
+    assert h["spares"] == 2
+    ours = {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "net", "ipc", "uts")}
+    slots = set()
+    for pid in h["spare_pids"]:
+        end = time.monotonic() + 5
+        while time.monotonic() < end:  # forked, maybe still confining itself
+            st = status_of(pid)
+            if st["Seccomp"] == "2" and st["State"].startswith("S"):
+                break
+            time.sleep(0.005)
+        st = status_of(pid)
+        slot = int(st["Uid"].split()[0]) - 62200
+        slots.add(slot)
+        uid = str(62200 + slot)
+        assert st["Uid"] == st["Gid"] == f"{uid} {uid} {uid} {uid}" and st["Groups"] == ""
+        assert st["CapEff"] == st["CapPrm"] == "0000000000000000"
+        assert (st["NoNewPrivs"], st["Seccomp"]) == ("1", "2")
+        assert st["State"].startswith("S"), "it waits"
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        assert wchan in ("0", "") or "pipe" in wchan, f"it waits for its code, not in {wchan}"
+        for ns, link in ours.items():
+            assert os.readlink(f"/proc/{pid}/ns/{ns}") != link, f"its own {ns} namespace"
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        assert int(stat[3]) == pid, "its own session"  # field 6: session id
+        assert ppid(pid) == h["zygote_pid"]
+        cgroups = Path(f"/proc/{pid}/cgroup").read_text()
+        assert f"{guard.parent}/" in cgroups and cgroups.count(f"/slot-{slot}\n") == 2  # memory, pids
+        fds = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        assert sorted(fds) == [0, 1, 2, 3, 4], "the null fds, the result pipe, the code pipe"
+        assert fds[0] == fds[1] == fds[2] == "/dev/null"
+        assert fds[3].startswith("pipe:") and fds[4].startswith("pipe:")
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        assert [line.split()[3:5] for line in limits.splitlines() if line.startswith("Max cpu time")] == [
+            ["2", "3"]
+        ]
+        mounts = Path(f"/proc/{pid}/mountinfo").read_text()
+        assert " /tmp " in mounts and "hidepid=invisible" in mounts
+    assert slots == {0, 1}
+
+
+def test_a_spare_serves_one_run_only(sandbox):
+    h = settle(sandbox)
+    spares = set(h["spare_pids"])
+    pids = {int(sandbox.run("pid").output) for _ in range(4)}
+    assert len(pids) == 4 and len(pids & spares) >= 1, "runs took the waiting spares"
+    after = settle(sandbox)
+    assert not set(after["spare_pids"]) & pids, "no child that ran is kept as a spare"
+
+
+def test_the_cpu_limit_counts_only_the_run_not_the_spares_wait(sandbox):
+    settle(sandbox)
+    time.sleep(1.2)  # the spares wait (without using CPU)
+    info = json.loads(sandbox.run("limits").output)
+    assert info["rlimit_cpu"] == [2, 3]
+    assert info["cpu_used"] < 0.5
+    r = sandbox.run("spin")
+    assert (r.status, r.limit, r.signal) == ("limit", "cpu", "SIGXCPU")
+    assert r.timings["cpu_before"] < 500
+    assert 1.5 < r.seconds < 3.0, "about cpu_seconds of CPU, counted from the run"
+
+
+def test_a_spare_killed_while_waiting_is_replaced(sandbox):
+    h = settle(sandbox)
+    victim = h["spare_pids"][0]
+    os.kill(victim, signal.SIGKILL)
+    end = time.monotonic() + 5
+    while victim in sandbox.health()["spare_pids"] and time.monotonic() < end:
+        time.sleep(0.005)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(sandbox.run("echo x"))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert settle(sandbox)["spares"] == 2
+
+
+def test_without_prefork_each_run_forks_on_request(guard):
+    with Sandbox(light(guard, workers=1, uid_base=62600, prefork=False)) as sb:
+        guard.hold(sb.health()["zygote_pid"])
+        assert sb.run("echo x").output == b"echo x"
+        h = settle(sb)
+        assert (h["prefork"], h["spares"]) == (False, 0)
+        assert sb.run("pid").status == "ok"
 
 
 def test_large_code_reaches_the_child_whole(sandbox):

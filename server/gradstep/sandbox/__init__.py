@@ -15,16 +15,18 @@ API
     r.output                  # the target's bytes when "ok" (untrusted: validate before use)
     r.limit, r.signal         # "memory" | "cpu" | "wall" | "output", "SIGKILL"... when relevant
     r.detail                  # one human sentence: which limit, which signal, what failed
-    r.seconds, r.timings      # wall time of run(); ms per phase: queue, fork, each layer, target, exit
-    sb.health()               # {"zygote": bool, "layers": {name: "active" | "disabled" | "unavailable: why"}, ...}
-    sb.close()                # kill the zygote and every child, remove the cgroups (idempotent)
+    r.seconds, r.timings      # wall time of run(); ms: queue, spare, the child's fork and layers, target
+    sb.health()               # {"zygote": bool, "layers": {name: "active" | "disabled" | "unavailable: why"},
+                              #  "busy": slots in use, "spares": spares waiting, ...}
+    sb.close()                # kill the zygote and every child, spares too; remove the cgroups (idempotent)
 
 A snippet's own exceptions are the target's business (the tracer records them
 in its trace, status "ok"). The sandbox reports what happens to the *process*:
 
-* ``timeout`` / ``wall``: no result before ``wall_seconds`` (counted from the
-  request, not the queue); the child is SIGKILLed.
-* ``limit`` / ``cpu``: RLIMIT_CPU — SIGXCPU at ``cpu_seconds``, SIGKILL a second later.
+* ``timeout`` / ``wall``: no result before ``wall_seconds`` (counted from when
+  the code is handed to the child, not the queue); the child is SIGKILLed.
+* ``limit`` / ``cpu``: RLIMIT_CPU — SIGXCPU at ``cpu_seconds``, SIGKILL a second later
+  (it counts the child's few ms of fork and confinement, not a spare's wait).
 * ``limit`` / ``memory``: the slot's memory cgroup OOM-killed the child.
   (Most allocations fail earlier and cleanly, inside the snippet, on RLIMIT_DATA.)
 * ``limit`` / ``output``: the result is larger than ``max_output_bytes``.
@@ -32,8 +34,25 @@ in its trace, status "ok"). The sandbox reports what happens to the *process*:
   a result, wrote a malformed result, a confinement layer failed (nothing ran),
   or the zygote died (it restarts on the next run).
 
-run() returns only once the child is gone (reaped, or killed then reaped), so
-a slot is never reused while its previous child lives.
+run() returns as soon as it has the whole result (or knows the outcome: a
+kill for the wall clock or an oversized or malformed result; an EOF without a
+result waits for the child's wait status, to say why). The child's exit
+(≈8 ms: it unmaps a copy of the zygote) is off the request's path, but its
+slot stays busy until the zygote has reaped it (a child that outstays
+``EXIT_GRACE`` after its run is done is killed, with its cgroup): a slot is
+never reused while its previous child lives, and nothing that happens to a
+child after its result (a signal, the memory cgroup's OOM kill) changes it.
+
+**Spares.** For each free slot the zygote keeps one *spare*: a child forked
+and confined with every layer below, before any code exists, blocked on its
+code pipe. A run takes its slot's spare and writes the code to it; the
+spare runs it and exits, never reused. When that child has been reaped (and
+its slot's cgroup is empty) the parent asks the zygote for the slot's next
+spare. So the fork and every layer, the cgroup join's RCU wait included, are
+off the request's path. A run with no spare (``prefork=False``, the first
+run after a zygote restart, a spare that died) has one forked on the spot,
+the same path. A spare whose layer failed is not replaced eagerly: the run
+that takes it reports the failure ("crashed", nothing ran), like any child.
 
 Processes
 ---------
@@ -46,14 +65,17 @@ Processes
   ``gc.freeze()``, probes the layers, then serves fork requests. It is a
   single-threaded process and a child subreaper; EOF on its control socket
   (the server died) kills its children and ends it.
-* **Parent ↔ zygote**: a Unix socketpair of framed JSON; each run's result pipe
-  (write end) goes over it with SCM_RIGHTS. The zygote reaps every child and
-  reports its wait status and CPU time, so the parent can classify a death;
-  kills go through the zygote, which cannot see a pid reused before it reaps it.
-* **Child**: confines itself (below), writes a "confined" frame with its layer
-  timings, runs the target, writes a length-prefixed result, ``_exit``\\s. The
-  parent reads with a deadline (poll), checks the announced length against the
-  cap before reading a payload, and never waits for EOF.
+* **Parent ↔ zygote**: a Unix socketpair of framed JSON; each child's two pipe
+  ends (the read end of its code pipe, the write end of its result pipe) go
+  over it with SCM_RIGHTS; the parent keeps the other ends. The zygote reaps
+  every child and reports its wait status and CPU time, so the parent can
+  classify a death; kills go through the zygote, which cannot see a pid
+  reused before it reaps it.
+* **Child**: confines itself (below), waits for its code (length-prefixed, on
+  the code pipe, which it then closes), writes a "confined" frame with its
+  layer timings, runs the target, writes a length-prefixed result,
+  ``_exit``\\s. The parent reads with a deadline (poll), checks the announced
+  length against the cap before reading a payload, and never waits for EOF.
 
 Layers, in the order a child applies them
 -----------------------------------------
@@ -78,11 +100,12 @@ a child stops that child before the target runs ("crashed", fail closed).
    container, cgroup v2 — not supported yet): the container's ``--memory`` and
    ``--pids-limit`` must stand in. Cost: ~0.2 ms when migrations come back to
    back, ~7–12 ms after an idle spell (a v1 migration waits for an RCU grace
-   period) — the most expensive layer; pre-forking a spare child per slot would
-   take it (and the fork) off the request's path.
+   period) — the most expensive layer; a spare pays it (and the fork) before
+   its run, off the request's path.
 3. ``close_fds`` — 0/1/2 become /dev/null (a snippet writing to fd 1/2 reaches
-   nobody), the result pipe moves to fd 3, everything else is closed. (The
-   control socket and other runs' pipes are closed in every child regardless.)
+   nobody), the result pipe moves to fd 3, the code pipe to fd 4 (closed once
+   the code is read, before the target runs), everything else is closed. (The
+   control socket and other children's pipes are closed in every child regardless.)
 4. ``namespaces`` — ``unshare(NEWNS|NEWNET|NEWIPC|NEWUTS)``: no network at all
    (even loopback is down: ENETUNREACH). Unavailable in an unprivileged
    container: use ``--network none`` there.

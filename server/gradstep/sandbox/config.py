@@ -78,6 +78,12 @@ class SandboxConfig:
     cgroup_parent: str | None = None
     pythonpath: list[str] = field(default_factory=list)  # extra import paths for the zygote
     disable: frozenset[str] = frozenset()  # layer names to skip (benchmarks, tests)
+    # Keep one spare child per free slot, forked and confined before any code
+    # arrives (False: fork when a run asks, the same path otherwise; benchmarks, tests).
+    prefork: bool = True
+    # Back the zygote's heap with transparent huge pages (MADV_COLLAPSE, best effort):
+    # each fork and each child's exit then cost a fraction of the CPU.
+    huge_pages: bool = True
 
 
 Status = Literal["ok", "timeout", "limit", "crashed"]
@@ -91,5 +97,8 @@ class RunResult:
     signal: str | None = None  # the signal that ended the child, if one did ("SIGKILL")
     detail: str = ""  # one human sentence: which limit, which signal, what failed
     seconds: float = 0.0  # wall time of run(), queueing included
-    # milliseconds: "queue", "fork", one entry per confinement layer, "target", "exit"
+    # milliseconds: "queue" (waiting for a slot), "spare" (from handing over the code until
+    # the child had it, confined: ~0 for a ready spare), the child's own "fork" and one
+    # entry per confinement layer (off the request's path for a spare), "cpu_before" (CPU
+    # the child used before the target, counted by RLIMIT_CPU), "target"
     timings: dict[str, float] = field(default_factory=dict)

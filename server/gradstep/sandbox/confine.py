@@ -1,6 +1,8 @@
 """The child's confinement layers, applied in order right after the fork.
 
 Each layer is one method of ``Confinement`` named after it (see ``config.LAYERS``).
+None of them depends on the snippet, so a spare child applies them all before
+its code arrives; then ``receive`` reads the code from its code pipe.
 Everything here is imported by the zygote before it forks: after the uid
 drop a child may not be able to import anything new.
 """
@@ -9,9 +11,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import resource
 import signal
+import struct
 import time
 
 try:
@@ -50,6 +54,10 @@ SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 (the unified syscall table)
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
+
+CODE_HEADER = struct.Struct("<Q")  # the code pipe carries <u64 length><UTF-8 code> (from the parent: trusted)
+RESULT_FD = 3  # where close_fds puts the result pipe (the snippet may write to it: the parent checks)
+CODE_FD = 4  # where close_fds puts the code pipe until the code is read (then it is closed)
 
 
 class _MountAttr(ctypes.Structure):
@@ -145,11 +153,12 @@ class Confinement:
     holds limits, paths and ids, never anything secret.
     """
 
-    def __init__(self, plan: dict, slot: int, result_fd: int):
+    def __init__(self, plan: dict, slot: int, result_fd: int, code_fd: int | None = None):
         self.plan = plan
         self.slot = slot
         self.run_uid = plan["uid_base"] + slot
         self.fd = result_fd
+        self.code_fd = code_fd
         self.timings: dict[str, float] = {}
         self.unshared = False
 
@@ -174,6 +183,39 @@ class Confinement:
                 found[name] = f"unavailable: {type(e).__name__}: {e}"
         return found
 
+    def receive(self) -> str | None:
+        """Block until the parent hands over the code (None: the pipe closed first); close the pipe.
+
+        Called after every layer: the snippet is the only thing that arrives late.
+        Also records the CPU time used so far (``cpu_before`` ms): RLIMIT_CPU counts
+        it. Blocked in read(), a waiting spare uses none, so it is the few ms of its
+        own confinement, as for a child forked on request.
+        """
+        assert self.code_fd is not None
+        try:
+            header = self._read_exactly(CODE_HEADER.size)
+            if header is None:
+                return None
+            (size,) = CODE_HEADER.unpack(header)
+            data = self._read_exactly(size)
+            if data is None:
+                return None
+        finally:
+            os.close(self.code_fd)
+            self.code_fd = None
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self.timings["cpu_before"] = (usage.ru_utime + usage.ru_stime) * 1e3
+        return data.decode("utf-8", "surrogatepass")
+
+    def _read_exactly(self, size: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < size:
+            chunk = os.read(self.code_fd, min(size - len(buf), 1 << 20))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
     # -- layers, in order ------------------------------------------------------
 
     def setsid(self) -> None:
@@ -193,12 +235,16 @@ class Confinement:
         for std in (0, 1, 2):
             if null != std:
                 os.dup2(null, std)
-        if self.fd != 3:
-            os.dup2(self.fd, 3, inheritable=False)
-            self.fd = 3
-        os.closerange(4, 1 << 20)
-        if null > 3:
-            pass  # closed by closerange
+        # Copy the pipes above 4 first, so that moving one to 3 or 4 can't clobber the other.
+        keep = [(fcntl.fcntl(self.fd, fcntl.F_DUPFD_CLOEXEC, 5), RESULT_FD)]
+        if self.code_fd is not None:
+            keep.append((fcntl.fcntl(self.code_fd, fcntl.F_DUPFD_CLOEXEC, 5), CODE_FD))
+        for fd, where in keep:
+            os.dup2(fd, where, inheritable=False)
+        self.fd = RESULT_FD
+        if self.code_fd is not None:
+            self.code_fd = CODE_FD
+        os.closerange(CODE_FD + 1 if self.code_fd is not None else RESULT_FD + 1, 1 << 20)
 
     def namespaces(self) -> None:
         _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
@@ -254,7 +300,15 @@ class Confinement:
         }
         for which, value in limits.items():
             resource.setrlimit(which, (value, value))
-        cpu = plan["cpu_seconds"]
+        # RLIMIT_CPU counts the process's CPU time since its fork, in whole seconds, so
+        # it is set relative to what the child has used (a few ms of fork and layers:
+        # ``used`` is 0). A spare blocked in read() on its code pipe uses no CPU, so the
+        # run gets ``cpu_seconds`` less those few ms, as a child forked on request did.
+        # It is set here, before the uid drop: afterwards a hard limit can't be raised
+        # (no CAP_SYS_RESOURCE), only lowered (setrlimit is not in the seccomp filter).
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        used = int(usage.ru_utime + usage.ru_stime)
+        cpu = used + plan["cpu_seconds"]
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
 
     def uid(self) -> None:

@@ -1,13 +1,16 @@
 """Wire formats: parent <-> zygote control messages, and the child's result frames.
 
 Control messages travel over a Unix stream socketpair as ``<u32 length><JSON>``.
-A "run" message carries one file descriptor (the write end of that run's
-result pipe) as SCM_RIGHTS on its first bytes; the receiver queues received
-descriptors in order and gives one to each "run" message.
+A "spare" message carries two file descriptors (the read end of the child's
+code pipe, the write end of its result pipe) as SCM_RIGHTS on its first
+bytes; the receiver queues received descriptors in order and gives two to
+each "spare" message.
 
-The child writes frames ``<1-byte kind><u64 length><payload>`` to its result
-pipe. Everything a child writes is untrusted: the parent checks kinds and
-lengths before it reads a payload, and never waits for EOF.
+The parent writes the code to the code pipe as ``<u64 length><UTF-8>``
+(``confine.CODE_HEADER``), once. The child writes frames
+``<1-byte kind><u64 length><payload>`` to its result pipe. Everything a child
+writes is untrusted: the parent checks kinds and lengths before it reads a
+payload, and never waits for EOF.
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ HEADER = struct.Struct("<I")
 FRAME = struct.Struct("<cQ")
 
 # Result frame kinds, written by the child.
-CONFINED = b"C"  # confinement done, before the target runs: JSON {layer: ms} (still trusted)
+CONFINED = b"C"  # confined and the code received, before the target runs: JSON {layer: ms} (trusted)
 RESULT = b"R"  # the target's return value
 RAISED = b"E"  # the target raised: UTF-8 text
-REFUSED = b"F"  # a confinement layer failed: UTF-8 text; the target did not run
+REFUSED = b"F"  # a confinement layer failed (before the code arrived): UTF-8 text; nothing ran
 
 MAX_CONTROL = 64 << 20  # a control message larger than this is a protocol error
 

@@ -19,10 +19,12 @@ from pathlib import Path
 from gradstep.sandbox import protocol
 from gradstep.sandbox.cgroups import Cgroups
 from gradstep.sandbox.config import LAYERS, RunResult, SandboxConfig
+from gradstep.sandbox.confine import CODE_HEADER
 from gradstep.sandbox.protocol import FRAME, Channel
 
 START_TIMEOUT = 180.0  # seconds for the zygote to import, warm and probe
 EXIT_GRACE = 5.0  # seconds a child gets to exit after its result (or a kill) before the cgroup kill
+LINGER_CHECK = 0.5  # seconds between the reader's checks for children that outstay EXIT_GRACE
 
 
 def _package_root() -> Path:
@@ -50,21 +52,42 @@ def _warn(message: str) -> None:
     print(f"gradstep sandbox: WARNING: {message}", file=sys.stderr, flush=True)
 
 
-class _Run:
-    """One run in flight: what the zygote reported about its child."""
+class _Child:
+    """One confined child: a spare until a run takes it, then that run's (once: never reused).
 
-    def __init__(self, rid: int, slot: int, zygote: _Zygote):
-        self.id = rid
+    The parent holds the write end of its code pipe and the read end of its
+    result pipe; the zygote reports its pid, and its wait status once reaped.
+    """
+
+    def __init__(self, cid: int, slot: int, zygote: _Zygote):
+        self.id = cid
         self.slot = slot
         self.zygote = zygote
+        self.code_w: int | None = None
+        self.result_r: int | None = None
         self.pid: int | None = None
         self.exited = threading.Event()  # reaped, never forked, or the zygote died
         self.status: int | None = None  # wait status
         self.cpu = 0.0
         self.fork_error: str | None = None
         self.zygote_died = False
-        self.collected = False
+        self.taken = False  # a run took it: its slot is freed when it is gone
+        self.collected = False  # its run is done with it (or, a spare, it was dropped)
         self.released = False
+        self.linger_until: float | None = None  # collected but not yet gone: kill it then
+
+    def refused(self) -> bool:
+        """It ended before any code, with something its run must report (a failed layer or fork)."""
+        if self.fork_error is not None:
+            return True
+        return self.status is not None and os.WIFEXITED(self.status) and os.WEXITSTATUS(self.status) == 70
+
+    def close_fds(self) -> None:
+        for name in ("code_w", "result_r"):
+            fd = getattr(self, name)
+            if fd is not None:
+                setattr(self, name, None)
+                os.close(fd)
 
 
 class _Zygote:
@@ -77,6 +100,7 @@ class _Zygote:
         self.error: str | None = None
         self.alive = True
         self.dying = False  # set (under the state lock) once its reader saw it go
+        self.stopping = False  # we closed its socket: it kills and reaps its children, then exits
         self.reader: threading.Thread | None = None
 
 
@@ -90,11 +114,13 @@ class Sandbox:
             raise ValueError(f"unknown layers in disable: {sorted(unknown)}")
         self._lock = threading.Lock()  # zygote lifecycle
         self._send_lock = threading.Lock()
-        self._state_lock = threading.Lock()  # runs and slot release
-        self._free: queue.Queue[int] = queue.Queue()
+        self._state_lock = threading.Lock()  # children, spares, slot release
+        self._free: queue.Queue[int] = queue.Queue()  # slots whose last child is gone
         for slot in range(self.config.workers):
             self._free.put(slot)
-        self._runs: dict[int, _Run] = {}
+        self._busy: set[int] = set()  # slots a run holds, until its child is gone
+        self._children: dict[int, _Child] = {}  # every child not yet released: spares and runs
+        self._spares: dict[int, _Child] = {}  # slot -> its spare, for free slots
         self._ids = itertools.count(1)
         self._zygote: _Zygote | None = None
         self._cgroups: Cgroups | None = None
@@ -141,6 +167,7 @@ class Sandbox:
             "tmp_mb": c.tmp_mb,
             "max_files": c.max_files,
             "max_tasks": c.max_tasks,
+            "huge_pages": c.huge_pages,
             "hide": hide,
             "keep": keep,
             "slot_procs": [self._cgroups.slot_procs(i) for i in range(c.workers)] if self._cgroups else None,
@@ -214,8 +241,11 @@ class Sandbox:
                 _warn(f"the zygote has {z.info['threads']} threads; forking it may deadlock")
         self._layers = layers
         self._zygote = z
+        for slot in range(c.workers):
+            self._prepare(slot, restart=True)
 
     def _stop_zygote(self, z: _Zygote) -> None:
+        z.stopping = True
         try:
             z.chan.sock.shutdown(socket.SHUT_RDWR)  # EOF: the zygote kills its children and exits
         except OSError:
@@ -235,7 +265,12 @@ class Sandbox:
             self._closed = True
             z, self._zygote = self._zygote, None
             if z is not None:
-                self._stop_zygote(z)
+                self._stop_zygote(z)  # EOF: the zygote kills every child, spares too
+            with self._state_lock:
+                spares = list(self._spares.values())
+                self._spares.clear()
+                for spare in spares:
+                    self._drop_locked(spare)
             if self._cgroups is not None:
                 left = self._cgroups.remove()
                 if left:
@@ -255,39 +290,59 @@ class Sandbox:
     def health(self) -> dict:
         z = self._zygote
         alive = z is not None and z.alive and z.proc.poll() is None
+        with self._state_lock:
+            spares = sorted(
+                sp.pid
+                for sp in self._spares.values()
+                if sp.zygote is z and sp.pid is not None and not sp.exited.is_set()
+            )
         return {
             "zygote": alive,
             "zygote_pid": z.pid if alive and z else None,
             "zygote_threads": z.info.get("threads") if alive and z else None,
+            "zygote_huge_pages_mb": z.info.get("huge_pages_mb") if alive and z else None,
             "layers": dict(self._layers) or {name: "not started" for name in LAYERS},
             "workers": self.config.workers,
             "busy": self.config.workers - self._free.qsize(),
+            "prefork": self.config.prefork,
+            "spares": len(spares),  # forked and waiting for code (or still confining themselves)
+            "spare_pids": spares,
             "starts": self._starts,
         }
 
     # -- the zygote's reports ---------------------------------------------------------
 
     def _read(self, z: _Zygote) -> None:
+        poller = select.poll()
+        poller.register(z.chan.fileno(), select.POLLIN)
         try:
             while True:
-                messages = z.chan.receive()
-                if messages is None:
-                    break
-                for msg in messages:
-                    self._dispatch(z, msg)
+                if poller.poll(LINGER_CHECK * 1e3):
+                    messages = z.chan.receive()
+                    if messages is None:
+                        break
+                    for msg in messages:
+                        self._dispatch(z, msg)
+                self._kill_lingering(z)
         except (OSError, ValueError):
             pass
         finally:
+            if z.stopping:  # let it reap its children (else they end as zombies of pid 1)
+                try:
+                    z.proc.wait(EXIT_GRACE)
+                except subprocess.TimeoutExpired:
+                    pass
             # Children set PDEATHSIG once they are far enough; the cgroups catch the rest.
-            if self._cgroups is not None:
-                self._cgroups.kill(spare=None)
+            cg = self._cgroups
+            if cg is not None:
+                cg.kill(spare=None)
             with self._state_lock:
                 z.dying = True
-                orphans = [run for run in self._runs.values() if run.zygote is z]
-            for run in orphans:
-                run.zygote_died = True
-                run.exited.set()
-                self._maybe_release(run)
+                orphans = [child for child in self._children.values() if child.zygote is z]
+            for child in orphans:
+                child.zygote_died = True
+                child.exited.set()
+                self._maybe_release(child)
             try:
                 z.proc.wait(EXIT_GRACE)
             except subprocess.TimeoutExpired:
@@ -307,95 +362,223 @@ class Sandbox:
             z.ready.set()
             return
         with self._state_lock:
-            run = self._runs.get(msg.get("run"))
-        if run is None:
+            child = self._children.get(msg.get("child"))
+        if child is None:
             return
         if op == "forked":
-            run.pid = msg["pid"]
+            child.pid = msg["pid"]
         elif op == "fork_failed":
-            run.fork_error = msg.get("error", "")
-            run.exited.set()
-            self._maybe_release(run)
+            child.fork_error = msg.get("error", "")
+            child.exited.set()
+            self._maybe_release(child)
         elif op == "exited":
-            run.status = msg["status"]
-            run.cpu = msg["cpu"]
-            run.exited.set()
-            self._maybe_release(run)
+            child.status = msg["status"]
+            child.cpu = msg["cpu"]
+            child.exited.set()
+            self._maybe_release(child)
 
-    def _maybe_release(self, run: _Run) -> None:
-        """A slot is free again once its run is collected and its child is gone."""
+    def _kill_lingering(self, z: _Zygote) -> None:
+        """A child its run is done with, still there EXIT_GRACE later: kill it (again), cgroup too."""
+        now = time.monotonic()
         with self._state_lock:
-            if run.released or not (run.collected and run.exited.is_set()):
+            late = [
+                child
+                for child in self._children.values()
+                if child.zygote is z
+                and child.linger_until is not None
+                and child.linger_until <= now
+                and not child.exited.is_set()
+            ]
+            for child in late:
+                child.linger_until = now + EXIT_GRACE
+        for child in late:
+            self._kill(child)
+            cg = self._cgroups
+            if cg is not None:
+                cg.kill(f"slot-{child.slot}")
+
+    # -- children and slots ----------------------------------------------------------
+    #
+    # A slot holds at most one live child at a time (they share the slot's uid and
+    # cgroup): a free slot has its spare; a run takes the slot and its spare (or
+    # forks one if there is none), and the slot is free again only once that child
+    # is reaped, when the next spare is forked for it.
+
+    def _usable(self, spare: _Child, z: _Zygote) -> bool:
+        """A spare a run can take: this zygote's, alive, or dead with something to report."""
+        if spare.zygote is not z or spare.zygote_died:
+            return False
+        return not spare.exited.is_set() or spare.refused()
+
+    def _new_child_locked(self, slot: int, z: _Zygote) -> tuple[_Child, int, int]:
+        """Register a child for ``slot`` and make its pipes; returns it and the ends it gets."""
+        child = _Child(next(self._ids), slot, z)
+        code_r, child.code_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            child.result_r, result_w = os.pipe2(os.O_CLOEXEC)
+        except OSError:
+            os.close(code_r)
+            child.close_fds()
+            raise
+        self._children[child.id] = child
+        if z.dying:  # its reader has already listed the orphans: this one is one
+            child.zygote_died = True
+            child.exited.set()
+        return child, code_r, result_w
+
+    def _launch(self, child: _Child, code_r: int, result_w: int, empty: bool) -> None:
+        """Ask the zygote to fork ``child``; ``empty``: first clear what an earlier child left in its slot."""
+        try:
+            cg = self._cgroups
+            if empty and cg is not None:
+                cg.empty(f"slot-{child.slot}")
+            if not child.exited.is_set():
+                with self._send_lock:
+                    child.zygote.chan.send(
+                        {"op": "spare", "child": child.id, "slot": child.slot}, [code_r, result_w]
+                    )
+        except OSError:
+            pass  # the zygote is gone: its reader marks the child dead
+        finally:
+            os.close(code_r)
+            os.close(result_w)
+
+    def _drop_locked(self, child: _Child) -> None:
+        """Forget a spare no run will take (it is dead, or the sandbox is closing)."""
+        child.collected = True
+        child.close_fds()  # its code pipe reads EOF: a live spare exits
+        if child.exited.is_set() and not child.released:
+            child.released = True
+            self._children.pop(child.id, None)
+
+    def _prepare(self, slot: int, restart: bool = False) -> None:
+        """Fork a spare for a free slot, unless it has one (or pre-forking is off)."""
+        z = self._zygote
+        if not self.config.prefork or self._closed or z is None or not z.alive or z.dying:
+            return
+        with self._state_lock:
+            if slot in self._busy:
                 return
-            run.released = True
-            self._runs.pop(run.id, None)
-        if self._cgroups is not None:
+            spare = self._spares.get(slot)
+            if spare is not None:
+                if self._usable(spare, z):
+                    return
+                del self._spares[slot]
+                self._drop_locked(spare)
+                restart = True
+            try:
+                child, code_r, result_w = self._new_child_locked(slot, z)
+            except OSError:
+                return  # out of fds: a run will fork on request
+            self._spares[slot] = child
+        self._launch(child, code_r, result_w, empty=restart)
+
+    def _take(self, slot: int, z: _Zygote) -> _Child:
+        """The child for a run that holds ``slot``: its spare, or a new one forked now."""
+        with self._state_lock:
+            spare = self._spares.pop(slot, None)
+            if spare is not None and self._usable(spare, z):
+                spare.taken = True
+                return spare
+            if spare is not None:
+                self._drop_locked(spare)
+            child, code_r, result_w = self._new_child_locked(slot, z)
+            child.taken = True
+        self._launch(child, code_r, result_w, empty=spare is not None)
+        return child
+
+    def _collected(self, child: _Child) -> None:
+        """Its run is done with it; the slot is freed once the child is gone too."""
+        with self._state_lock:
+            child.collected = True
+            if not child.exited.is_set():
+                child.linger_until = time.monotonic() + EXIT_GRACE
+        self._maybe_release(child)
+
+    def _maybe_release(self, child: _Child) -> None:
+        """Once a child is collected and gone, forget it; if a run took it, free its slot."""
+        with self._state_lock:
+            if child.released or not (child.collected and child.exited.is_set()):
+                return
+            child.released = True
+            self._children.pop(child.id, None)
+            child.close_fds()
+            if not child.taken:
+                return  # a dropped spare: the slot was never its own
+        cg = self._cgroups
+        if cg is not None:
             # Normally empty (a child can't fork); if not (seccomp unavailable), empty it.
-            self._cgroups.empty(f"slot-{run.slot}")
-        self._free.put(run.slot)
+            cg.empty(f"slot-{child.slot}")
+        with self._state_lock:
+            self._busy.discard(child.slot)
+        self._prepare(child.slot)
+        self._free.put(child.slot)
 
     # -- running ---------------------------------------------------------------------
 
     def run(self, code: str) -> RunResult:
-        """Run ``code`` in a fresh confined child; blocks (queueing for a slot); thread-safe."""
+        """Run ``code`` in a fresh confined child; blocks (queueing for a slot); thread-safe.
+
+        Returns once the result is read, before the child has exited; its slot
+        stays busy until the child is reaped.
+        """
         t0 = time.monotonic()
         if self._closed:
             return RunResult("crashed", detail="The sandbox is closed.")
         slot = self._free.get()
         t_slot = time.monotonic()
-        run = None
+        with self._state_lock:
+            self._busy.add(slot)
+        child = None
         try:
             try:
                 z = self._ensure()
-            except RuntimeError as e:
+                child = self._take(slot, z)
+            except (RuntimeError, OSError) as e:
+                with self._state_lock:
+                    self._busy.discard(slot)
                 self._free.put(slot)
                 return RunResult("crashed", detail=str(e), seconds=time.monotonic() - t0)
-            run = _Run(next(self._ids), slot, z)
-            with self._state_lock:
-                self._runs[run.id] = run
-                if z.dying:
-                    run.zygote_died = True
-                    run.exited.set()
-            result = self._run(run, code)
+            result = self._run(child, code)
         finally:
-            if run is not None:
-                run.collected = True
-                self._maybe_release(run)
+            if child is not None:
+                self._collected(child)
         result.timings["queue"] = (t_slot - t0) * 1e3
         result.seconds = time.monotonic() - t0
         return result
 
-    def _run(self, run: _Run, code: str) -> RunResult:
+    def _run(self, child: _Child, code: str) -> RunResult:
         cg = self._cgroups
-        oom_before = cg.oom_kills(run.slot) if cg else 0
-        r, w = os.pipe2(os.O_CLOEXEC)
+        oom_before = cg.oom_kills(child.slot) if cg else 0
+        data = code.encode("utf-8", "surrogatepass")
         try:
-            try:
-                with self._send_lock:
-                    run.zygote.chan.send({"op": "run", "run": run.id, "slot": run.slot, "code": code}, [w])
-            except OSError:
-                pass  # the zygote is gone: the pipe reads EOF and its reader reports the death
-            finally:
-                os.close(w)
-            result = self._collect(run, r, time.monotonic() + self.config.wall_seconds)
+            # The wall clock starts now, when the code is handed over.
+            result = self._collect(child, CODE_HEADER.pack(len(data)) + data, time.monotonic())
         finally:
-            os.close(r)
+            child.close_fds()
         killed = result.status in ("crashed", "limit") and result.signal == "SIGKILL"
-        if killed and cg and cg.oom_kills(run.slot) > oom_before:
+        if killed and cg and cg.oom_kills(child.slot) > oom_before:
             result.status, result.limit = "limit", "memory"
             result.detail = (
                 f"The run used more than its {self.config.memory_mb} MB of memory and was killed (SIGKILL)."
             )
         return result
 
-    def _collect(self, run: _Run, r: int, deadline: float) -> RunResult:
+    def _collect(self, child: _Child, code: bytes, t_hand: float) -> RunResult:
+        """Hand the code over and read the child's frames, until a result, EOF or the deadline."""
+        deadline = t_hand + self.config.wall_seconds
+        r, w = child.result_r, child.code_w
+        assert r is not None and w is not None
         os.set_blocking(r, False)
-        poller = select.poll()
+        os.set_blocking(w, False)
+        poller = select.poll()  # poll, not select: fds can be > 1023 in a server
         poller.register(r, select.POLLIN)
+        poller.register(w, select.POLLOUT)
+        unsent = memoryview(code)
         buf = bytearray()
         timings: dict[str, float] = {}
         confined = False
-        t_confined = t_result = 0.0
+        t_confined = 0.0
         eof = False
         while True:
             # Parse whatever complete frames we have.
@@ -403,25 +586,19 @@ class Sandbox:
                 kind, size = FRAME.unpack_from(buf)
                 first = kind in (protocol.CONFINED, protocol.REFUSED)
                 if not confined and not first or confined and kind not in (protocol.RESULT, protocol.RAISED):
-                    self._kill(run)
-                    return self._after_exit(
-                        run, RunResult("crashed", detail="The child wrote a malformed result.")
-                    )
+                    self._kill(child)
+                    return RunResult("crashed", detail="The child wrote a malformed result.", timings=timings)
                 if kind == protocol.RESULT and size > self.config.max_output_bytes:
-                    self._kill(run)
-                    return self._after_exit(
-                        run,
-                        RunResult(
-                            "limit",
-                            limit="output",
-                            detail=f"The output is {size} bytes, over the limit of {self.config.max_output_bytes}.",
-                        ),
+                    self._kill(child)
+                    return RunResult(
+                        "limit",
+                        limit="output",
+                        detail=f"The output is {size} bytes, over the limit of {self.config.max_output_bytes}.",
+                        timings=timings,
                     )
                 if kind != protocol.RESULT and size > 1 << 20:
-                    self._kill(run)
-                    return self._after_exit(
-                        run, RunResult("crashed", detail="The child wrote a malformed result.")
-                    )
+                    self._kill(child)
+                    return RunResult("crashed", detail="The child wrote a malformed result.", timings=timings)
                 if len(buf) < FRAME.size + size:
                     break
                 payload = bytes(buf[FRAME.size : FRAME.size + size])
@@ -433,75 +610,77 @@ class Sandbox:
                         timings = {k: float(v) for k, v in json.loads(payload).items()}
                     except (ValueError, AttributeError, TypeError):
                         timings = {}
+                    timings["spare"] = (t_confined - t_hand) * 1e3
                 elif kind == protocol.REFUSED:
-                    text = payload[:2000].decode("utf-8", "replace")  # untrusted: capped
-                    return self._after_exit(
-                        run, RunResult("crashed", detail=f"Confinement failed, so nothing ran: {text}")
-                    )
+                    text = payload[:2000].decode("utf-8", "replace")  # trusted, but capped
+                    return RunResult("crashed", detail=f"Confinement failed, so nothing ran: {text}")
                 elif kind == protocol.RAISED:
                     text = payload[:2000].decode("utf-8", "replace")  # untrusted: capped
-                    result = RunResult(
-                        "crashed", detail=f"The sandbox's target raised {text}", timings=timings
-                    )
-                    return self._after_exit(run, result)
+                    return RunResult("crashed", detail=f"The sandbox's target raised {text}", timings=timings)
                 else:
-                    t_result = time.monotonic()
-                    timings["target"] = (t_result - t_confined) * 1e3
-                    result = RunResult("ok", output=payload, timings=timings)
-                    result = self._after_exit(run, result, classify=False)
-                    result.timings["exit"] = (time.monotonic() - t_result) * 1e3
-                    return result
+                    # A whole result: answer now. The child exits on its own (or is killed
+                    # EXIT_GRACE later); nothing that happens to it now changes this result.
+                    timings["target"] = (time.monotonic() - t_confined) * 1e3
+                    return RunResult("ok", output=payload, timings=timings)
             if eof:
-                result = self._after_exit(run, RunResult("crashed", timings=timings))
-                return result
+                return self._after_exit(child, RunResult("crashed", timings=timings))
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self._kill(run)
-                result = self._after_exit(run, RunResult("timeout", timings=timings), classify=False)
-                result.limit = "wall"
-                result.signal = "SIGKILL"
-                result.detail = (
-                    f"The run took longer than {self.config.wall_seconds:g} s and was stopped (SIGKILL)."
+                self._kill(child)
+                return RunResult(
+                    "timeout",
+                    limit="wall",
+                    signal="SIGKILL",
+                    detail=f"The run took longer than {self.config.wall_seconds:g} s and was stopped (SIGKILL).",
+                    timings=timings,
                 )
-                return result
-            if not poller.poll(remaining * 1e3):  # poll, not select: fds can be > 1023 in a server
-                continue
-            try:
-                chunk = os.read(r, 1 << 20)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                eof = True
-            buf += chunk
+            for fd, _events in poller.poll(remaining * 1e3):
+                if fd == w:
+                    try:
+                        unsent = unsent[os.write(w, unsent) :]
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        unsent = unsent[:0]  # it died (or refused): its result pipe says how
+                    if not unsent:
+                        poller.unregister(w)
+                        child.code_w = None
+                        os.close(w)
+                elif fd == r:
+                    try:
+                        chunk = os.read(r, 1 << 20)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        eof = True
+                        poller.unregister(r)
+                    buf += chunk
 
-    def _kill(self, run: _Run) -> None:
+    def _kill(self, child: _Child) -> None:
         try:
             with self._send_lock:
-                run.zygote.chan.send({"op": "kill", "run": run.id})
+                child.zygote.chan.send({"op": "kill", "child": child.id})
         except OSError:
             pass
 
-    def _after_exit(self, run: _Run, result: RunResult, classify: bool = True) -> RunResult:
-        """Wait for the child to be gone (killing it if it lingers), then say why it ended."""
-        if not run.exited.wait(EXIT_GRACE):
-            self._kill(run)
-            if self._cgroups is not None:
-                self._cgroups.kill(f"slot-{run.slot}")
-            run.exited.wait(EXIT_GRACE)
-        if not classify:
-            return result
-        if result.detail:
-            return result
-        if run.zygote_died:
+    def _after_exit(self, child: _Child, result: RunResult) -> RunResult:
+        """The child ended without a result: wait until it is gone (killing it if it lingers), say why."""
+        if not child.exited.wait(EXIT_GRACE):
+            self._kill(child)
+            cg = self._cgroups
+            if cg is not None:
+                cg.kill(f"slot-{child.slot}")
+            child.exited.wait(EXIT_GRACE)
+        if child.zygote_died:
             result.detail = "The sandbox's zygote died during the run (it restarts on the next run)."
-        elif run.fork_error is not None:
-            result.detail = f"The sandbox could not start a child: {run.fork_error}."
-        elif run.status is None:
+        elif child.fork_error is not None:
+            result.detail = f"The sandbox could not start a child: {child.fork_error}."
+        elif child.status is None:
             result.detail = "The child did not exit even after SIGKILL."
-        elif os.WIFSIGNALED(run.status):
-            sig = os.WTERMSIG(run.status)
+        elif os.WIFSIGNALED(child.status):
+            sig = os.WTERMSIG(child.status)
             result.signal = _signame(sig)
-            cpu_out = run.cpu >= self.config.cpu_seconds - 0.05
+            cpu_out = child.cpu >= self.config.cpu_seconds - 0.05
             if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_out):
                 result.status, result.limit = "limit", "cpu"
                 result.detail = (
@@ -511,7 +690,7 @@ class Sandbox:
             else:
                 result.detail = f"The child was killed by {result.signal}."
         else:
-            code = os.WEXITSTATUS(run.status)
+            code = os.WEXITSTATUS(child.status)
             result.detail = f"The child exited with status {code} without a result."
         return result
 

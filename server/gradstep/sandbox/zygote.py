@@ -1,4 +1,4 @@
-"""The zygote: a warm, single-threaded process that forks one confined child per run.
+"""The zygote: a warm, single-threaded process that forks confined children.
 
 Started by ``Sandbox.start()`` as ``python -s -P -m gradstep.sandbox.zygote FD``
 with a minimal environment; FD is its end of the control socketpair. It
@@ -6,18 +6,21 @@ reads its plan (the first message), imports and warms the preloads, runs the
 target once, freezes the heap, probes which confinement layers this host
 allows, says "ready", then serves:
 
-* ``{"op": "run", "run": id, "slot": i, "code": str}`` + one fd (result pipe):
-  fork; the child confines itself and runs the target; reply
-  ``{"op": "forked", "run": id, "pid": pid}`` (or ``"fork_failed"``).
-* ``{"op": "kill", "run": id}``: SIGKILL that child if it has not been reaped
+* ``{"op": "spare", "child": id, "slot": i}`` + two fds (the read end of the
+  child's code pipe, the write end of its result pipe): fork a child that
+  confines itself for slot ``i``, then waits for its code; reply
+  ``{"op": "forked", "child": id, "pid": pid}`` (or ``"fork_failed"``). The
+  parent keeps the other ends: it hands the code straight to the child.
+* ``{"op": "kill", "child": id}``: SIGKILL that child if it has not been reaped
   (a pid is never reused before its parent reaps it, so this is race-free).
-* every reaped child: ``{"op": "exited", "run": id, "status": wait status, "cpu": s}``.
+* every reaped child: ``{"op": "exited", "child": id, "status": wait status, "cpu": s}``.
 
 EOF on the control socket (the server died or closed it) kills every child and exits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import importlib
 import json
@@ -48,13 +51,51 @@ def preload(modules: list[str]) -> None:
         importlib.import_module(m)
 
 
+MADV_COLLAPSE = 25  # Linux >= 6.1
+HUGE = 2 << 20
+
+
+def collapse_huge_pages() -> int:
+    """Back the zygote's anonymous memory with transparent huge pages; best effort. Returns MB.
+
+    A fork copies one page-table entry per 2 MB huge page instead of 512 for
+    4 KB pages, and the child's exit tears down as few: for this ~300 MB
+    process, fork + exit drop from ~15-20 ms of CPU to ~5. Copy-on-write stays
+    per 4 KB page (a huge page a child writes to is split in the child first),
+    so a child copies no more memory than before; the zygote's RSS grows by a
+    few MB. ``MADV_COLLAPSE`` works whatever the THP ``enabled`` setting, except
+    ``never``, and doesn't mark the mappings for future huge pages. Where the
+    kernel can't, nothing changes.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    with open("/proc/self/maps") as f:
+        maps = f.read().splitlines()
+    for line in maps:
+        fields = line.split()
+        name = fields[5] if len(fields) > 5 else ""
+        if not fields[1].startswith("rw") or name not in ("", "[heap]"):
+            continue  # private anonymous memory and the brk heap only
+        lo, hi = (int(x, 16) for x in fields[0].split("-"))
+        lo = (lo + HUGE - 1) & ~(HUGE - 1)
+        hi &= ~(HUGE - 1)
+        if hi > lo:
+            libc.madvise(lo, hi - lo, MADV_COLLAPSE)  # errors (old kernel, THP off, no memory): skip
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1]) >> 10
+    return 0
+
+
 class Zygote:
     def __init__(self, chan: Channel, plan: dict):
         self.chan = chan
         self.plan = plan
         self.target = None
-        self.children: dict[int, int] = {}  # pid -> run id
+        self.children: dict[int, int] = {}  # pid -> child id
         self.pending: list[dict] = []
+        self.huge_mb = 0
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     # -- start-up ----------------------------------------------------------------
@@ -67,6 +108,7 @@ class Zygote:
             raise TypeError(f"the target returned {type(out).__name__}, not bytes")
         gc.collect()
         gc.freeze()  # forked children then don't touch (copy) the zygote's objects in gc passes
+        self.huge_mb = collapse_huge_pages() if self.plan.get("huge_pages") else 0
 
     def probe(self) -> dict[str, str]:
         """Fork a child that tries every enabled layer; report what this host allows."""
@@ -114,29 +156,32 @@ class Zygote:
                     self.shutdown()
                     return
                 for msg in messages:
-                    if msg["op"] == "run":
-                        self.fork(msg, self.chan.fds.popleft())
+                    if msg["op"] == "spare":
+                        code_fd, result_fd = self.chan.fds.popleft(), self.chan.fds.popleft()
+                        self.fork(msg, code_fd, result_fd)
                     elif msg["op"] == "kill":
-                        self.kill(msg["run"])
+                        self.kill(msg["child"])
 
-    def fork(self, msg: dict, fd: int) -> None:
-        run = msg["run"]
+    def fork(self, msg: dict, code_fd: int, result_fd: int) -> None:
+        child = msg["child"]
         t_fork = time.perf_counter()
         try:
             pid = os.fork()
         except OSError as e:
-            os.close(fd)
-            self.chan.send({"op": "fork_failed", "run": run, "error": str(e)})
+            os.close(code_fd)
+            os.close(result_fd)
+            self.chan.send({"op": "fork_failed", "child": child, "error": str(e)})
             return
         if pid == 0:
-            self.child(msg, fd, t_fork)  # never returns
-        os.close(fd)
-        self.children[pid] = run
-        self.chan.send({"op": "forked", "run": run, "pid": pid})
+            self.child(msg, code_fd, result_fd, t_fork)  # never returns
+        os.close(code_fd)
+        os.close(result_fd)
+        self.children[pid] = child
+        self.chan.send({"op": "forked", "child": child, "pid": pid})
 
-    def kill(self, run: int) -> None:
-        for pid, r in self.children.items():
-            if r == run:
+    def kill(self, child: int) -> None:
+        for pid, c in self.children.items():
+            if c == child:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -150,10 +195,10 @@ class Zygote:
                 return
             if pid == 0:
                 return
-            run = self.children.pop(pid, None)
-            if run is not None:
+            child = self.children.pop(pid, None)
+            if child is not None:
                 cpu = usage.ru_utime + usage.ru_stime
-                self.chan.send({"op": "exited", "run": run, "pid": pid, "status": status, "cpu": cpu})
+                self.chan.send({"op": "exited", "child": child, "pid": pid, "status": status, "cpu": cpu})
 
     def shutdown(self) -> None:
         for pid in self.children:
@@ -171,18 +216,23 @@ class Zygote:
 
     # -- the child -----------------------------------------------------------------
 
-    def child(self, msg: dict, fd: int, t_fork: float) -> None:
-        """Runs in the forked child: confine, run the target, write the result, exit."""
+    def child(self, msg: dict, code_fd: int, result_fd: int, t_fork: float) -> None:
+        """Runs in the forked child: confine, wait for the code, run the target, write the result, exit.
+
+        Every layer is applied before the code arrives (a spare waits confined);
+        a spare is used for one run only: it exits after it, or at once if its
+        code pipe closes first.
+        """
         code = 71
         try:
             t0 = time.perf_counter()
             signal.set_wakeup_fd(-1)
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             # Always, whatever layers are on: the control socket, the wake-up pipe and
-            # other runs' result pipes must never reach a snippet.
+            # other children's pipes must never reach a snippet.
             for other in (self.chan.fileno(), self.wake_r, self.wake_w, *self.chan.fds):
                 os.close(other)
-            conf = Confinement(self.plan, msg["slot"], fd)
+            conf = Confinement(self.plan, msg["slot"], result_fd, code_fd)
             conf.timings["fork"] = (t0 - t_fork) * 1e3
             try:
                 conf.apply(self.plan["layers"])
@@ -190,9 +240,13 @@ class Zygote:
                 write_frame(conf.fd, protocol.REFUSED, str(e).encode())
                 code = 70
                 return
+            source = conf.receive()
+            if source is None:  # closed without a run: the sandbox is closing or dropped this spare
+                code = 0
+                return
             write_frame(conf.fd, protocol.CONFINED, json.dumps(conf.timings).encode())
             try:
-                out = self.target(msg["code"])
+                out = self.target(source)
                 if not isinstance(out, bytes):
                     raise TypeError(f"the target returned {type(out).__name__}, not bytes")
             except BaseException as e:  # noqa: BLE001 - anything the target raises is reported
@@ -229,7 +283,15 @@ def main() -> None:
     except BaseException:
         chan.send({"op": "failed", "error": traceback.format_exc()})
         raise
-    chan.send({"op": "ready", "pid": os.getpid(), "layers": layers, "threads": threads})
+    chan.send(
+        {
+            "op": "ready",
+            "pid": os.getpid(),
+            "layers": layers,
+            "threads": threads,
+            "huge_pages_mb": zygote.huge_mb,
+        }
+    )
     zygote.serve()
 
 
