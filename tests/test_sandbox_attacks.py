@@ -502,3 +502,18 @@ def test_the_child_has_no_privileges_left(both, guard, mounts_before):
     cgroups = {line.split(":")[1]: line.split(":")[2] for line in trace["stdout"].split("True\n")[1].split()}
     assert cgroups["memory"].startswith(guard.parent + "/") and cgroups["memory"].endswith(f"/slot-{slot}")
     assert cgroups["pids"].startswith(guard.parent + "/") and cgroups["pids"].endswith(f"/slot-{slot}")
+
+
+# -- the zygote's memory ------------------------------------------------------------
+
+
+def test_the_zygote_is_backed_by_huge_pages(full):
+    # Huge pages make forks and exits cheap; they must not loosen a memory limit
+    # (the memory attacks above run against this same zygote).
+    try:
+        thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        pytest.skip("no transparent huge pages here")
+    if "[never]" in thp:
+        pytest.skip("transparent huge pages are off here")
+    assert full.health()["zygote_huge_pages_mb"] >= 64

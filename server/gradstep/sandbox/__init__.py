@@ -62,9 +62,13 @@ Processes
   its memory. It calls ``torch.set_num_threads(1)`` before any torch op, imports
   ``preload``, runs the target once on ``warmup`` (a tiny forward, backward and
   optimizer steps; this also imports everything the tracer imports lazily),
-  ``gc.freeze()``, probes the layers, then serves fork requests. It is a
-  single-threaded process and a child subreaper; EOF on its control socket
-  (the server died) kills its children and ends it.
+  ``gc.freeze()``, backs its anonymous memory with transparent huge pages
+  (``MADV_COLLAPSE``, best effort, ``SandboxConfig.huge_pages``: a fork copies
+  and an exit tears down one page-table entry per 2 MB instead of 512, so fork
+  + exit cost ~5 ms of CPU instead of ~15–20; copy-on-write stays per 4 KB
+  page, so a child copies no more memory), probes the layers, then serves fork
+  requests. It is a single-threaded process and a child subreaper; EOF on its
+  control socket (the server died) kills its children and ends it.
 * **Parent ↔ zygote**: a Unix socketpair of framed JSON; each child's two pipe
   ends (the read end of its code pipe, the write end of its result pipe) go
   over it with SCM_RIGHTS; the parent keeps the other ends. The zygote reaps
@@ -80,11 +84,14 @@ Processes
 Layers, in the order a child applies them
 -----------------------------------------
 Measured here (root, kernel 6.18, cgroup v1, 2 vCPU; medians the child took per
-layer, see ``RunResult.timings`` and ``benchmarks/sandbox_cost.py``): fork 7–8 ms,
-setsid 0.03, cgroup 0.2–12, close_fds 0.1, namespaces 0.7, mounts 0.5, rlimits
-0.2, uid 0.04, no_new_privs 0.05, seccomp 1.5–1.8 ms; a whole confined run of a
-tiny snippet ≈35 ms including the child's exit (≈27 ms to the result), against
-≈1.9 s for a fresh ``python -c`` that imports torch. ``SandboxConfig.disable`` switches layers off
+layer, see ``RunResult.timings`` and ``benchmarks/sandbox_cost.py``): fork 3 ms
+(7–9 without huge pages), setsid 0.03, cgroup 0.2–12, close_fds 0.1, namespaces
+0.7, mounts 0.5, rlimits 0.2, uid 0.04, no_new_privs 0.05, seccomp 1.5–1.8 ms —
+all paid by a spare before its run. A confined run of a tiny snippet answers in
+≈11–12 ms with a ready spare (the tracer itself ≈8 ms of it), ≈31–38 ms when it
+must fork on request (``prefork=False``; it was ≈35–40 ms to the result, ≈45
+with the child's exit, before spares), against ≈1.5–2 s for a fresh ``python -c``
+that imports torch. ``SandboxConfig.disable`` switches layers off
 (for measurement and tests only). At start a probe child tries every layer;
 one the host refuses is reported as ``"unavailable: <why>"`` in
 ``health()["layers"]`` and with a WARNING on stderr, and children run without it

@@ -138,6 +138,12 @@ class Zygote:
     def serve(self) -> None:
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        try:
+            self._serve()
+        except ConnectionError:  # the parent closed its end while we wrote to it: as EOF
+            self.shutdown()
+
+    def _serve(self) -> None:
         while True:
             try:
                 ready, _, _ = select.select([self.chan, self.wake_r], [], [], 1.0)
