@@ -517,3 +517,16 @@ def test_the_zygote_is_backed_by_huge_pages(full):
     if "[never]" in thp:
         pytest.skip("transparent huge pages are off here")
     assert full.health()["zygote_huge_pages_mb"] >= 64
+
+
+def test_a_2_million_node_graph_ends_with_a_clear_result(full, guard, mounts_before):
+    code = "import torch\nx = torch.ones(1, requires_grad=True)\ny = x\nfor _ in range(2_000_000):\n    y = y * 1.0001\n"
+    result, trace = attack(full, code, guard, mounts_before)
+    if result.status == "ok":  # the tracer's node cap held
+        assert "nodes" in trace["truncated"] and len(trace["nodes"]) <= 20_000
+    else:  # or a limit stopped it first: never a crash or a hang
+        assert (result.status, result.limit) in {
+            ("limit", "memory"),
+            ("limit", "cpu"),
+            ("timeout", "wall"),
+        }, result
