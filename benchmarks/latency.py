@@ -23,7 +23,7 @@ import time
 
 import httpx
 import orjson
-from load import SEED, Server, percentile, print_leftovers
+from harness import SEED, Server, percentile, print_leftovers
 
 
 def server_runs(client: httpx.Client, runs: int, tag: str) -> list[float]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import orjson
-from load import Server, percentile, print_leftovers, rss_kb
+from harness import Server, percentile, print_leftovers, rss_kb
 
 ATTACKS = {
     "loop": "while True:\n    pass\n",
