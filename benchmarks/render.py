@@ -13,55 +13,17 @@ Needs Chromium at /usr/bin/chromium (or $GRADSTEP_CHROMIUM).
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
 import sys
 import time
+from pathlib import Path
 
-import httpx
 from playwright.sync_api import sync_playwright
 
-CHROMIUM = os.environ.get("GRADSTEP_CHROMIUM", "/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
+# Chromium, its flags and the server start-up are shared with the browser tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from browser_support import launch, start_server, stop_server  # noqa: E402
 from tracer_overhead import SNIPPET as TRANSFORMER  # noqa: E402  (benchmarks/ is on sys.path)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server() -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    env = {**os.environ, "GRADSTEP_RATE": "0"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gradstep", "serve", "--port", str(port), "--log-level", "warning"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit("server did not start")
 
 
 def run(page, code: str) -> dict:
@@ -151,7 +113,7 @@ def main() -> None:
     proc, base = start_server()
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            browser = launch(p)
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.goto(f"{base}/?snippet=shared_trunk_partial_grads")
             page.wait_for_function("Number(document.body.dataset.painted || 0) >= 1", timeout=60_000)
@@ -226,8 +188,7 @@ def main() -> None:
             )
             browser.close()
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_server(proc)
 
 
 if __name__ == "__main__":
