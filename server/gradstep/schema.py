@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-VERSION = 1
+VERSION = 2  # 2: Step.explanation, Step.links, Trace.diagnoses (additive: v1 readers ignore them)
 
 Status = Literal["ok", "error", "timeout", "limit", "crashed"]
 StepKind = Literal["forward", "backward", "grad"]
@@ -143,6 +143,15 @@ class Warning_(_Model):
     line: int | None = None
 
 
+class Link(_Model):
+    """A span of ``Step.explanation`` that talks about a node or a tensor (for linking/highlighting)."""
+
+    start: int = Field(description="Character offset of the span in the explanation (0-based, inclusive).")
+    end: int = Field(description="Character offset just past the span (exclusive).")
+    node: int | None = Field(None, description="NodeInfo.id the span refers to.")
+    tensor: str | None = Field(None, description="TensorState.name the span refers to.")
+
+
 class Step(_Model):
     index: int
     kind: StepKind
@@ -174,6 +183,47 @@ class Step(_Model):
     saved_bytes: int = Field(0, description="Bytes held by live saved tensors, each storage counted once.")
     stdout: str = ""
     warnings: list[Warning_] = Field(default_factory=list)
+    explanation: str = Field(
+        "", description="Plain-language narration of what this step changed, derived from the trace alone."
+    )
+    links: list[Link] = Field(
+        default_factory=list, description="Spans of `explanation` naming a node or a tensor."
+    )
+
+
+DIAGNOSIS_KINDS = (
+    "backward_through_freed_graph",
+    "non_scalar_backward",
+    "inplace_modified_saved_tensor",
+    "grad_accumulates_without_zero_grad",
+    "hidden_state_not_detached",
+    "grad_of_non_leaf",
+    "requires_grad_on_integer",
+)
+
+
+class Fix(_Model):
+    """A corrected snippet that was run and checked before it was offered."""
+
+    title: str = Field(description="Short imperative, e.g. 'Keep the graph with retain_graph=True'.")
+    explanation: str = Field(description="What the change does and what it costs.")
+    code: str = Field(description="The whole corrected snippet.")
+
+
+class Diagnosis(_Model):
+    """A known autograd mistake found in the run, with fixes that were verified by running them."""
+
+    kind: str = Field(description="What went wrong: " + ", ".join(DIAGNOSIS_KINDS) + ".")
+    severity: Literal["error", "warning"] = Field(
+        description="error: the run failed because of it; warning: it ran, but likely not as meant."
+    )
+    line: int | None = Field(None, description="Snippet line the diagnosis points at.")
+    message: str = Field(description="Why it happened, in plain language, with the facts the run showed.")
+    fixes: list[Fix] = Field(
+        default_factory=list,
+        description="Only fixes whose corrected snippet ran cleanly (and gave the "
+        "intended gradients, where the intent is clear).",
+    )
 
 
 class Trace(_Model):
@@ -194,6 +244,9 @@ class Trace(_Model):
     )
     notes: list[str] = Field(
         default_factory=list, description="Things the viewer should say, e.g. that tracing stopped early."
+    )
+    diagnoses: list[Diagnosis] = Field(
+        default_factory=list, description="Known autograd mistakes the run shows, each with verified fixes."
     )
 
 
