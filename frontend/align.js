@@ -1,0 +1,272 @@
+// Lining up two runs of (almost) the same snippet — the original and a fixed
+// version — so the side-by-side view can step them in lockstep and say what
+// differs. Pure functions of the two traces: no DOM, tested with node --test.
+//
+// The rule (docs: frontend/README.md, "Side by side"):
+//   1. Lines: the two codes are diffed line by line (longest common subsequence
+//      of the lines, whitespace at the ends ignored). Between two common lines,
+//      the lines that changed are paired in order (`y.backward()` ↔
+//      `y.backward(retain_graph=True)`); lines left over were added or removed.
+//   2. Calls: the k-th backward()/autograd.grad() call of one run is aligned
+//      with the k-th call of the other, whatever their lines.
+//   3. Forward steps: between call k-1 and call k (and after the last call),
+//      the forward steps of the two runs are aligned by line: the longest common
+//      subsequence of their lines, the original's lines read through the line
+//      map. A step with no partner gets a row of its own; the other run then
+//      keeps showing its previous step ("held").
+//   4. Nodes: a node of one run matches the node of the other with the same op
+//      created on the same (mapped) line, the k-th such node with the k-th;
+//      a leaf (AccumulateGrad) matches the leaf of the same tensor name.
+//   5. Differences at a row, between the steps the two runs show there: matched
+//      nodes alive in both whose freed / stale / failed state differs; tensors
+//      (by name) whose .grad differs; a node alive in one run whose match is
+//      not alive in the other ("only"); an error in one step and not the other.
+
+// ---------------------------------------------------------------- lines
+
+function lcsPairs(a, b, eq) {
+  // classic O(n·m) table; snippets are at most 64 KB, steps at most 500
+  const n = a.length;
+  const m = b.length;
+  const w = m + 1;
+  const t = new Uint32Array((n + 1) * w);
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      t[i * w + j] = eq(a[i], b[j]) ? t[(i + 1) * w + j + 1] + 1 : Math.max(t[(i + 1) * w + j], t[i * w + j + 1]);
+    }
+  }
+  const pairs = [];
+  let i = 0;
+  let j = 0;
+  while (i < n && j < m) {
+    if (eq(a[i], b[j])) {
+      pairs.push([i, j]);
+      i++;
+      j++;
+    } else if (t[(i + 1) * w + j] >= t[i * w + j + 1]) i++;
+    else j++;
+  }
+  return pairs;
+}
+
+/**
+ * Line map between two codes: { aToB: Map(lineA → lineB), bToA, changed: Set(lineB) }.
+ * Lines count from 1. `changed` holds B's lines paired with a different A line.
+ */
+export function lineMap(codeA, codeB) {
+  const a = (codeA || "").split("\n").map((l) => l.trim());
+  const b = (codeB || "").split("\n").map((l) => l.trim());
+  const common = lcsPairs(a, b, (x, y) => x === y);
+  const aToB = new Map();
+  const bToA = new Map();
+  const changed = new Set();
+  let pa = 0;
+  let pb = 0;
+  for (const [ia, ib] of [...common, [a.length, b.length]]) {
+    // the lines between two common lines: changed in order, the rest added/removed
+    const k = Math.min(ia - pa, ib - pb);
+    for (let d = 0; d < k; d++) {
+      aToB.set(pa + d + 1, pb + d + 1);
+      bToA.set(pb + d + 1, pa + d + 1);
+      changed.add(pb + d + 1);
+    }
+    if (ia < a.length) {
+      aToB.set(ia + 1, ib + 1);
+      bToA.set(ib + 1, ia + 1);
+    }
+    pa = ia + 1;
+    pb = ib + 1;
+  }
+  return { aToB, bToA, changed };
+}
+
+// ---------------------------------------------------------------- steps
+
+const isCall = (s) => s.kind !== "forward";
+
+/** Steps split at calls: { segments: [[forward index…] before call k, …, after the last], calls: [index…] }. */
+function segmentSteps(steps) {
+  const segments = [[]];
+  const calls = [];
+  steps.forEach((s, i) => {
+    if (isCall(s)) {
+      calls.push(i);
+      segments.push([]);
+    } else segments[segments.length - 1].push(i);
+  });
+  return { segments, calls };
+}
+
+/**
+ * The rows of the side-by-side view: [{a, b, kind}] where a / b is a step index
+ * of run A / B or null (no partner), kind "forward" | "call". Every step of each
+ * run appears exactly once, in order.
+ */
+export function alignSteps(traceA, traceB, map = lineMap(traceA.code, traceB.code)) {
+  const stepsA = traceA.steps ?? [];
+  const stepsB = traceB.steps ?? [];
+  const A = segmentSteps(stepsA);
+  const B = segmentSteps(stepsB);
+  const lineA = (i) => {
+    const l = stepsA[i].line ?? null;
+    return l === null ? null : (map.aToB.get(l) ?? null);
+  };
+  const lineB = (j) => stepsB[j].line ?? null;
+  const rows = [];
+  const n = Math.max(A.segments.length, B.segments.length);
+  for (let k = 0; k < n; k++) {
+    const sa = A.segments[k] ?? [];
+    const sb = B.segments[k] ?? [];
+    const pairs = lcsPairs(sa, sb, (i, j) => lineA(i) !== null && lineA(i) === lineB(j));
+    let pa = 0;
+    let pb = 0;
+    for (const [ia, ib] of [...pairs, [sa.length, sb.length]]) {
+      while (pa < ia) rows.push({ a: sa[pa++], b: null, kind: "forward" });
+      while (pb < ib) rows.push({ a: null, b: sb[pb++], kind: "forward" });
+      if (ia < sa.length) rows.push({ a: sa[ia], b: sb[ib], kind: "forward" });
+      pa = ia + 1;
+      pb = ib + 1;
+    }
+    if (k < Math.max(A.calls.length, B.calls.length)) {
+      rows.push({ a: A.calls[k] ?? null, b: B.calls[k] ?? null, kind: "call" });
+    }
+  }
+  return rows;
+}
+
+/**
+ * The step each run shows at row r: its own step, or — when it has none there —
+ * its latest step before r (held), or its first step when it has none yet.
+ * → { a, b, heldA, heldB } (a / b null only for a run without steps)
+ */
+export function shownAt(rows, r) {
+  const pick = (side) => {
+    if (rows[r] && rows[r][side] !== null) return { i: rows[r][side], held: false };
+    for (let k = r - 1; k >= 0; k--) if (rows[k][side] !== null) return { i: rows[k][side], held: true };
+    for (let k = r + 1; k < rows.length; k++) if (rows[k][side] !== null) return { i: rows[k][side], held: true };
+    return { i: null, held: true };
+  };
+  const a = pick("a");
+  const b = pick("b");
+  return { a: a.i, b: b.i, heldA: a.held, heldB: b.held };
+}
+
+// ---------------------------------------------------------------- nodes
+
+function nodeKeys(trace, lineOf) {
+  const keys = new Map();
+  const count = new Map();
+  for (const n of trace.nodes ?? []) {
+    const base = n.op === "AccumulateGrad" && n.tensor
+      ? `leaf:${n.tensor}`
+      : `${n.op}@${n.line === null || n.line === undefined ? "-" : (lineOf(n.line) ?? "?")}`;
+    const k = count.get(base) ?? 0;
+    count.set(base, k + 1);
+    // a line removed by the fix matches nothing
+    if (!base.endsWith("@?")) keys.set(n.id, `${base}#${k}`);
+  }
+  return keys;
+}
+
+/** Matching nodes of the two runs: { aToB: Map(id → id), bToA }. */
+export function matchNodes(traceA, traceB, map = lineMap(traceA.code, traceB.code)) {
+  const ka = nodeKeys(traceA, (l) => map.aToB.get(l));
+  const kb = nodeKeys(traceB, (l) => l);
+  const byKey = new Map([...kb].map(([id, k]) => [k, id]));
+  const aToB = new Map();
+  const bToA = new Map();
+  for (const [id, k] of ka) {
+    const other = byKey.get(k);
+    if (other === undefined) continue;
+    aToB.set(id, other);
+    bToA.set(other, id);
+  }
+  return { aToB, bToA };
+}
+
+// ---------------------------------------------------------------- differences
+
+/** Two recorded gradients say the same (absent = null; norms to 1e-6 relative). */
+export function sameGrad(x, y) {
+  if (!x || !y) return !x && !y;
+  if (JSON.stringify(x.shape ?? []) !== JSON.stringify(y.shape ?? [])) return false;
+  if ((x.has_grad_fn ?? false) !== (y.has_grad_fn ?? false)) return false;
+  const vx = x.values ?? null;
+  const vy = y.values ?? null;
+  if (vx !== null && vy !== null) return JSON.stringify(vx) === JSON.stringify(vy);
+  const nx = x.norm ?? null;
+  const ny = y.norm ?? null;
+  if (nx === null || ny === null) return nx === ny;
+  return Math.abs(nx - ny) <= 1e-6 * Math.max(Math.abs(nx), Math.abs(ny));
+}
+
+function stateOf(step) {
+  const out = new Map();
+  for (const s of step?.nodes ?? []) {
+    if (s.dropped) continue;
+    out.set(s.id, { freed: s.freed ?? false, stale: s.stale ?? false, failed: s.failed ?? false });
+  }
+  return out;
+}
+
+function addKind(m, id, kind) {
+  if (!m.has(id)) m.set(id, new Set());
+  m.get(id).add(kind);
+}
+
+/**
+ * Everything a comparison needs, computed once: { map, rows, nodes, diffAt(r) }.
+ * diffAt(r) → { shown: shownAt(rows, r), a: Map(id → Set(kind)), b: Map(id → Set(kind)),
+ *   grads: [{name, a, b}], freed: [{a, b, freedIn}], errors: {a, b} }
+ * kinds: "freed", "stale", "failed", "grad", "only".
+ */
+export function compareTraces(traceA, traceB) {
+  const map = lineMap(traceA.code, traceB.code);
+  const rows = alignSteps(traceA, traceB, map);
+  const nodes = matchNodes(traceA, traceB, map);
+  const diffAt = (r) => {
+    const shown = shownAt(rows, r);
+    const stepA = shown.a === null ? null : traceA.steps[shown.a];
+    const stepB = shown.b === null ? null : traceB.steps[shown.b];
+    const sa = stateOf(stepA);
+    const sb = stateOf(stepB);
+    const a = new Map();
+    const b = new Map();
+    const freed = [];
+    for (const [id, x] of sa) {
+      const other = nodes.aToB.get(id);
+      const y = other === undefined ? undefined : sb.get(other);
+      if (!y) {
+        addKind(a, id, "only");
+        continue;
+      }
+      for (const kind of ["freed", "stale", "failed"]) {
+        if (x[kind] === y[kind]) continue;
+        addKind(a, id, kind);
+        addKind(b, other, kind);
+        if (kind === "freed") freed.push({ a: id, b: other, freedIn: x.freed ? "a" : "b" });
+      }
+    }
+    for (const id of sb.keys()) {
+      const other = nodes.bToA.get(id);
+      if (other === undefined || !sa.has(other)) addKind(b, id, "only");
+    }
+    const ta = new Map((stepA?.tensors ?? []).map((t) => [t.name, t]));
+    const tb = new Map((stepB?.tensors ?? []).map((t) => [t.name, t]));
+    const grads = [];
+    for (const name of new Set([...ta.keys(), ...tb.keys()])) {
+      const x = ta.get(name);
+      const y = tb.get(name);
+      if (sameGrad(x?.grad ?? null, y?.grad ?? null)) continue;
+      grads.push({ name, a: x?.grad ?? null, b: y?.grad ?? null });
+      if (x && x.node !== null && x.node !== undefined && sa.has(x.node)) addKind(a, x.node, "grad");
+      if (y && y.node !== null && y.node !== undefined && sb.has(y.node)) addKind(b, y.node, "grad");
+    }
+    // an error belongs to the step that raised it, not to a step held beside another
+    const errA = !shown.heldA && stepA?.error ? stepA.error : null;
+    const errB = !shown.heldB && stepB?.error ? stepB.error : null;
+    const errors = { a: errA && !errB ? errA : null, b: errB && !errA ? errB : null };
+    return { shown, a, b, grads, freed, errors };
+  };
+  return { map, rows, nodes, diffAt };
+}
