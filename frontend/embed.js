@@ -23,11 +23,12 @@ function ensureStyles() {
  * Render `trace` (a parsed trace, docs/trace-format.md) into `el`.
  * theme: "light" | "dark" | "auto" (follows prefers-color-scheme).
  * code: show the snippet beside the graph (default true).
+ * styles: false when the host already provides style.css (static exports, shadow roots).
  * Returns the viewer: setStep(i), next(), prev(), play(), stop(), step, destroy().
  */
-export async function render({ trace, el, step = 0, theme = "auto", code = true, panels = true }) {
+export async function render({ trace, el, step = 0, theme = "auto", code = true, panels = true, styles = true }) {
   if (!el) throw new Error("render: `el` is required");
-  ensureStyles();
+  if (styles) ensureStyles();
   el.replaceChildren();
   el.classList.add("gs-embed");
   if (theme === "light" || theme === "dark") el.dataset.theme = theme;
