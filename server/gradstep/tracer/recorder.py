@@ -698,4 +698,6 @@ def _syntax_error(e: SyntaxError) -> dict:
 
 def record(code: str, limits: Limits | None = None) -> dict:
     """Run ``code`` here, in this process, and return its trace as plain JSON-able data."""
-    return Recorder(code, limits or Limits()).run()
+    from gradstep.narrate import narrate  # every consumer gets the narration: done where the trace ends
+
+    return narrate(Recorder(code, limits or Limits()).run())

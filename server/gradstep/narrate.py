@@ -1,0 +1,513 @@
+"""Narration: a short plain-language ``explanation`` for every step, from the trace alone.
+
+A pure function of the trace's plain dicts (as ``record()`` builds them): each
+sentence states a fact the trace carries — which nodes a line built and what
+they saved, which nodes a call ran and in which order, whose saved tensors it
+released or kept, how each ``.grad`` changed, where and why a call failed. The
+spans that name a node or a tensor are listed in ``links`` so a viewer can
+highlight what the text talks about.
+
+It runs once per trace, where the trace is finished, so it must stay cheap: one
+pass over each step's node states, nothing quadratic in the graph's size.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from collections import Counter
+from typing import Any
+
+MAX_LISTED = 6  # nodes or tensors named one by one before the rest is summarised
+MAX_VALUES = 4  # gradients with at most this many elements are shown by value
+
+
+class _Text:
+    """Sentences under construction, with the spans that name nodes and tensors."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+        self.links: list[dict] = []
+
+    def add(self, text: str) -> _Text:
+        self.parts.append(text)
+        self.size += len(text)
+        return self
+
+    def node(self, nid: int, label: str) -> _Text:
+        self.links.append({"start": self.size, "end": self.size + len(label), "node": nid, "tensor": None})
+        return self.add(label)
+
+    def tensor(self, name: str, label: str) -> _Text:
+        self.links.append({"start": self.size, "end": self.size + len(label), "node": None, "tensor": name})
+        return self.add(label)
+
+    def join(self, items: list, write, last: str = "and") -> None:
+        """``write(item)`` for each item, separated as in prose: a, b and c."""
+        for i, item in enumerate(items):
+            if i:
+                self.add(f" {last} " if i == len(items) - 1 else ", ")
+            write(item)
+
+    def sentence_break(self) -> None:
+        if self.parts and not self.parts[-1].endswith(" "):
+            self.add(" ")
+
+    def text(self) -> str:
+        return "".join(self.parts).rstrip()
+
+
+def fmt_number(v: Any) -> str:
+    if v is None:
+        return "nan"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if math.isnan(v) or math.isinf(v):
+        return str(v)
+    if v == int(v) and abs(v) < 1e6:
+        return str(int(v))
+    return f"{v:.4g}"
+
+
+def fmt_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KB"
+    return f"{n / (1024 * 1024):.1f} MB"
+
+
+def _flat(values: Any) -> list:
+    if isinstance(values, list):
+        out: list = []
+        for v in values:
+            out.extend(_flat(v))
+        return out
+    return [values]
+
+
+def fmt_grad(grad: dict | None) -> str:
+    """A gradient as a reader wants it: its value when small, else its shape and norm."""
+    if grad is None:
+        return "None"
+    values = grad.get("values")
+    shape = grad.get("shape") or []
+    if values is not None and math.prod(shape) <= MAX_VALUES:
+        if not shape:
+            return fmt_number(values)
+        return "[" + ", ".join(fmt_number(v) for v in _flat(values)) + "]"
+    norm = grad.get("norm")
+    size = "×".join(str(s) for s in shape) or "scalar"
+    return f"a {size} tensor of norm {fmt_number(norm)}" if norm is not None else f"a {size} tensor"
+
+
+def _same_grad(a: dict | None, b: dict | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (
+        a.get("values") == b.get("values")
+        and a.get("norm") == b.get("norm")
+        and a.get("shape") == b.get("shape")
+        and bool(a.get("has_grad_fn")) == bool(b.get("has_grad_fn"))
+    )
+
+
+def _saves_tensors(info: dict) -> bool:
+    return any(s.get("kind") in ("tensor", "tensors") for s in info.get("saved") or ())
+
+
+def _saved_bytes(info: dict) -> int:
+    return sum(s.get("bytes") or 0 for s in info.get("saved") or () if s.get("kind") != "value")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+class _Narrator:
+    def __init__(self, trace: dict):
+        self.trace = trace
+        self.nodes: list[dict] = trace.get("nodes") or []
+        self.freed_at: dict[int, int] = {}  # node id -> index of the step that first showed it freed
+        self.stale_at: dict[int, int] = {}
+        self.new_at: dict[int, list[int]] = {}  # step index -> ids of the nodes it shows first
+        self.op: list[str] = []  # op of each node, by id (nodes[i].id == i)
+        for info in self.nodes:
+            self.new_at.setdefault(info.get("step"), []).append(info["id"])
+            self.op.append(info.get("op", "?"))
+        self._saves: dict[int, bool] = {}
+        self.calls: dict[int, list[str]] | None = None  # line -> backward/grad calls written there
+        self.tensor_names: set[str] = set()  # tensors the current step lists (links may name only these)
+
+    def label(self, nid: int) -> str:
+        info = self.nodes[nid] if 0 <= nid < len(self.nodes) else {}
+        op = info.get("op", "?")
+        if op == "AccumulateGrad" and info.get("tensor"):
+            return f"AccumulateGrad ({info['tensor']})"
+        return op
+
+    def saves(self, nid: int) -> bool:
+        """Whether node ``nid`` saved a tensor (memoised: asked for every node a call ran)."""
+        found = self._saves.get(nid)
+        if found is None:
+            found = self._saves[nid] = _saves_tensors(self.nodes[nid])
+        return found
+
+    def run(self) -> None:
+        prev_states: dict[int, dict] = {}
+        prev_step: dict | None = None
+        for step in self.trace.get("steps") or ():
+            states = {}  # only the states that say more than their id: most say nothing
+            index = step["index"]
+            for st in step.get("nodes") or ():
+                if len(st) == 1 or ("dropped" in st and st["dropped"]):
+                    continue
+                nid = st["id"]
+                states[nid] = st
+                if "freed" in st and st["freed"] and nid not in self.freed_at:
+                    self.freed_at[nid] = index
+                if "stale" in st and st["stale"] and nid not in self.stale_at:
+                    self.stale_at[nid] = index
+            self.tensor_names = {te["name"] for te in step.get("tensors") or ()}
+            text = _Text()
+            if step.get("kind") == "forward":
+                self.forward(step, states, prev_states, prev_step, text)
+            else:
+                self.call(step, states, prev_states, prev_step, text)
+            step["explanation"] = text.text()
+            step["links"] = [link for link in text.links if link["end"] <= len(step["explanation"])]
+            prev_states, prev_step = states, step
+
+    # -- forward steps ---------------------------------------------------------
+
+    def forward(self, step: dict, states: dict, prev: dict, prev_step: dict | None, t: _Text) -> None:
+        index = step["index"]
+        new = self.new_at.get(index, [])  # first shown at this step, so alive in it
+        where = f"Line {step['line']}" if step.get("line") is not None else "The snippet"
+        repeat = step.get("repeat") or 1
+        if repeat > 1:
+            t.add(f"{where} (the last of {repeat} line executions folded into this step) built ")
+        else:
+            t.add(f"{where} built ")
+        t.add(_plural(len(new), "node"))
+        op = self.op
+        ops = [nid for nid in new if op[nid] != "AccumulateGrad"]
+        leaves = [nid for nid in new if op[nid] == "AccumulateGrad"]
+        if new and len(ops) <= MAX_LISTED:
+            t.add(": ")
+            t.join(ops + leaves[: max(0, MAX_LISTED - len(ops))], lambda nid: self._built(nid, states, t))
+            if len(leaves) > MAX_LISTED - len(ops):
+                t.add(f" and {len(leaves) - max(0, MAX_LISTED - len(ops))} more AccumulateGrad nodes")
+            t.add(".")
+        elif new:
+            counts = Counter(op[nid] for nid in new)
+            top = counts.most_common(MAX_LISTED)
+            t.add(": " + ", ".join(f"{n} × {op}" for op, n in top))
+            if len(counts) > len(top):
+                t.add(f" and {len(counts) - len(top)} other ops")
+            saved = sum(_saved_bytes(self.nodes[nid]) for nid in ops)
+            t.add(f"; together they saved {fmt_bytes(saved)} of tensors for backward.")
+        else:
+            t.add(".")
+        self._stale(step, states, prev, t)
+        self._dropped(step, t)
+        if prev_step is not None and prev_step.get("saved_bytes", 0) != step.get("saved_bytes", 0):
+            t.sentence_break()
+            t.add(f"Saved tensors now hold {fmt_bytes(step.get('saved_bytes', 0))}.")
+
+    def _built(self, nid: int, states: dict, t: _Text) -> None:
+        info = self.nodes[nid]
+        t.node(nid, self.label(nid))
+        details = []
+        vars_ = states.get(nid, {}).get("vars") or []
+        if info.get("op") != "AccumulateGrad" and vars_:
+            details.append(("grad_fn of ", vars_[0]))
+        saved = [s for s in info.get("saved") or () if s.get("kind") != "value"]
+        if info.get("op") == "AccumulateGrad":
+            pass
+        elif saved:
+            names = ", ".join(s["name"] + (f" (= {s['of']})" if s.get("of") else "") for s in saved)
+            details.append((f"saved {names}, {fmt_bytes(_saved_bytes(info))}", None))
+        else:
+            details.append(("saved no tensors", None))
+        if details:
+            t.add(" (")
+            for i, (text, tensor) in enumerate(details):
+                if i:
+                    t.add("; ")
+                t.add(text)
+                if tensor:
+                    self.tensor_or_text(t, tensor, tensor)
+            t.add(")")
+
+    def _stale(self, step: dict, states: dict, prev: dict, t: _Text) -> None:
+        now = [nid for nid, st in states.items() if st.get("stale") and not prev.get(nid, {}).get("stale")]
+        for nid in now[:MAX_LISTED]:
+            which = states[nid].get("stale_saved") or []
+            saved = {s["name"]: s for s in self.nodes[nid].get("saved") or ()}
+            t.sentence_break()
+            t.add("The tensor ")
+            t.add(", ".join(which) or "that")
+            ofs = [saved[w]["of"] for w in which if w in saved and saved[w].get("of")]
+            if ofs:
+                t.add(" (")
+                self.tensor_or_text(t, ofs[0], ofs[0])
+                t.add(")")
+            t.add(" that ")
+            t.node(nid, self.label(nid))
+            t.add(" saved was modified in place here: it is stale now, and a backward that reaches ")
+            t.node(nid, self.label(nid))
+            t.add(" will fail.")
+
+    def _dropped(self, step: dict, t: _Text) -> None:
+        dropped = sum(1 for st in step.get("nodes") or () if st.get("dropped"))
+        if dropped:
+            t.sentence_break()
+            t.add(
+                f"{_plural(dropped, 'node')} no variable reaches any more "
+                f"{'was' if dropped == 1 else 'were'} dropped (torch frees {'it' if dropped == 1 else 'them'})."
+            )
+
+    # -- call steps ------------------------------------------------------------
+
+    def call(self, step: dict, states: dict, prev: dict, prev_step: dict | None, t: _Text) -> None:
+        ordered = []
+        failed = None
+        for nid, st in states.items():
+            if "order" in st and st["order"] is not None:
+                ordered.append((st["order"], nid))
+            if "failed" in st and st["failed"]:
+                failed = nid
+        ordered.sort()
+        ran = [nid for _, nid in ordered if states[nid].get("executed")]
+        retain = bool(step.get("retain_graph"))
+        self._call_head(step, ordered, states, t)
+        error = step.get("error")
+        if ran:
+            t.add(f" ran {_plural(len(ran), 'node')}{' in this order' if len(ran) > 1 else ''}: ")
+            shown = ran[:MAX_LISTED]
+            for i, nid in enumerate(shown):
+                if i:
+                    t.add(" → ")
+                t.node(nid, self.label(nid))
+            if len(ran) > len(shown):
+                t.add(f" → … ({len(ran) - len(shown)} more)")
+            t.add(".")
+        elif error and failed is None:
+            t.add(" failed before the engine started: no node ran.")
+        elif error:
+            t.add(" could not run even its first node.")
+        else:
+            t.add(" ran no node.")
+        if error:
+            self._failure(step, failed, ran, states, t)
+        self._memory(step, ran, states, prev, prev_step, retain, t)
+        self._grads(step, prev_step, t)
+        if step.get("create_graph"):
+            built = sum(1 for nid in self.new_at.get(step["index"], ()) if self.nodes[nid].get("grad_graph"))
+            if built:
+                t.sentence_break()
+                t.add(f"create_graph=True built {_plural(built, 'node')} of the gradient's own graph.")
+        returned = step.get("returned")
+        if returned is not None:
+            t.sentence_break()
+            t.add("It returned ")
+            names = step.get("inputs") or []
+            items = list(enumerate(returned))
+
+            def write(item):
+                i, g = item
+                t.add(fmt_grad(g))
+                if i < len(names) and names[i] != "?":
+                    t.add(" for ")
+                    self.tensor_or_text(t, names[i], names[i])
+
+            t.join(items, write)
+            t.add(" (returned, not written into .grad).")
+
+    def _call_head(self, step: dict, ordered: list, states: dict, t: _Text) -> None:
+        api = step.get("api") or ("torch.autograd.grad" if step.get("kind") == "grad" else "backward")
+        roots = [nid for order, nid in ordered if order == 0]
+        root_var = None
+        for nid in roots:
+            vars_ = states[nid].get("vars") or []
+            if vars_:
+                root_var = vars_[0]
+                break
+        flags = [f"retain_graph={bool(step.get('retain_graph'))}"]
+        if step.get("create_graph"):
+            flags.append("create_graph=True")
+        if step.get("gradient"):
+            flags.append("gradient given")
+        if step.get("inputs"):
+            flags.append("inputs=" + ", ".join(step["inputs"]))
+        t.add("`")
+        source = self.call_source(step.get("line"))
+        if source:
+            t.add(source)
+        elif api == "Tensor.backward" and root_var:
+            self.tensor_or_text(t, root_var, root_var)
+            t.add(".backward()")
+        elif root_var:
+            t.add(f"{api}({root_var}, …)")
+        else:
+            t.add(f"{api}()" if api != "Tensor.backward" else ".backward()")
+        t.add("`")
+        if step.get("line") is not None:
+            t.add(f" (line {step['line']}, {', '.join(flags)})")
+        else:
+            t.add(f" ({', '.join(flags)})")
+
+    def call_source(self, line: int | None) -> str | None:
+        """The call as the snippet wrote it, when its line holds exactly one short backward/grad call."""
+        if line is None:
+            return None
+        if self.calls is None:
+            self.calls = _calls_by_line(self.trace.get("code") or "")
+        found = self.calls.get(line) or []
+        return found[0] if len(found) == 1 and len(found[0]) <= 80 else None
+
+    def tensor_or_text(self, t: _Text, name: str, label: str) -> None:
+        """Link ``label`` to tensor ``name`` when the step lists that tensor (else plain text)."""
+        if name in self.tensor_names:
+            t.tensor(name, label)
+        else:
+            t.add(label)
+
+    def _failure(self, step: dict, failed: int | None, ran: list, states: dict, t: _Text) -> None:
+        error = step["error"]
+        t.sentence_break()
+        if failed is None:
+            first = (error.get("message") or "").split(". ")[0].rstrip(".")
+            t.add(f"It raised {error.get('type', 'an error')}: {first}.")
+            return
+        info = self.nodes[failed] if failed < len(self.nodes) else {}
+        t.add("It failed at ")
+        t.node(failed, self.label(failed))
+        if info.get("line") is not None:
+            t.add(f" (built at line {info['line']})")
+        st = states.get(failed, {})
+        steps = self.trace.get("steps") or []
+        if st.get("freed"):
+            by = self.freed_at.get(failed)
+            if by is not None and by < step["index"] and steps[by].get("kind") != "forward":
+                t.add(
+                    f": its saved tensors were freed by the {'autograd.grad' if steps[by]['kind'] == 'grad' else 'backward'}"
+                    f" call at line {steps[by].get('line')} (step {by + 1}), which ran without retain_graph=True."
+                )
+            else:
+                t.add(": its saved tensors were already freed.")
+        elif st.get("stale"):
+            since = self.stale_at.get(failed)
+            which = ", ".join(st.get("stale_saved") or []) or "a saved tensor"
+            at = f" at line {steps[since].get('line')}" if since is not None else ""
+            t.add(f": its saved {which} was modified in place{at} after it was saved.")
+        else:
+            t.add(".")
+        if ran:
+            t.add(
+                f" The {_plural(len(ran), 'node')} before it had already run: a failed backward is not all-or-nothing."
+            )
+
+    def _memory(
+        self, step: dict, ran: list, states: dict, prev: dict, prev_step: dict | None, retain: bool, t: _Text
+    ) -> None:
+        op = self.op
+        ops = [nid for nid in ran if op[nid] != "AccumulateGrad"]
+        if not ops:
+            return
+        before = prev_step.get("saved_bytes", 0) if prev_step else 0
+        after = step.get("saved_bytes", 0)
+        if retain:
+            kept = [nid for nid in ops if self.saves(nid)]
+            if kept:
+                t.sentence_break()
+                t.add(f"retain_graph=True kept the saved tensors of {_plural(len(kept), 'node')} ")
+                t.add(f"({fmt_bytes(after)} held), so another backward through them works.")
+            return
+        released = [nid for nid in ops if states[nid].get("freed") and not prev.get(nid, {}).get("freed")]
+        if released:
+            t.sentence_break()
+            t.add("It released the saved tensors of ")
+            t.join(released[:MAX_LISTED], lambda nid: t.node(nid, self.label(nid)))
+            if len(released) > MAX_LISTED:
+                t.add(f" and {len(released) - MAX_LISTED} more nodes")
+            t.add(f" (saved tensors held: {fmt_bytes(before)} → {fmt_bytes(after)}).")
+        savers_none = [nid for nid in ops if not self.saves(nid)]
+        if savers_none and released:
+            t.sentence_break()
+            t.join(savers_none[:MAX_LISTED], lambda nid: t.node(nid, self.label(nid)))
+            if len(savers_none) > MAX_LISTED:
+                t.add(f" and {len(savers_none) - MAX_LISTED} more")
+            t.add(
+                f" saved no tensors, so a second backward through {'it' if len(savers_none) == 1 else 'them'}"
+                " alone would still work."
+            )
+
+    def _grads(self, step: dict, prev_step: dict | None, t: _Text) -> None:
+        before = {te["name"]: te.get("grad") for te in (prev_step or {}).get("tensors") or ()}
+        changed = []
+        kept = []
+        for te in step.get("tensors") or ():
+            name, grad = te["name"], te.get("grad")
+            old = before.get(name)
+            if not _same_grad(old, grad):
+                changed.append((name, old, grad))
+            elif grad is not None:
+                kept.append(name)
+        for name, old, grad in changed[:MAX_LISTED]:
+            t.sentence_break()
+            t.tensor(name, f"{name}.grad")
+            if old is None:
+                t.add(f" was None and is now {fmt_grad(grad)}.")
+            elif grad is None:
+                t.add(" was reset to None.")
+            else:
+                t.add(f" went from {fmt_grad(old)} to {fmt_grad(grad)}: it accumulates (old + new).")
+        if len(changed) > MAX_LISTED:
+            t.sentence_break()
+            t.add(f"{len(changed) - MAX_LISTED} more .grad changed.")
+        if step.get("error") and not changed:
+            t.sentence_break()
+            if kept:
+                t.add("No .grad changed: ")
+                t.join(kept[:MAX_LISTED], lambda name: t.tensor(name, f"{name}.grad"))
+                t.add(" kept " + ("its value." if len(kept) == 1 else "their values."))
+            else:
+                t.add("No .grad changed.")
+
+
+_CALL_NAMES = frozenset({"backward", "grad"})
+
+
+def _calls_by_line(code: str) -> dict[int, list[str]]:
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return {}
+    out: dict[int, list[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.end_lineno == node.lineno:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in _CALL_NAMES:
+                segment = ast.get_source_segment(code, node)
+                if segment:
+                    out.setdefault(node.lineno, []).append(segment)
+    return out
+
+
+def narrate(trace: dict) -> dict:
+    """Add ``explanation`` and ``links`` to every step of ``trace`` (in place); returns it.
+
+    Never raises: a narration failure must not cost the user the trace, so the
+    steps then keep no narration and the trace says so in ``notes``.
+    """
+    try:
+        _Narrator(trace).run()
+    except Exception as e:
+        for step in trace.get("steps") or ():
+            step["explanation"], step["links"] = "", []
+        trace.setdefault("notes", []).append(f"No narration for this trace: {type(e).__name__}: {e}")
+    return trace
