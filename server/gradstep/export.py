@@ -1,0 +1,244 @@
+"""Static export: one self-contained HTML page (trace, JavaScript, CSS inlined) that replays the
+stepper from ``file://`` or any static host, with no server and no network request.
+
+The front end is plain ES modules importing each other by relative URLs (``./viewer.js``), which a
+single file cannot serve. Instead of a committed bundle that every front-end edit would make stale,
+the modules are inlined here, from the sources, at export time: starting from an entry module we
+follow its static relative imports (and ``new URL("./x", import.meta.url)`` assets such as the
+layout worker), rewrite each specifier to a placeholder, and emit one ES module that turns every
+source into a Blob URL (dependencies first) and substitutes those URLs for the placeholders.
+Blob URLs are absolute, so the rewritten imports resolve anywhere — ``file://``, a static host, an
+iframe ``srcdoc``, a notebook, or the string anywidget loads — and the layout worker is a Blob
+module worker built the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gradstep.schema import Trace
+
+Theme = Literal["light", "dark", "auto"]
+THEMES: tuple[str, ...] = ("light", "dark", "auto")
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+# `import … from "./x.js"`, `export … from "./x.js"`, `import "./x.js"` at the start of a line (our
+# modules put top-level statements there; comments quoting an import are indented or prefixed).
+_STATIC_IMPORT = re.compile(r"""(?m)^((?:import|export)\b[^;"'`]*?)(["'])(\.\.?/[^"'\n]+)\2""")
+_DYNAMIC_IMPORT = re.compile(r"""\bimport\(\s*(["'])(\.\.?/[^"'\n]+)\1\s*\)""")
+_ASSET_URL = re.compile(r"""new URL\(\s*(["'])(\.\.?/[^"'\n]+)\1\s*,\s*import\.meta\.url\s*\)""")
+# Unlikely in any source (and not the "gradstep:…" prefix of frame messages).
+_MARK = "@@gradstep-module:"
+_MIME = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".json": "application/json"}
+
+
+class ExportError(ValueError):
+    """A misuse of the exporter (bad option, missing front end), with a message meant for a person."""
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str  # path relative to the front end folder, e.g. "vendor/d3.js"
+    source: str  # specifiers rewritten to placeholders
+    mime: str
+    deps: tuple[str, ...]
+
+
+def frontend_folder() -> Path:
+    from gradstep.pages import frontend_dir
+
+    folder = frontend_dir()
+    if folder is None:
+        raise ExportError(
+            "the front end's files were not found (set GRADSTEP_FRONTEND to the frontend/ folder)"
+        )
+    return folder
+
+
+def _resolve(importer: str, spec: str) -> str:
+    """`spec` relative to `importer`, both relative to the front end folder (no escaping it)."""
+    parts = importer.split("/")[:-1]
+    for p in spec.split("/"):
+        if p == "..":
+            if not parts:
+                raise ExportError(f"{importer} imports {spec}, outside the front end folder")
+            parts.pop()
+        elif p not in ("", "."):
+            parts.append(p)
+    return "/".join(parts)
+
+
+def _rewrite(name: str, text: str) -> tuple[str, list[str]]:
+    deps: list[str] = []
+
+    def mark(spec: str, quote: str) -> str:
+        target = _resolve(name, spec)
+        deps.append(target)
+        return f"{quote}{_MARK}{target}{quote}"
+
+    text = _ASSET_URL.sub(lambda m: f"new URL({mark(m.group(2), m.group(1))})", text)
+    text = _DYNAMIC_IMPORT.sub(lambda m: f"import({mark(m.group(2), m.group(1))})", text)
+    text = _STATIC_IMPORT.sub(lambda m: m.group(1) + mark(m.group(3), m.group(2)), text)
+    return text, deps
+
+
+def collect(entries: list[str], folder: Path | None = None) -> list[Module]:
+    """The modules reachable from `entries`, each after everything it refers to."""
+    folder = folder or frontend_folder()
+    modules: dict[str, Module] = {}
+    order: list[Module] = []
+    visiting: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in modules:
+            return
+        if name in visiting:
+            cycle = " -> ".join([*visiting[visiting.index(name) :], name])
+            raise ExportError(f"the front end's modules import each other in a cycle: {cycle}")
+        path = folder / name
+        if not path.is_file():
+            importer = f" (referred to by {visiting[-1]})" if visiting else ""
+            raise ExportError(f"front end file {name} not found in {folder}{importer}")
+        mime = _MIME.get(path.suffix, "application/octet-stream")
+        text = path.read_text(encoding="utf-8")
+        deps: list[str] = []
+        if mime == "text/javascript":
+            text, deps = _rewrite(name, text)
+        visiting.append(name)
+        for d in deps:
+            visit(d)
+        visiting.pop()
+        modules[name] = Module(name, text, mime, tuple(dict.fromkeys(deps)))
+        order.append(modules[name])
+
+    for e in entries:
+        visit(e)
+    return order
+
+
+def _js_string(value) -> str:
+    """JSON as a JavaScript literal that is also safe inside an HTML <script> element."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+_LOADER = """\
+// gradstep: the front end's ES modules, inlined from frontend/ by gradstep.export. Each source
+// becomes a Blob URL once the Blob URLs of what it imports are substituted for their placeholders.
+const SOURCES = %(sources)s;
+const urls = new Map();
+for (const [name, mime, text] of SOURCES) {
+  const code = text.replace(/(["'])@@gradstep-module:([^"']+)\\1/g, (_, q, dep) => JSON.stringify(urls.get(dep)));
+  urls.set(name, URL.createObjectURL(new Blob([code], { type: mime })));
+}
+export const moduleUrls = Object.fromEntries(urls);
+const entry = await import(urls.get(%(entry)s));
+export const render = entry.render;
+export default entry.default ?? { render };
+"""
+
+
+def bundle(entry: str = "embed.js", *, extra: tuple[str, ...] = (), folder: Path | None = None) -> str:
+    """One ES module (a string) re-exporting `render` (and the default export) of `entry`, with
+    everything it needs inlined: what anywidget loads, and the heart of the static page."""
+    modules = collect([entry, *extra], folder)
+    sources = [[m.name, m.mime, m.source] for m in modules]
+    return _LOADER % {"sources": _js_string(sources), "entry": _js_string(entry)}
+
+
+def check_options(step: int, theme: str) -> None:
+    if theme not in THEMES:
+        raise ExportError(f"theme must be one of {', '.join(THEMES)}, not {theme!r}")
+    if isinstance(step, bool) or not isinstance(step, int):
+        raise ExportError(f"step must be a whole number, not {step!r}")
+
+
+def clamp_step(trace: dict, step: int) -> int:
+    """Steps count from 0; a step out of range shows the nearest one."""
+    return max(0, min(step, len(trace.get("steps") or ()) - 1))
+
+
+def trace_json(trace: Trace | dict) -> dict:
+    return trace.model_dump(mode="json") if isinstance(trace, Trace) else trace
+
+
+def export_html(
+    trace: Trace | dict,
+    *,
+    step: int = 0,
+    theme: str = "auto",
+    title: str | None = None,
+    folder: Path | None = None,
+) -> str:
+    """The self-contained page for `trace`, opening at `step` (clamped) in `theme`."""
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    check_options(step, theme)
+    data = trace_json(trace)
+    folder = folder or frontend_folder()
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
+    return env.get_template("export.html").render(
+        title=title or "gradstep",
+        theme=theme,
+        css=(folder / "style.css").read_text(encoding="utf-8").replace("</", "<\\/"),
+        trace_json=_js_string(data),
+        options_json=_js_string({"step": clamp_step(data, step), "theme": theme}),
+        bundle=bundle("embed.js", folder=folder),
+    )
+
+
+def export_json(trace: Trace | dict) -> bytes:
+    import orjson
+
+    return orjson.dumps(trace_json(trace))
+
+
+def write_export(
+    run: Callable[[], bytes],
+    *,
+    output: str,
+    fmt: str = "html",
+    step: int = 0,
+    theme: str = "auto",
+    title: str | None = None,
+) -> int:
+    """`gradstep export`: check the options, run the snippet (`run` returns its trace JSON), write it.
+
+    Options are checked before the run (a misuse costs nothing); the snippet's own failure is in
+    the trace (the page shows it), so it still exports. Returns the exit code.
+    """
+    import orjson
+
+    if fmt not in ("html", "json"):
+        raise ExportError(f"format must be html or json, not {fmt!r}")
+    check_options(step, theme)
+    target = None if output == "-" else Path(output)
+    if target is not None and not target.parent.is_dir():
+        raise ExportError(f"cannot write {target}: folder {target.parent} does not exist")
+    if fmt == "html":
+        frontend_folder()  # before the run: a missing front end is a misuse, not a snippet error
+    data = orjson.loads(run())
+    body = (
+        export_json(data) + b"\n"
+        if fmt == "json"
+        else export_html(data, step=step, theme=theme, title=title).encode()
+    )
+    if target is None:
+        sys.stdout.buffer.write(body)
+        return 0
+    try:
+        target.write_bytes(body)
+    except OSError as e:
+        raise ExportError(f"cannot write {target}: {e.strerror or e}") from e
+    steps = len(data.get("steps") or ())
+    print(
+        f"gradstep: wrote {target} ({len(body) / 1024:.0f} KB, {steps} steps, status {data.get('status')})",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,175 @@
+"""The static export in Chromium, opened from file:// with every network request refused.
+
+What the page shows at each step is checked against the trace it carries (the trace itself is
+checked against plain PyTorch in test_export.py and test_tracer_truth.py), as test_browser.py does
+for the app.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from browser_support import needs_chromium
+from gradstep import snippets
+from gradstep.export import export_html
+from gradstep.tracer import record
+from test_browser import assert_step_matches
+
+pytestmark = needs_chromium
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+class FilePage:
+    """A page opened from a file: any request but the file itself is aborted and recorded."""
+
+    def __init__(self, browser, path: Path, **context):
+        self.ctx = browser.new_context(viewport={"width": 1280, "height": 900}, **context)
+        self.url = path.resolve().as_uri()
+        self.refused: list[str] = []
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.ctx.route("**/*", self._route)
+        self.page = self.ctx.new_page()
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def _route(self, route):
+        if route.request.url == self.url:
+            route.continue_()
+        else:
+            self.refused.append(route.request.url)
+            route.abort()
+
+    def _console(self, m):
+        if m.type == "error":
+            self.errors.append(m.text)
+        elif m.type == "warning":
+            self.warnings.append(m.text)
+
+    def open(self) -> None:
+        self.page.goto(self.url)
+        self.page.wait_for_function(
+            "document.body.dataset.ready === 'true' || document.querySelector('.gs-export-failed')",
+            timeout=30_000,
+        )
+        failed = self.page.locator(".gs-export-failed")
+        assert failed.count() == 0, failed.first.inner_text()
+
+    def press(self, key: str) -> None:
+        self.page.focus("#gradstep")
+        self.page.keyboard.press(key)
+
+    def graph_state(self) -> dict:
+        return self.page.evaluate(
+            """() => {
+            const root = document.querySelector('.gs-stepper');
+            const nodes = {};
+            for (const el of document.querySelectorAll('[data-node-id]')) {
+              nodes[el.dataset.nodeId] = {
+                op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
+                executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
+                grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
+              };
+            }
+            return { step: Number(root.dataset.step), steps: Number(root.dataset.steps), nodes };
+          }"""
+        )
+
+    def network(self) -> list[str]:
+        """Requests that would have left the page: everything but the file and its own Blob URLs."""
+        return self.refused + [u for u in self.requests if u != self.url and not u.startswith("blob:")]
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def luminance(css_color: str) -> float:
+    """0 (black) to 1 (white), from a computed `rgb(r, g, b)`."""
+    r, g, b = (float(v) for v in css_color[css_color.index("(") + 1 : css_color.index(")")].split(",")[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+def export(tmp_path: Path, code: str, name: str = "page.html", **options) -> tuple[Path, dict]:
+    data = record(code)
+    path = tmp_path / name
+    path.write_text(export_html(data, **options), encoding="utf-8")
+    return path, data
+
+
+@pytest.fixture
+def opened(browser):
+    pages: list[FilePage] = []
+
+    def open_(path: Path, **context) -> FilePage:
+        p = FilePage(browser, path, **context)
+        pages.append(p)
+        p.open()
+        return p
+
+    yield open_
+    for p in pages:
+        p.close()
+
+
+def test_exported_page_replays_every_step_from_file_with_no_network_request(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["shared_trunk_partial_grads"].code)
+    page = opened(path)
+    assert_step_matches(page.graph_state(), trace, 0)
+    for i in range(1, len(trace["steps"])):
+        page.press("ArrowRight")
+        assert_step_matches(page.graph_state(), trace, i)
+    page.press("Home")
+    assert page.graph_state()["step"] == 0
+    assert page.network() == []
+    assert page.errors == []
+
+
+def test_exported_page_opens_at_the_requested_step(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["retain_graph_accumulates"].code, step=2)
+    page = opened(path)
+    assert_step_matches(page.graph_state(), trace, 2)
+    assert page.errors == []
+
+
+def test_exported_page_clamps_a_step_past_the_end_to_the_last(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["backward_twice_fails"].code, step=1000)
+    page = opened(path)
+    assert_step_matches(page.graph_state(), trace, len(trace["steps"]) - 1)
+
+
+def test_exported_page_shows_the_snippets_error_at_its_line(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["backward_twice_fails"].code, step=1000)
+    page = opened(path)
+    err = page.page.locator(".gs-inline-error").first
+    assert err.get_attribute("data-error-line") == str(trace["error"]["line"])
+    assert "backward through the graph a second time" in err.inner_text()
+
+
+def test_exported_page_in_dark_theme_is_dark_even_when_the_system_is_light(tmp_path, opened):
+    path, _ = export(tmp_path, snippets.load_all()["backward_twice_fails"].code, theme="dark")
+    page = opened(path, color_scheme="light")
+    ink = page.page.evaluate("getComputedStyle(document.querySelector('#gradstep')).color")
+    bg = page.page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert page.page.locator("#gradstep").get_attribute("data-theme") == "dark"
+    assert luminance(bg) < 0.2 < 0.7 < luminance(ink), f"text {ink} on {bg} is not the dark theme"
+
+
+def test_exported_big_model_expands_every_node_from_file(tmp_path, opened):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from tracer_overhead import SNIPPET
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    path, trace = export(tmp_path, SNIPPET, step=1000)
+    page = opened(path)
+    page.page.click(".gs-expand-all")
+    n = len(trace["nodes"])
+    page.page.wait_for_function(f"document.querySelectorAll('[data-node-id]').length >= {n}", timeout=60_000)
+    assert page.page.locator("[data-node-id]").count() == n
+    assert page.network() == []
+    assert page.errors == []
