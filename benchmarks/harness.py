@@ -193,9 +193,12 @@ class Leftovers:
 class Server:
     """``gradstep serve`` on a free loopback port, as a subprocess; ``stop()`` checks what it left."""
 
-    def __init__(self, workers: int | None = None, env: dict[str, str] | None = None):
+    def __init__(
+        self, workers: int | None = None, env: dict[str, str] | None = None, uid_base: int = SANDBOX_UID_BASE
+    ):
         self.workers = workers or os.cpu_count() or 1
-        self.env = {"GRADSTEP_RATE": "0", **(env or {})}
+        # replicas on one machine need disjoint sandbox uid ranges (GRADSTEP_UID_BASE)
+        self.env = {"GRADSTEP_RATE": "0", "GRADSTEP_UID_BASE": str(uid_base), **(env or {})}
         self.port = 0
         self.proc: subprocess.Popen | None = None
         self.log = tempfile.TemporaryFile()  # unnamed: nothing in /tmp to mistake for a leak
@@ -204,7 +207,7 @@ class Server:
         self._before_temp: set[str] = set()
         self._before_mounts: set[str] = set()
         self._before_zygotes: set[tuple[int, int]] = set()
-        self._uids = range(SANDBOX_UID_BASE, SANDBOX_UID_BASE + self.workers)
+        self._uids = range(uid_base, uid_base + self.workers)
 
     @property
     def url(self) -> str:
@@ -216,6 +219,10 @@ class Server:
         return self.proc.pid
 
     def start(self) -> Server:
+        return self.launch().wait_ready()
+
+    def launch(self) -> Server:
+        """Start the process (without waiting for it: replicas can import torch side by side)."""
         self._before_temp = temp_entries(self._uids)
         self._before_mounts = mount_points()
         self._before_zygotes = zygotes()
@@ -225,6 +232,11 @@ class Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSTEP_")}
         env.update(self.env)
         self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log)
+        return self
+
+    def wait_ready(self) -> Server:
+        """Wait until /healthz reports the sandbox's zygote."""
+        assert self.proc is not None
         deadline = time.monotonic() + START_TIMEOUT
         with httpx.Client(base_url=self.url, trust_env=False, timeout=5) as client:
             while True:

@@ -17,7 +17,8 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gradstep import snippets
-from gradstep.cache import TraceCache, cache_key
+from gradstep.cache import cache_key, open_cache
+from gradstep.confinement import require_confinement, required_layers
 from gradstep.limits import Admission, BodyLimit, RateLimiter, retry_after
 from gradstep.pages import mount_pages
 from gradstep.runner import TraceRunner
@@ -61,7 +62,8 @@ class Health(BaseModel):
 def create_app(settings: Settings | None = None, runner: TraceRunner | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
     runner = runner or TraceRunner(settings)
-    cache = TraceCache(settings.cache_bytes, settings.cache_ttl)
+    required_layers(settings.require_layers)  # a misspelt layer fails here, before the zygote starts
+    cache = open_cache(settings)
     rate = RateLimiter(settings.rate, settings.burst)
     admission = Admission(settings.workers + settings.queue)
     threads = anyio.CapacityLimiter(settings.workers + settings.queue)
@@ -71,9 +73,11 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
     async def lifespan(app: FastAPI):
         await anyio.to_thread.run_sync(runner.start)
         try:
+            require_confinement(runner.health().get("layers", {}), settings.require_layers)
             yield
         finally:
             await anyio.to_thread.run_sync(runner.close)
+            await cache.close()
 
     app = FastAPI(
         title="gradstep",
@@ -129,7 +133,7 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
     async def trace(body: TraceRequest, request: Request) -> Response:
         options = (body.options or TraceOptions()).model_dump()
         key = cache_key(body.code, options)
-        cached = cache.get(key)
+        cached = await cache.get(key)
         if cached is not None:
             return _json(cached, cache="hit")
         wait = rate.acquire(client_of(request))
@@ -150,7 +154,7 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
                 runner.trace_bytes, body.code, payload, limiter=threads
             )
             if cacheable:
-                cache.put(key, out)
+                await cache.put(key, out)
             future.set_result(out)
             return _json(out, cache="miss")
         except BaseException as e:

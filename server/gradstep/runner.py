@@ -37,6 +37,7 @@ class TraceRunner:
                 wall_seconds=settings.wall_seconds,
                 cpu_seconds=settings.cpu_seconds,
                 memory_mb=settings.memory_mb,
+                uid_base=settings.uid_base,
                 target=TARGET,
                 warmup=payload_for(DEFAULT_WARMUP),
             )

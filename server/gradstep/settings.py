@@ -18,9 +18,19 @@ class Settings:
     trust_proxy: bool = False  # take the client address from X-Forwarded-For (behind nginx)
     cache_bytes: int = 64 << 20  # in-process trace cache budget
     cache_ttl: float = 3600.0  # seconds a cached trace is served
+    # redis://host:6379/0 (or rediss://, unix://): a trace cache shared by every replica, behind
+    # the in-process one; an outage is a miss. Empty: in-process only.
+    cache_url: str = ""
+    cache_entry_bytes: int = 4 << 20  # largest entry (compressed) put in the shared cache
+    cache_timeout: float = 0.5  # seconds per shared-cache call before it counts as down
     wall_seconds: float = 15.0  # per run
     cpu_seconds: int = 10  # per run
     memory_mb: int = 1024  # per run
+    # sandbox slot i runs as uid uid_base + i: replicas on one host need disjoint ranges
+    uid_base: int = 61000
+    # Confinement layers that must be active, or the server refuses to start: "all", "none"
+    # (warnings only, for development on a machine without root) or a comma-separated list.
+    require_layers: str = "all"
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:

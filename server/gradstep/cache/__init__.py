@@ -1,0 +1,86 @@
+"""The trace cache: identical code and options give the identical trace.
+
+Keyed by a hash of code, options, trace version and torch version. Only
+complete results are kept: a timeout or a memory limit can depend on the load
+of the moment. In-process by default (``MemoryCache``); with
+``GRADSTEP_CACHE_URL=redis://…`` an in-process tier sits in front of a Redis
+shared by every replica (``TieredCache``), and a Redis outage is a miss.
+
+Every cache has ``await get(key) -> bytes | None``, ``await put(key, body)``,
+``await close()`` and ``stats() -> dict`` (for /healthz).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Protocol
+
+import orjson
+import torch
+
+from gradstep.cache.memory import MemoryCache
+from gradstep.cache.shared import RedisCache
+from gradstep.schema import VERSION
+from gradstep.settings import Settings
+
+
+class TraceCache(Protocol):
+    kind: str
+
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def put(self, key: str, body: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def stats(self) -> dict: ...
+
+
+def cache_key(code: str, options: dict) -> str:
+    blob = orjson.dumps(
+        {"code": code, "options": options, "v": VERSION, "torch": torch.__version__},
+        option=orjson.OPT_SORT_KEYS,
+    )
+    return hashlib.sha256(blob).hexdigest()
+
+
+class TieredCache:
+    """This process's memory first, then the shared cache (whose hits are kept locally too)."""
+
+    kind = "memory+redis"
+
+    def __init__(self, local: MemoryCache, shared: RedisCache):
+        self.local, self.shared = local, shared
+
+    async def get(self, key: str) -> bytes | None:
+        body = self.local.get_now(key)
+        if body is None:
+            body = await self.shared.get(key)
+            if body is not None:
+                self.local.put_now(key, body)
+        return body
+
+    async def put(self, key: str, body: bytes) -> None:
+        # Awaited (bounded by the shared cache's timeout), so the next request, whichever
+        # replica takes it, finds the trace.
+        self.local.put_now(key, body)
+        await self.shared.put(key, body)
+
+    async def close(self) -> None:
+        await self.shared.close()
+
+    def stats(self) -> dict:
+        return {**self.local.stats(), "kind": self.kind, "shared": self.shared.stats()}
+
+
+def open_cache(settings: Settings) -> TraceCache:
+    local = MemoryCache(settings.cache_bytes, settings.cache_ttl)
+    if not settings.cache_url:
+        return local
+    shared = RedisCache(
+        settings.cache_url, settings.cache_ttl, settings.cache_entry_bytes, timeout=settings.cache_timeout
+    )
+    return TieredCache(local, shared)
+
+
+__all__ = ["MemoryCache", "RedisCache", "TieredCache", "TraceCache", "cache_key", "open_cache"]
