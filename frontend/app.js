@@ -1,6 +1,9 @@
 // The page: editor + snippet picker + Run, wired to the viewer.
 import { createEditor } from "./editor.js";
 import { createViewer } from "./viewer.js";
+import { installShare, loadPermalink } from "./share.js";
+import { createDiagnoses } from "./diagnoses.js";
+import { createCompare } from "./compare.js";
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -45,7 +48,7 @@ let lastRunCode = null;
 const editor = createEditor($("#gs-editor"), {
   doc: "",
   onRun: () => run(),
-  onHoverLine: (line) => viewer.hoverLine(line),
+  onHoverLine: (line) => (compare.active ? compare.hoverLine(line) : viewer.hoverLine(line)),
   onChange: (codeNow) => {
     document.body.classList.toggle("gs-edited", codeNow !== lastRunCode);
   },
@@ -55,7 +58,39 @@ const viewer = createViewer($("#gs-viewer"), {
   code: editor,
   slots: { stepper: $("#gs-stepper"), graph: $("#gs-graph"), panels: $("#gs-panels") },
 });
-window.gradstep = { viewer, editor, run, pick };
+// diagnoses of the last run, and the side-by-side view "Apply fix" opens
+let currentTrace = null;
+const diagnoses = createDiagnoses($("#gs-diagnoses"), {
+  onApply: (d, fix) => applyFix(fix),
+  onLine: (line) => {
+    editor.revealLine(line);
+    editor.focus();
+  },
+});
+const compare = createCompare($("#gs-compare"), { code: editor, onExit: () => leaveCompare() });
+
+function leaveCompare() {
+  document.body.classList.remove("gs-comparing");
+  // the single view shows the last run (the fixed code): give it back the editor's marks
+  if (viewer.model) viewer.setStep(viewer.step);
+  viewer.fit();
+}
+
+async function applyFix(fix) {
+  const original = currentTrace;
+  diagnoses.setBusy(true);
+  try {
+    editor.setCode(fix.code);
+    const fixed = await run();
+    if (!fixed || !original) return;
+    document.body.classList.add("gs-comparing");
+    await compare.open({ original, fixed, title: fix.title });
+  } finally {
+    diagnoses.setBusy(false);
+  }
+}
+
+window.gradstep = { viewer, editor, run, pick, compare, applyFix };
 
 // keyboard: ←/→, Home/End, space anywhere outside the editor and form fields
 document.addEventListener("keydown", (ev) => {
@@ -68,7 +103,8 @@ document.addEventListener("keydown", (ev) => {
   if (t.closest && (t.closest(".cm-editor") || t.closest("#gs-viewer") || t.closest(".gs-picker"))) return;
   if (/^(INPUT|SELECT|TEXTAREA)$/.test(t.tagName)) return;
   if (t.tagName === "BUTTON" && (ev.key === " " || ev.key === "Enter")) return;
-  viewer.handleKey(ev);
+  if (compare.active) compare.handleKey(ev);
+  else viewer.handleKey(ev);
 });
 
 // ------------------------------------------------------------------ run
@@ -91,8 +127,13 @@ function setStatus(kind, text, extra) {
   if (extra) status.append(extra);
 }
 
+/** Run the editor's code; resolves to its trace (undefined when the request failed or was replaced). */
 async function run() {
   const code = editor.getCode();
+  if (compare.active) {
+    compare.close();
+    leaveCompare();
+  }
   if (inFlight) inFlight.abort();
   const ctrl = new AbortController();
   inFlight = ctrl;
@@ -136,6 +177,10 @@ async function run() {
     }, 0));
     document.body.dataset.traceStatus = trace.status;
     reportStatus(trace, rendered - t0);
+    currentTrace = trace;
+    diagnoses.show(trace);
+    editor.setMarks({ diagnoses: diagnoses.editorMarks() });
+    return trace;
   } catch (e) {
     if (e.name === "AbortError") return;
     setStatus("error", `Could not run: ${e.message}`);
@@ -235,6 +280,7 @@ async function pick(name, { autorun = true } = {}) {
   for (const b of pickerList.querySelectorAll("button")) b.setAttribute("aria-current", b.dataset.snippet === name ? "true" : "false");
   const url = new URL(location.href);
   url.searchParams.set("snippet", name);
+  url.hash = ""; // a permalink's code gives way to the snippet's
   history.replaceState(null, "", url);
   if (autorun) await run();
 }
@@ -248,6 +294,7 @@ async function start() {
     }
   }
   renderPicker();
+  if (await loadPermalink({ editor, viewer, run, setStatus })) return;
   const wanted = new URL(location.href).searchParams.get("snippet");
   const first = snippets.find((s) => s.name === wanted) || snippets.find((s) => s.name === config.default) || snippets[0];
   if (first) await pick(first.name);
@@ -264,4 +311,5 @@ picker.addEventListener("keydown", (ev) => {
   }
 });
 
+installShare({ button: $("#gs-share"), editor, viewer });
 start();

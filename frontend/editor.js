@@ -58,6 +58,10 @@ function buildDecorations(state, marks) {
     const l = lineAt(n);
     if (l && n !== marks.current) ranges.push(Decoration.line({ class: "gs-line-linked" }).range(l.from));
   }
+  for (const d of marks.diagnoses || []) {
+    const l = lineAt(d.line);
+    if (l) ranges.push(Decoration.line({ class: `gs-line-diagnosis gs-line-diagnosis-${d.severity}`, attributes: { "data-diagnosis-line": String(d.line) } }).range(l.from));
+  }
   for (const e of marks.errors || []) {
     const l = lineAt(e.line) || lineAt(doc.lines);
     if (!l) continue;
@@ -68,7 +72,7 @@ function buildDecorations(state, marks) {
   return Decoration.set(ranges, true);
 }
 
-const emptyMarks = { current: null, linked: [], errors: [] };
+const emptyMarks = { current: null, linked: [], errors: [], diagnoses: [] };
 
 const marksField = StateField.define({
   create: () => ({ marks: emptyMarks, deco: Decoration.none }),

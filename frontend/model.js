@@ -158,6 +158,9 @@ function stepInfo(raw, i) {
     stdout: raw.stdout ?? "",
     warnings: raw.warnings ?? [],
     added: raw.edges ?? [],
+    // trace version 2: narration of the step, with spans naming nodes / tensors
+    explanation: raw.explanation ?? "",
+    links: raw.links ?? [],
   };
 }
 
@@ -184,6 +187,7 @@ export function buildModel(raw) {
     warnings: raw.warnings ?? [],
     truncated: raw.truncated ?? [],
     notes: raw.notes ?? [],
+    diagnoses: raw.diagnoses ?? [], // trace version 2
   };
   const nodes = (raw.nodes ?? []).map(nodeInfo);
   const rawSteps = raw.steps ?? [];

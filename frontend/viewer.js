@@ -10,7 +10,7 @@ import {
 } from "./model.js";
 import { layoutGraph, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
-import { explainStep } from "./explain.js";
+import { renderNarration } from "./narration.js";
 
 const WORKER_ITEMS = 400;
 
@@ -95,7 +95,7 @@ export function createViewer(el, options = {}) {
 
   // ---------------------------------------------------------- graph DOM
   graphHost.classList.add("gs-graph-host");
-  const banner = h("div", { class: "gs-banner", "aria-live": "polite" });
+  const banner = h("div", { class: "gs-banner", "aria-live": "polite", role: "region", "aria-label": "What this step did" });
   const toolbar = h("div", { class: "gs-toolbar", role: "toolbar", "aria-label": "Graph view" },
     h("button", { type: "button", class: "gs-btn", title: "Zoom in", "aria-label": "Zoom in", onclick: () => graph.zoomBy(1.3) }, "+"),
     h("button", { type: "button", class: "gs-btn", title: "Zoom out", "aria-label": "Zoom out", onclick: () => graph.zoomBy(1 / 1.3) }, "−"),
@@ -452,14 +452,18 @@ export function createViewer(el, options = {}) {
     }
     for (const n of t.notes) notes.push(h("div", { class: "gs-note" }, n));
     if (t.truncated.length) notes.push(h("div", { class: "gs-note" }, `Trace capped (${t.truncated.join(", ")}): what is shown is not the whole run.`));
-    const ex = step ? explainStep(model, index) : null;
-    if (ex) {
-      banner.className = `gs-banner gs-tone-${ex.tone}`;
-      banner.append(h("div", { class: "gs-banner-title" }, ex.title), ...ex.lines.map((l) => h("div", { class: "gs-banner-line" }, l)));
-      if (ex.fix) banner.append(h("div", { class: "gs-banner-fix" }, ex.fix));
-      if (ex.message) banner.append(h("div", { class: "gs-banner-message" }, ex.message));
-    } else banner.className = "gs-banner";
+    const tone = step ? renderNarration(banner, model, index, { highlight: highlightLinked, select: selectNode }) : null;
+    banner.className = tone ? `gs-banner gs-tone-${tone}` : "gs-banner";
     banner.append(...notes);
+  }
+
+  /** Narration links: highlight the nodes (and a tensor's .grad texts) they name. */
+  function highlightLinked(ids, tensor) {
+    graph.link(ids);
+    for (const e of el.querySelectorAll(".gs-narr-target")) e.classList.remove("gs-narr-target");
+    if (tensor === null) return;
+    const name = CSS.escape(tensor);
+    for (const e of el.querySelectorAll(`[data-grad-for="${name}"], [data-tensor-grad="${name}"]`)) e.classList.add("gs-narr-target");
   }
 
   // ---------------------------------------------------------- code pane

@@ -1,0 +1,100 @@
+// The diagnoses of a run (trace version 2): known autograd mistakes the run
+// shows — severity, line, message — each with fixes the server ran and checked
+// before offering them. "Apply fix" hands the fix to the page (app.js), which
+// runs it and opens the side-by-side view.
+
+import { lineMap } from "./align.js";
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) el.append(c);
+  return el;
+}
+
+/**
+ * The lines a fix changes, for a short preview: [{sign: "-"|"+", line, text}]
+ * in the order of the fixed code (a removed line comes before what replaced it).
+ */
+export function changedLines(before, after) {
+  const a = before.split("\n");
+  const b = after.split("\n");
+  const m = lineMap(before, after);
+  const out = [];
+  let ia = 1;
+  for (let ib = 1; ib <= b.length; ib++) {
+    const from = m.bToA.get(ib);
+    if (from !== undefined) {
+      // lines of the original skipped on the way to this one were removed
+      for (; ia < from; ia++) out.push({ sign: "-", line: ia, text: a[ia - 1] });
+      if (a[from - 1] !== b[ib - 1]) {
+        out.push({ sign: "-", line: from, text: a[from - 1] });
+        out.push({ sign: "+", line: ib, text: b[ib - 1] });
+      }
+      ia = from + 1;
+    } else out.push({ sign: "+", line: ib, text: b[ib - 1] });
+  }
+  for (; ia <= a.length; ia++) out.push({ sign: "-", line: ia, text: a[ia - 1] });
+  return out.filter((x) => x.text.trim() !== "" || x.sign === "+");
+}
+
+/**
+ * createDiagnoses(el, { onApply(diagnosis, fix), onLine(line) }) → { show(trace), editorMarks() }
+ */
+export function createDiagnoses(el, options = {}) {
+  el.classList.add("gs-diagnoses");
+  el.setAttribute("aria-label", "Problems found in this run");
+  el.hidden = true;
+  let current = [];
+  let busy = false;
+
+  function setBusy(on) {
+    busy = on;
+    for (const b of el.querySelectorAll(".gs-apply-fix")) b.disabled = on;
+  }
+
+  const api = {
+    /** Show the diagnoses of a trace (none: the panel hides). */
+    show(trace) {
+      current = (trace && trace.diagnoses) || [];
+      el.replaceChildren();
+      el.hidden = current.length === 0;
+      if (!current.length) return;
+      const code = (trace && trace.code) || "";
+      current.forEach((d, i) => {
+        const sev = d.severity === "error" ? "error" : "warning";
+        const head = h("div", { class: "gs-diag-head" },
+          h("span", { class: `gs-diag-sev gs-diag-sev-${sev}` }, sev === "error" ? "Error" : "Warning"),
+          d.line !== null && d.line !== undefined
+            ? h("button", { type: "button", class: "gs-link gs-diag-line", title: "Show the line in the editor", onclick: () => options.onLine && options.onLine(d.line) }, `line ${d.line}`)
+            : null);
+        const fixes = (d.fixes || []).map((f, j) => {
+          const diff = changedLines(code, f.code);
+          return h("li", { class: "gs-fix", "data-fix": `${i}.${j}` },
+            h("strong", { class: "gs-fix-title" }, f.title),
+            h("p", { class: "gs-fix-explanation" }, f.explanation),
+            diff.length ? h("details", { class: "gs-fix-diff" }, h("summary", {}, "What changes"),
+              h("pre", {}, ...diff.map((x) => h("span", { class: `gs-fix-${x.sign === "+" ? "add" : "del"}` }, `${x.sign} ${x.text}\n`)))) : null,
+            h("button", { type: "button", class: "gs-btn gs-apply-fix", disabled: busy, "aria-label": `Apply fix: ${f.title}`,
+              onclick: () => options.onApply && options.onApply(d, f) }, "Apply fix"));
+        });
+        el.append(h("article", { class: `gs-diag gs-diag-${sev}`, "data-kind": d.kind, "data-severity": sev, "data-line": d.line ?? "" },
+          head,
+          h("p", { class: "gs-diag-message" }, d.message),
+          fixes.length ? h("ul", { class: "gs-fixes", "aria-label": "Fixes, each checked by running it" }, fixes)
+            : h("p", { class: "gs-muted gs-diag-nofix" }, "No fix could be verified automatically.")));
+      });
+    },
+    /** Lines to mark in the editor: [{line, severity}]. */
+    editorMarks() {
+      return current.filter((d) => d.line !== null && d.line !== undefined).map((d) => ({ line: d.line, severity: d.severity === "error" ? "error" : "warning" }));
+    },
+    setBusy,
+  };
+  return api;
+}

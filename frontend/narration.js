@@ -1,0 +1,101 @@
+// The narration beside the graph: the step's plain-language `explanation` from
+// the trace (version 2), with each span of `links` turned into a link that
+// highlights — and on click selects — the node or tensor it names. Traces
+// without an explanation (version 1) get the sentences explain.js computes.
+
+import { explainStep } from "./explain.js";
+
+/**
+ * The explanation cut into segments: [{text, link}] where link is null or
+ * {node, tensor}. Links out of range, empty, naming nothing, or overlapping an
+ * earlier one are left out (their text stays, plain): bad spans never hide text.
+ */
+export function narrationSegments(text, links) {
+  // offsets count code points (as Python's str does); JS strings index UTF-16 units
+  if (/[\uD800-\uDFFF]/.test(text)) {
+    const chars = Array.from(text);
+    return narrationSegments(chars.map((c) => (c.length > 1 ? "\u0000" : c)).join(""), links).map((seg, k, all) => {
+      const from = all.slice(0, k).reduce((a, x) => a + x.text.length, 0);
+      return { ...seg, text: chars.slice(from, from + seg.text.length).join("") };
+    });
+  }
+  const n = text.length;
+  const ok = (links || [])
+    .filter((l) => l && Number.isInteger(l.start) && Number.isInteger(l.end) && l.start >= 0 && l.end <= n && l.start < l.end)
+    .filter((l) => (l.node !== null && l.node !== undefined) || (l.tensor !== null && l.tensor !== undefined))
+    .sort((a, b) => a.start - b.start || b.end - a.end);
+  const out = [];
+  let at = 0;
+  for (const l of ok) {
+    if (l.start < at) continue; // overlaps the previous link
+    if (l.start > at) out.push({ text: text.slice(at, l.start), link: null });
+    out.push({ text: text.slice(l.start, l.end), link: { node: l.node ?? null, tensor: l.tensor ?? null } });
+    at = l.end;
+  }
+  if (at < n || !out.length) out.push({ text: text.slice(at), link: null });
+  return out;
+}
+
+/** The node a link stands for at this step: its node, or the node holding its tensor's .grad. */
+export function linkTarget(model, step, link) {
+  if (link.node !== null && model.nodes[link.node]) return link.node;
+  if (link.tensor !== null) {
+    const t = step.tensors.find((x) => x.name === link.tensor);
+    if (t && t.node !== null && model.nodes[t.node]) return t.node;
+  }
+  return null;
+}
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+/**
+ * Fill `banner` with the narration of step `index`; returns its tone (info | call | error).
+ * hooks: { highlight(nodeIds, tensorName|null), select(nodeId) }
+ */
+export function renderNarration(banner, model, index, hooks) {
+  const step = model.step(index);
+  if (!step) return null;
+  const fallback = explainStep(model, index);
+  const tone = step.error ? "error" : step.kind !== "forward" ? "call" : "info";
+  if (!step.explanation) {
+    banner.append(el("div", "gs-banner-title", fallback.title), ...fallback.lines.map((l) => el("div", "gs-banner-line", l)));
+    if (fallback.fix) banner.append(el("div", "gs-banner-fix", fallback.fix));
+    if (fallback.message) banner.append(el("div", "gs-banner-message", fallback.message));
+    return fallback.tone;
+  }
+  // The narration says what explain.js's title and sentences said (and more): only torch's
+  // own words of an error are kept from them. Fixes come with the diagnoses, verified.
+  const p = el("p", "gs-narration");
+  p.dataset.step = String(index);
+  for (const seg of narrationSegments(step.explanation, step.links)) {
+    if (!seg.link) {
+      p.append(seg.text);
+      continue;
+    }
+    const target = linkTarget(model, step, seg.link);
+    const a = el("button", "gs-narr-link", seg.text);
+    a.type = "button";
+    if (seg.link.node !== null) a.dataset.linkNode = String(seg.link.node);
+    if (seg.link.tensor !== null) a.dataset.linkTensor = seg.link.tensor;
+    const what = seg.link.tensor !== null ? `tensor ${seg.link.tensor}` : target !== null ? model.nodes[target].op : "";
+    a.title = target !== null ? `Show ${what} in the graph` : what;
+    const on = () => hooks.highlight(target === null ? [] : [target], seg.link.tensor);
+    const off = () => hooks.highlight([], null);
+    a.addEventListener("mouseenter", on);
+    a.addEventListener("focus", on);
+    a.addEventListener("mouseleave", off);
+    a.addEventListener("blur", off);
+    a.addEventListener("click", () => {
+      if (target !== null) hooks.select(target);
+    });
+    p.append(a);
+  }
+  banner.append(p);
+  if (fallback.message) banner.append(el("div", "gs-banner-message", fallback.message));
+  return tone;
+}

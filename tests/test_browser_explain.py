@@ -1,0 +1,362 @@
+"""The narration panel, the diagnoses and "Apply fix" with the side-by-side view, end to end:
+the real server, real Chromium.
+
+What the page shows is checked against the traces the API returned to it: the narration is the
+step's `explanation` with its `links` pointing at the nodes and tensors they name, and the
+side-by-side view marks exactly the nodes whose freed state or grads differ between the original
+run and the fixed run, step by aligned step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+from browser_support import Page, fmt_grad, needs_chromium
+from test_browser import assert_step_matches
+
+pytestmark = needs_chromium
+
+# ---------------------------------------------------------------- traces as the page got them
+
+
+def narrated(trace: dict) -> bool:
+    return any(s.get("explanation") for s in trace["steps"])
+
+
+def retain_graph_fix(code: str) -> str:
+    """backward_twice_fails with its first backward keeping the graph."""
+    fixed = code.replace("y.backward()\n", "y.backward(retain_graph=True)\n", 1)
+    assert fixed != code
+    return fixed
+
+
+def diagnosis_of(trace: dict, kind: str) -> dict:
+    return next(d for d in trace.get("diagnoses", []) if d["kind"] == kind)
+
+
+def add_explanations(trace: dict) -> None:
+    """A sentence per step naming its alive nodes and tensors, with links (a stand-in while a
+    trace carries no explanation of its own)."""
+    ops = {n["id"]: n["op"] for n in trace["nodes"]}
+    for i, step in enumerate(trace["steps"]):
+        if step.get("explanation"):
+            continue
+        text, links = f"Step {i + 1} shows ", []
+        alive = [s["id"] for s in step["nodes"] if not s.get("dropped")][:3]
+        for k, nid in enumerate(alive):
+            if k:
+                text += ", "
+            links.append({"start": len(text), "end": len(text) + len(ops[nid]), "node": nid, "tensor": None})
+            text += ops[nid]
+        for t in step.get("tensors", [])[:1]:
+            label = f"{t['name']}.grad"
+            text += " and "
+            links.append(
+                {"start": len(text), "end": len(text) + len(label), "node": None, "tensor": t["name"]}
+            )
+            text += label
+        step["explanation"] = text + "."
+        step["links"] = links
+
+
+def add_retain_graph_diagnosis(trace: dict) -> None:
+    """The diagnosis the server gives a second backward through a freed graph (a stand-in while a
+    trace carries no diagnoses of its own)."""
+    failed_twice = "backward through the graph a second time" in (trace.get("error") or {}).get("message", "")
+    if trace.get("diagnoses") or not failed_twice:
+        return
+    trace["diagnoses"] = [
+        {
+            "kind": "backward_through_freed_graph",
+            "severity": "error",
+            "line": trace["error"]["line"],
+            "message": "The first backward freed the saved tensors of the graph; the second one needs them.",
+            "fixes": [
+                {
+                    "title": "Keep the graph with retain_graph=True",
+                    "explanation": "The first backward keeps its saved tensors, so the second can run.",
+                    "code": retain_graph_fix(trace["code"]),
+                }
+            ],
+        }
+    ]
+
+
+def serve_with(page, *edits) -> None:
+    """Let /api/trace answer as the server does, with `edits` applied to each trace it returns."""
+
+    def handle(route):
+        response = route.fetch()
+        trace = response.json()
+        for edit in edits:
+            edit(trace)
+        route.fulfill(response=response, body=json.dumps(trace), headers={"content-type": "application/json"})
+
+    page.route("**/api/trace", handle)
+
+
+@pytest.fixture
+def app(browser, server):
+    p = Page(browser, server, reduced_motion="reduce")
+    serve_with(p.page, add_explanations, add_retain_graph_diagnosis)
+    yield p
+    p.close()
+
+
+# ---------------------------------------------------------------- what the page shows
+
+
+def narration(app) -> dict:
+    return app.page.evaluate(
+        """() => {
+          const p = document.querySelector('#gs-graph .gs-narration');
+          if (!p) return null;
+          return {
+            step: Number(p.dataset.step),
+            text: p.textContent,
+            links: [...p.querySelectorAll('.gs-narr-link')].map(a => ({
+              text: a.textContent,
+              node: a.dataset.linkNode === undefined ? null : Number(a.dataset.linkNode),
+              tensor: a.dataset.linkTensor === undefined ? null : a.dataset.linkTensor,
+            })),
+          };
+        }"""
+    )
+
+
+def side_state(app, side: str) -> dict:
+    """One column of the side-by-side view: its step, its nodes' data-* state, and which nodes it
+    marks as differing (per kind)."""
+    return app.page.evaluate(
+        """(side) => {
+          const col = document.querySelector(`.gs-cmp-col[data-side="${side}"]`);
+          const root = col.querySelector('.gs-stepper');
+          const nodes = {};
+          const diff = {};
+          for (const el of col.querySelectorAll('[data-node-id]')) {
+            nodes[el.dataset.nodeId] = {
+              op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
+              executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
+              grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
+            };
+            for (const k of (el.dataset.diff || '').split(' ').filter(Boolean)) (diff[k] ||= []).push(el.dataset.nodeId);
+          }
+          return { step: Number(root.dataset.step), steps: Number(root.dataset.steps), shown: col.dataset.step,
+                   held: col.dataset.held, nodes, diff };
+        }""",
+        side,
+    )
+
+
+def node_keys(trace: dict) -> dict[int, tuple]:
+    """The matching rule of frontend/align.js for two codes with the same lines: same op on the same
+    line, the k-th with the k-th; a leaf by its tensor's name."""
+    seen: Counter = Counter()
+    keys = {}
+    for n in trace["nodes"]:
+        base = (
+            ("leaf", n["tensor"])
+            if n["op"] == "AccumulateGrad" and n.get("tensor")
+            else (n["op"], n.get("line"))
+        )
+        keys[n["id"]] = (*base, seen[base])
+        seen[base] += 1
+    return keys
+
+
+def expected_diff(a: dict, b: dict, i: int) -> dict[str, dict[str, set[str]]]:
+    """Nodes (ids as the page writes them) whose freed state / grad differ at step i of both runs."""
+    ka, kb = node_keys(a), node_keys(b)
+    by_key_b = {k: nid for nid, k in kb.items()}
+    sa = {s["id"]: s for s in a["steps"][i]["nodes"] if not s.get("dropped")}
+    sb = {s["id"]: s for s in b["steps"][i]["nodes"] if not s.get("dropped")}
+    out = {"original": {"freed": set(), "grad": set()}, "fixed": {"freed": set(), "grad": set()}}
+    for nid, s in sa.items():
+        other = by_key_b.get(ka[nid])
+        if other in sb and bool(s.get("freed")) != bool(sb[other].get("freed")):
+            out["original"]["freed"].add(str(nid))
+            out["fixed"]["freed"].add(str(other))
+    ta = {t["name"]: t for t in a["steps"][i].get("tensors", [])}
+    tb = {t["name"]: t for t in b["steps"][i].get("tensors", [])}
+    for name in ta.keys() | tb.keys():
+        ga, gb = (ta.get(name) or {}).get("grad"), (tb.get(name) or {}).get("grad")
+        if fmt_grad(ga) == fmt_grad(gb) and (ga or {}).get("values") == (gb or {}).get("values"):
+            continue
+        for side, t, alive in (("original", ta.get(name), sa), ("fixed", tb.get(name), sb)):
+            if t and t.get("node") in alive:
+                out[side]["grad"].add(str(t["node"]))
+    return out
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_narration_is_each_steps_explanation_with_links_to_what_it_names(app):
+    trace = app.open("?snippet=retain_graph_accumulates")
+    assert narrated(trace)
+    for i, step in enumerate(trace["steps"]):
+        if i:
+            app.press("ArrowRight")
+        shown = narration(app)
+        assert shown["step"] == i
+        assert shown["text"] == step["explanation"]
+        want = [
+            {
+                "text": step["explanation"][ln["start"] : ln["end"]],
+                "node": ln.get("node"),
+                "tensor": ln.get("tensor"),
+            }
+            for ln in sorted(step.get("links", []), key=lambda ln: ln["start"])
+        ]
+        assert shown["links"] == want
+    assert app.errors == []
+
+
+def test_narration_is_read_out_politely_by_screen_readers(app):
+    app.open("?snippet=retain_graph_accumulates")
+    live = app.page.evaluate("document.querySelector('#gs-graph .gs-narration').closest('[aria-live]')")
+    assert live is not None
+    assert app.page.locator("#gs-graph .gs-banner").get_attribute("aria-live") == "polite"
+
+
+def test_hovering_a_node_link_highlights_that_node_and_clicking_selects_it(app):
+    trace = app.open("?snippet=retain_graph_accumulates")
+    app.press("End")
+    link = app.page.locator("#gs-graph .gs-narr-link[data-link-node]").first
+    node = link.get_attribute("data-link-node")
+    link.hover()
+    linked = app.page.eval_on_selector_all(
+        ".gs-linked[data-node-id]", "els => els.map(e => e.dataset.nodeId)"
+    )
+    assert linked == [node]
+    link.click()
+    assert (
+        app.page.locator(f'[data-node-id="{node}"]').get_attribute("class").split().count("gs-selected") == 1
+    )
+    assert trace["nodes"][int(node)]["op"] in app.page.locator(".gs-inspector h3").inner_text()
+
+
+def test_hovering_a_tensor_link_highlights_its_grad(app):
+    trace = app.open("?snippet=retain_graph_accumulates")
+    app.press("End")
+    link = app.page.locator("#gs-graph .gs-narr-link[data-link-tensor]").first
+    name = link.get_attribute("data-link-tensor")
+    link.hover()
+    targets = app.page.eval_on_selector_all(
+        ".gs-narr-target", "els => els.map(e => e.dataset.gradFor || e.dataset.tensorGrad)"
+    )
+    assert targets and set(targets) == {name}
+    holder = next(t["node"] for t in trace["steps"][-1]["tensors"] if t["name"] == name)
+    linked = app.page.eval_on_selector_all(
+        ".gs-linked[data-node-id]", "els => els.map(e => e.dataset.nodeId)"
+    )
+    assert linked == [str(holder)]
+
+
+def as_version_1(trace: dict) -> None:
+    trace["version"] = 1
+    trace.pop("diagnoses", None)
+    for step in trace["steps"]:
+        step.pop("explanation", None)
+        step.pop("links", None)
+
+
+def test_a_version_1_trace_shows_the_sentences_computed_in_the_page(browser, server):
+    p = Page(browser, server, reduced_motion="reduce")
+    serve_with(p.page, as_version_1)
+    try:
+        p.open("?snippet=backward_twice_fails")
+        p.press("End")
+        assert p.page.locator("#gs-graph .gs-narration").count() == 0
+        banner = p.page.locator("#gs-graph .gs-banner").inner_text()
+        assert "freed by the backward call at line" in banner
+        assert p.page.locator("#gs-diagnoses").is_hidden()
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+def test_diagnosis_shows_severity_message_fixes_and_marks_its_line(app):
+    trace = app.open("?snippet=backward_twice_fails")
+    d = diagnosis_of(trace, "backward_through_freed_graph")
+    card = app.page.locator(f'.gs-diag[data-kind="{d["kind"]}"]')
+    assert card.get_attribute("data-severity") == d["severity"]
+    assert card.locator(".gs-diag-message").inner_text() == d["message"]
+    assert card.locator(".gs-diag-line").inner_text() == f"line {d['line']}"
+    titles = card.locator(".gs-fix-title").all_inner_texts()
+    assert titles == [f["title"] for f in d["fixes"]]
+    assert card.locator(".gs-apply-fix").count() == len(d["fixes"])
+    marked = app.page.locator(f'.cm-line[data-diagnosis-line="{d["line"]}"]')
+    assert marked.inner_text() == trace["code"].splitlines()[d["line"] - 1]
+    app.shot("diagnosis_backward_twice")
+    assert app.errors == []
+
+
+def apply_first_fix(app, trace: dict, kind: str) -> tuple[dict, dict]:
+    """Click the first fix of a diagnosis; returns (the fix, the trace the fixed code produced)."""
+    fix = diagnosis_of(trace, kind)["fixes"][0]
+    n = app.runs()
+    with app.page.expect_response(lambda r: r.url.endswith("/api/trace")) as resp:
+        app.page.locator(f'.gs-diag[data-kind="{kind}"] .gs-apply-fix').first.click()
+    app.wait_runs(n + 1)
+    app.page.wait_for_selector("#gs-compare[data-rows]")
+    return fix, resp.value.json()
+
+
+def test_apply_fix_runs_the_fixed_code_and_steps_both_runs_side_by_side(app):
+    original = app.open("?snippet=backward_twice_fails")
+    fix, fixed = apply_first_fix(app, original, "backward_through_freed_graph")
+    assert fixed["code"] == fix["code"]
+    assert fixed["status"] == "ok" and original["status"] == "error"
+    assert app.page.evaluate("window.gradstep.editor.getCode()") == fix["code"]
+    # the fix changes one call's arguments: the same steps, row by row
+    steps = len(original["steps"])
+    assert len(fixed["steps"]) == steps
+    assert app.page.locator("#gs-compare").get_attribute("data-rows") == str(steps)
+    seen = {"freed": 0, "grad": 0}
+    for i in range(steps):
+        if i:
+            app.press("ArrowRight")
+        assert app.page.locator("#gs-compare").get_attribute("data-row") == str(i)
+        want = expected_diff(original, fixed, i)
+        for side, trace in (("original", original), ("fixed", fixed)):
+            state = side_state(app, side)
+            assert state["shown"] == str(i) and state["held"] == "false"
+            assert_step_matches(state, trace, i)
+            for kind in ("freed", "grad"):
+                assert set(state["diff"].get(kind, [])) == want[side][kind], (side, i, kind)
+                seen[kind] += len(want[side][kind])
+    # the run differs where it should: a node freed in one only, and x.grad (448 vs 896)
+    assert seen["freed"] > 0 and seen["grad"] > 0
+    app.shot("compare_backward_twice_last")
+    assert app.errors == []
+
+
+def test_side_by_side_lists_the_differences_of_the_step(app):
+    original = app.open("?snippet=backward_twice_fails")
+    _, fixed = apply_first_fix(app, original, "backward_through_freed_graph")
+    app.press("End")
+    items = app.page.locator(".gs-cmp-diff li")
+    kinds = [items.nth(k).get_attribute("data-diff-kind") for k in range(items.count())]
+    assert "error" in kinds
+    error = items.nth(kinds.index("error")).inner_text()
+    assert error.startswith("Only the original fails here") and original["error"]["message"][:40] in error
+    grads = [items.nth(k).inner_text() for k, kind in enumerate(kinds) if kind == "grad"]
+    xa = next(t["grad"] for t in original["steps"][-1]["tensors"] if t["name"] == "x")
+    xb = next(t["grad"] for t in fixed["steps"][-1]["tensors"] if t["name"] == "x")
+    assert grads == [f"x.grad: {fmt_grad(xa)} in the original, {fmt_grad(xb)} in the fix."]
+
+
+def test_back_to_the_single_view_shows_the_fixed_run_with_the_fixed_code(app):
+    original = app.open("?snippet=backward_twice_fails")
+    fix, fixed = apply_first_fix(app, original, "backward_through_freed_graph")
+    app.page.click(".gs-cmp-back")
+    assert app.page.locator("#gs-compare").is_hidden()
+    assert app.page.locator("#gs-graph").is_visible()
+    assert app.page.evaluate("window.gradstep.editor.getCode()") == fix["code"]
+    app.press("End")
+    state = app.graph_state()
+    assert_step_matches(state, fixed, len(fixed["steps"]) - 1)
+    assert app.errors == []
