@@ -1,0 +1,146 @@
+"""Notebooks: ``gradstep.show(code)`` and the ``%%gradstep`` cell magic draw the stepper inline.
+
+The code runs here, in the notebook's own process, through the in-process tracer (no server, no
+sandbox: it is the user's own code, as with any other cell). What is shown is the static export
+page in an ``<iframe srcdoc>``: it needs no extension and no network, and works alike in
+JupyterLab, the classic notebook and VS Code, with the page's styles kept out of the notebook's.
+With anywidget installed, ``.widget()`` gives the same stepper as a widget whose step can be set
+from Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import shlex
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from gradstep.export import ExportError, check_options, clamp_step, export_html
+from gradstep.schema import Trace
+
+DEFAULT_HEIGHT = 760
+
+
+def _check(step: int, theme: str, height: int) -> None:
+    try:
+        check_options(step, theme)
+    except ExportError as e:
+        raise ValueError(str(e)) from None
+    if isinstance(height, bool) or not isinstance(height, int) or height < 120:
+        raise ValueError(f"height must be a whole number of pixels, at least 120, not {height!r}")
+
+
+class Stepper:
+    """A traced snippet that displays as the stepper (``_repr_html_``); ``.trace`` is its typed trace."""
+
+    def __init__(self, data: dict, *, step: int = 0, theme: str = "auto", height: int = DEFAULT_HEIGHT):
+        _check(step, theme, height)
+        self.data = data
+        self.step = clamp_step(data, step)
+        self.theme = theme
+        self.height = height
+
+    @property
+    def trace(self) -> Trace:
+        return Trace.model_validate(self.data)
+
+    def html(self) -> str:
+        """The self-contained page (what ``gradstep export`` writes)."""
+        return export_html(self.data, step=self.step, theme=self.theme, title="gradstep")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the page to `path` (a static export of this trace)."""
+        path = Path(path)
+        path.write_text(self.html(), encoding="utf-8")
+        return path
+
+    def _repr_html_(self) -> str:
+        return (
+            f'<iframe class="gradstep-frame" title="gradstep: autograd steps" srcdoc="{html.escape(self.html())}"'
+            f' style="width: 100%; height: {self.height}px; border: 0;"></iframe>'
+        )
+
+    def widget(self) -> Any:
+        """The same stepper as an anywidget (``pip install anywidget``); set ``.step`` to move it."""
+        return _widget_class()(trace=self.data, step=self.step, theme=self.theme)
+
+    def __repr__(self) -> str:
+        steps = len(self.data.get("steps") or ())
+        return f"<gradstep.Stepper: {steps} steps, status {self.data.get('status')!r}>"
+
+
+def record_dict(code: str) -> dict:
+    """Trace `code` in this process, as the plain JSON-able dict the front end reads."""
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a string of Python, not {type(code).__name__}")
+    from gradstep.tracer import record
+
+    return record(code)
+
+
+def show(code: str, step: int = 0, theme: str = "auto", height: int = DEFAULT_HEIGHT) -> Stepper:
+    """Run `code` here and return the stepper for it: the last expression of a cell displays it."""
+    _check(step, theme, height)
+    return Stepper(record_dict(code), step=step, theme=theme, height=height)
+
+
+# ---------------------------------------------------------------- anywidget
+
+
+@cache
+def widget_esm() -> str:
+    """frontend/widget.js with everything it imports inlined: the one ES module anywidget loads."""
+    from gradstep.export import bundle
+
+    return bundle("widget.js")
+
+
+@cache
+def _widget_class():
+    try:
+        import anywidget
+        import traitlets
+    except ImportError:
+        raise ImportError("Stepper.widget() needs anywidget: pip install anywidget") from None
+
+    class StepperWidget(anywidget.AnyWidget):
+        _esm = widget_esm()
+        trace = traitlets.Dict().tag(sync=True)
+        step = traitlets.Int(0).tag(sync=True)
+        theme = traitlets.Unicode("auto").tag(sync=True)
+
+    return StepperWidget
+
+
+# ---------------------------------------------------------------- %%gradstep
+
+
+class _MagicArgs(argparse.ArgumentParser):
+    def error(self, message: str):  # a UsageError in the cell, not SystemExit
+        raise ValueError(f"%%gradstep: {message} (usage: {self.format_usage().strip()})")
+
+
+def _magic_parser() -> argparse.ArgumentParser:
+    p = _MagicArgs(prog="%%gradstep", add_help=False)
+    p.add_argument("--step", type=int, default=0)
+    p.add_argument("--theme", default="auto")
+    p.add_argument("--height", type=int, default=DEFAULT_HEIGHT)
+    return p
+
+
+def gradstep_magic(line: str, cell: str) -> Stepper:
+    """``%%gradstep [--step N] [--theme light|dark|auto] [--height PX]``: trace the cell and show it."""
+    from IPython.core.error import UsageError
+
+    try:
+        args = _magic_parser().parse_args(shlex.split(line))
+        return show(cell, step=args.step, theme=args.theme, height=args.height)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext gradstep`` registers the ``%%gradstep`` cell magic."""
+    ipython.register_magic_function(gradstep_magic, magic_kind="cell", magic_name="gradstep")
