@@ -1,5 +1,7 @@
 // Plain-language sentences about a step, computed from the trace (never guessed):
 // what a line built, what a call ran, freed and accumulated, and why a call failed.
+// Since trace version 2 the server narrates every step (`step.explanation`, shown by
+// narration.js); these sentences are for traces without it (version 1: older exports).
 
 import { fmtBytes, fmtGrad, callFlags } from "./model.js";
 

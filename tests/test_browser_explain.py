@@ -84,6 +84,37 @@ def add_retain_graph_diagnosis(trace: dict) -> None:
     ]
 
 
+FORGOTTEN = "    # optimizer.zero_grad()  <- forgotten\n"
+
+
+def add_zero_grad_diagnosis(trace: dict) -> None:
+    """training_loop_no_zero_grad's diagnosis, with the fix the server gives it: one line inserted
+    at the start of the loop (a stand-in while a trace carries no diagnoses of its own)."""
+    if (
+        trace.get("diagnoses")
+        or FORGOTTEN not in trace["code"]
+        or "\n    optimizer.zero_grad()\n" in trace["code"]
+    ):
+        return
+    backward = next(s["line"] for s in trace["steps"] if s["kind"] == "backward")
+    fix = trace["code"].replace(FORGOTTEN, FORGOTTEN + "    optimizer.zero_grad()\n")
+    trace["diagnoses"] = [
+        {
+            "kind": "grad_accumulates_without_zero_grad",
+            "severity": "warning",
+            "line": backward,
+            "message": "Every backward adds its gradients to what the previous iteration left in .grad.",
+            "fixes": [
+                {
+                    "title": "Call optimizer.zero_grad() at the start of each iteration",
+                    "explanation": "Each iteration starts from empty gradients.",
+                    "code": fix,
+                }
+            ],
+        }
+    ]
+
+
 def serve_with(page, *edits) -> None:
     """Let /api/trace answer as the server does, with `edits` applied to each trace it returns."""
 
@@ -100,7 +131,7 @@ def serve_with(page, *edits) -> None:
 @pytest.fixture
 def app(browser, server):
     p = Page(browser, server, reduced_motion="reduce")
-    serve_with(p.page, add_explanations, add_retain_graph_diagnosis)
+    serve_with(p.page, add_explanations, add_retain_graph_diagnosis, add_zero_grad_diagnosis)
     yield p
     p.close()
 
@@ -310,6 +341,7 @@ def test_apply_fix_runs_the_fixed_code_and_steps_both_runs_side_by_side(app):
     fix, fixed = apply_first_fix(app, original, "backward_through_freed_graph")
     assert fixed["code"] == fix["code"]
     assert fixed["status"] == "ok" and original["status"] == "error"
+    assert not fixed.get("diagnoses") and app.page.locator("#gs-diagnoses").is_hidden()
     assert app.page.evaluate("window.gradstep.editor.getCode()") == fix["code"]
     # the fix changes one call's arguments: the same steps, row by row
     steps = len(original["steps"])
@@ -359,4 +391,61 @@ def test_back_to_the_single_view_shows_the_fixed_run_with_the_fixed_code(app):
     app.press("End")
     state = app.graph_state()
     assert_step_matches(state, fixed, len(fixed["steps"]) - 1)
+    assert app.errors == []
+
+
+def grad_diff_nodes(a_step: dict, b_step: dict) -> dict[str, set[str]]:
+    """The leaves (ids as the page writes them) showing a tensor whose .grad differs between two steps."""
+    ta = {t["name"]: t for t in a_step.get("tensors", [])}
+    tb = {t["name"]: t for t in b_step.get("tensors", [])}
+    alive_a = {s["id"] for s in a_step["nodes"] if not s.get("dropped")}
+    alive_b = {s["id"] for s in b_step["nodes"] if not s.get("dropped")}
+    out = {"original": set(), "fixed": set()}
+    for name in ta.keys() | tb.keys():
+        ga, gb = (ta.get(name) or {}).get("grad"), (tb.get(name) or {}).get("grad")
+        if fmt_grad(ga) == fmt_grad(gb) and (ga or {}).get("values") == (gb or {}).get("values"):
+            continue
+        for side, t, alive in (("original", ta.get(name), alive_a), ("fixed", tb.get(name), alive_b)):
+            if t and t.get("node") in alive:
+                out[side].add(str(t["node"]))
+    return out
+
+
+def test_a_fix_that_adds_a_line_is_aligned_by_line_and_call_order(app):
+    original = app.open("?snippet=training_loop_no_zero_grad")
+    _, fixed = apply_first_fix(app, original, "grad_accumulates_without_zero_grad")
+    lines = {"original": original["code"].splitlines(), "fixed": fixed["code"].splitlines()}
+    calls = {
+        side: [i for i, s in enumerate(t["steps"]) if s["kind"] != "forward"]
+        for side, t in (("original", original), ("fixed", fixed))
+    }
+    rows = int(app.page.locator("#gs-compare").get_attribute("data-rows"))
+    own = {"original": [], "fixed": []}  # the steps each run shows as its own, row by row
+    grads_differ = 0
+    for r in range(rows):
+        if r:
+            app.press("ArrowRight")
+        state = {side: side_state(app, side) for side in ("original", "fixed")}
+        for side, trace in (("original", original), ("fixed", fixed)):
+            assert_step_matches(state[side], trace, int(state[side]["shown"]))
+            if state[side]["held"] == "false":
+                own[side].append(int(state[side]["shown"]))
+        i, j = int(state["original"]["shown"]), int(state["fixed"]["shown"])
+        a, b = original["steps"][i], fixed["steps"][j]
+        if state["original"]["held"] == state["fixed"]["held"] == "false":
+            assert a["kind"] == b["kind"]
+            if a["kind"] == "forward":  # forward steps pair up on the same line of code
+                assert lines["original"][a["line"] - 1].strip() == lines["fixed"][b["line"] - 1].strip()
+            else:  # calls pair up by their order
+                assert calls["original"].index(i) == calls["fixed"].index(j)
+        want = grad_diff_nodes(a, b)
+        for side in ("original", "fixed"):
+            assert set(state[side]["diff"].get("grad", [])) == want[side], (r, side)
+        grads_differ += bool(want["original"])
+    # every step of each run is shown as its own exactly once, in order
+    assert own["original"] == list(range(len(original["steps"])))
+    assert own["fixed"] == list(range(len(fixed["steps"])))
+    # without zero_grad the grads accumulate from the second iteration on
+    assert grads_differ > 0
+    app.shot("compare_zero_grad")
     assert app.errors == []
