@@ -173,3 +173,87 @@ def test_exported_big_model_expands_every_node_from_file(tmp_path, opened):
     assert page.page.locator("[data-node-id]").count() == n
     assert page.network() == []
     assert page.errors == []
+
+
+MYST_HOST = """async ([esm, body]) => {
+  // what a MyST page does with ```{anywidget} ./file.mjs``` and a JSON body: a model of that body
+  const mod = await import(URL.createObjectURL(new Blob([esm], { type: "text/javascript" })));
+  const state = { ...body };
+  window.model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, on() {}, off() {} };
+  const el = document.createElement("div");
+  document.body.append(el);
+  await mod.default.render({ model: window.model, el });
+  const s = el.querySelector(".gradstep-widget-host").shadowRoot.querySelector(".gs-stepper");
+  return [Number(s.dataset.step), Number(s.dataset.steps)];
+}"""
+
+
+def test_widget_export_shows_its_own_trace_at_the_step_a_myst_body_sets(opened, tmp_path):
+    from gradstep.export import export_widget
+
+    trace = record(snippets.load_all()["retain_graph_accumulates"].code)
+    esm = export_widget(trace, step=0)
+    host = tmp_path / "host.html"
+    host.write_text('<!doctype html><body data-ready="true"></body>')
+    page = opened(host)
+    assert page.page.evaluate(MYST_HOST, [esm, {"step": 2}]) == [2, len(trace["steps"])]
+    assert page.network() == []
+    assert page.errors == []
+
+
+@pytest.fixture
+def http_folder(tmp_path):
+    """tmp_path served over http on a free loopback port (a static host)."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+NODE_PLACES = """() => Object.fromEntries([...document.querySelectorAll('[data-node-id]')]
+  .map((el) => [el.dataset.nodeId, el.getAttribute('transform')]))"""
+
+
+def test_big_model_lays_out_the_same_from_file_as_from_a_static_host(browser, http_folder):
+    """From file:// the layout runs on the page's thread (Chromium refuses module workers there);
+    served over http it runs in the Blob worker. Every node lands in the same place either way."""
+    folder, base = http_folder
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from tracer_overhead import SNIPPET
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    path, trace = export(folder, SNIPPET)
+    places = {}
+    for label, url in (("file", path.as_uri()), ("http", f"{base}/{path.name}")):
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = ctx.new_page()
+        workers: list[str] = []
+        warnings: list[str] = []
+        page.on("worker", lambda w, workers=workers: workers.append(w.url))
+        page.on("console", lambda m, warnings=warnings: m.type == "warning" and warnings.append(m.text))
+        try:
+            page.goto(url)
+            page.wait_for_function("document.body.dataset.ready === 'true'", timeout=30_000)
+            page.click(".gs-expand-all")
+            n = len(trace["nodes"])
+            page.wait_for_function(
+                f"document.querySelectorAll('[data-node-id]').length >= {n}"
+                " && !document.querySelector('.gs-laying-out')",
+                timeout=60_000,
+            )
+            places[label] = page.evaluate(NODE_PLACES)
+            if label == "http":
+                assert workers and not any("layout worker failed" in w for w in warnings), warnings
+        finally:
+            ctx.close()
+    assert len(places["file"]) == len(trace["nodes"])
+    assert places["file"] == places["http"]

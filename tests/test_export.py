@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gradstep.export import ExportError, bundle, collect, export_html, frontend_folder
+from gradstep.export import ExportError, bundle, collect, export_html, frontend_folder, write_export
 from gradstep.schema import Trace
 from gradstep.tracer import record
 
@@ -269,3 +269,20 @@ def test_cli_export_with_a_non_numeric_step_exits_2(tmp_path):
     r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "p.html"), "--step", "two")
     assert r.returncode == 2
     assert "invalid int value: 'two'" in r.stderr
+
+
+def test_widget_format_writes_one_module_carrying_the_trace(tmp_path):
+    data = record(POW)
+    out = tmp_path / "pow.mjs"
+    assert write_export(lambda: json.dumps(data).encode(), output=str(out), fmt="widget", step=9) == 0
+    text = out.read_text()
+    defaults = json.loads(re.search(r"^const DEFAULTS = (.*);$", text, re.M).group(1))
+    assert defaults == {"trace": data, "step": len(data["steps"]) - 1, "theme": "auto"}
+    assert "export default" in text
+
+
+def test_an_unknown_format_is_refused_before_the_snippet_runs(tmp_path):
+    ran = []
+    with pytest.raises(ExportError, match="format must be one of html, json, widget, not 'pdf'"):
+        write_export(lambda: ran.append(1) or b"{}", output=str(tmp_path / "x"), fmt="pdf")
+    assert ran == []

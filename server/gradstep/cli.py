@@ -113,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("file", help="a Python file using torch")
     e.add_argument("-o", "--output", required=True, help="the file to write (- for standard output)")
     e.add_argument(
-        "--format", choices=["html", "json"], default="html", help="a page (default) or the raw trace"
+        "--format",
+        choices=["html", "json", "widget"],
+        default="html",
+        help="html: a self-contained page (default); json: the raw trace; widget: an anywidget module"
+        " carrying the trace (MyST / Jupyter Book {anywidget})",
     )
     e.add_argument("--step", type=int, default=0, help="the step the page opens at, from 0 (clamped)")
     e.add_argument(

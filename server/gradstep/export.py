@@ -26,6 +26,7 @@ from gradstep.schema import Trace
 
 Theme = Literal["light", "dark", "auto"]
 THEMES: tuple[str, ...] = ("light", "dark", "auto")
+FORMATS: tuple[str, ...] = ("html", "json", "widget")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 # `import … from "./x.js"`, `export … from "./x.js"`, `import "./x.js"` at the start of a line (our
@@ -140,8 +141,27 @@ for (const [name, mime, text] of SOURCES) {
 export const moduleUrls = Object.fromEntries(urls);
 const entry = await import(urls.get(%(entry)s));
 export const render = entry.render;
-export default entry.default ?? { render };
+%(default)s
 """
+
+_DEFAULT = "export default entry.default ?? { render };"
+
+# A widget module with its own trace: model keys the host leaves unset (a MyST {anywidget} body
+# of just {"step": 2}) read as these defaults.
+_WIDGET_DEFAULTS = """const DEFAULTS = %(defaults)s;
+const unset = (v) => v === undefined || v === null || v === "";
+export default {
+  render({ model, el }) {
+    const view = {
+      get: (k) => (unset(model.get(k)) ? DEFAULTS[k] : model.get(k)),
+      set: (k, v) => model.set(k, v),
+      on: (ev, f) => model.on(ev, f),
+      off: (ev, f) => model.off && model.off(ev, f),
+      save_changes: () => model.save_changes && model.save_changes(),
+    };
+    return entry.default.render({ model: view, el });
+  },
+};"""
 
 
 def bundle(entry: str = "embed.js", *, extra: tuple[str, ...] = (), folder: Path | None = None) -> str:
@@ -149,7 +169,20 @@ def bundle(entry: str = "embed.js", *, extra: tuple[str, ...] = (), folder: Path
     everything it needs inlined: what anywidget loads, and the heart of the static page."""
     modules = collect([entry, *extra], folder)
     sources = [[m.name, m.mime, m.source] for m in modules]
-    return _LOADER % {"sources": _js_string(sources), "entry": _js_string(entry)}
+    return _LOADER % {"sources": _js_string(sources), "entry": _js_string(entry), "default": _DEFAULT}
+
+
+def export_widget(
+    trace: Trace | dict, *, step: int = 0, theme: str = "auto", folder: Path | None = None
+) -> str:
+    """The anywidget module (frontend/widget.js, inlined) carrying `trace`: one file a MyST or
+    Jupyter Book page shows with ```{anywidget} ./file.mjs``` (its JSON body may set "step", "theme")."""
+    check_options(step, theme)
+    data = trace_json(trace)
+    sources = [[m.name, m.mime, m.source] for m in collect(["widget.js"], folder)]
+    defaults = {"trace": data, "step": clamp_step(data, step), "theme": theme}
+    default = _WIDGET_DEFAULTS % {"defaults": _js_string(defaults)}
+    return _LOADER % {"sources": _js_string(sources), "entry": _js_string("widget.js"), "default": default}
 
 
 def check_options(step: int, theme: str) -> None:
@@ -215,20 +248,21 @@ def write_export(
     """
     import orjson
 
-    if fmt not in ("html", "json"):
-        raise ExportError(f"format must be html or json, not {fmt!r}")
+    if fmt not in FORMATS:
+        raise ExportError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     check_options(step, theme)
     target = None if output == "-" else Path(output)
     if target is not None and not target.parent.is_dir():
         raise ExportError(f"cannot write {target}: folder {target.parent} does not exist")
-    if fmt == "html":
+    if fmt != "json":
         frontend_folder()  # before the run: a missing front end is a misuse, not a snippet error
     data = orjson.loads(run())
-    body = (
-        export_json(data) + b"\n"
-        if fmt == "json"
-        else export_html(data, step=step, theme=theme, title=title).encode()
-    )
+    if fmt == "json":
+        body = export_json(data) + b"\n"
+    elif fmt == "widget":
+        body = export_widget(data, step=step, theme=theme).encode()
+    else:
+        body = export_html(data, step=step, theme=theme, title=title).encode()
     if target is None:
         sys.stdout.buffer.write(body)
         return 0
