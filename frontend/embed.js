@@ -24,9 +24,12 @@ function ensureStyles() {
  * theme: "light" | "dark" | "auto" (follows prefers-color-scheme).
  * code: show the snippet beside the graph (default true).
  * styles: false when the host already provides style.css (static exports, shadow roots).
- * Returns the viewer: setStep(i), next(), prev(), play(), stop(), step, destroy().
+ * editable: the code can be edited; onRun(): called by Ctrl/⌘+Enter in it (the /embed page's Run).
+ * onStep(i): called when the user or a message moves to another step.
+ * Returns the viewer: setStep(i), next(), prev(), play(), stop(), step, editor, destroy().
  */
-export async function render({ trace, el, step = 0, theme = "auto", code = true, panels = true, styles = true }) {
+export async function render({ trace, el, step = 0, theme = "auto", code = true, panels = true, styles = true,
+  editable = false, onRun = null, onStep = null }) {
   if (!el) throw new Error("render: `el` is required");
   if (styles) ensureStyles();
   el.replaceChildren();
@@ -53,9 +56,10 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
   if (panels) el.append(bottom);
   let viewer = null;
   const editor = code
-    ? createEditor(codeEl, { doc: trace.code || "", readOnly: true, onHoverLine: (line) => viewer && viewer.hoverLine(line), label: "Snippet code" })
+    ? createEditor(codeEl, { doc: trace.code || "", readOnly: !editable, onRun, onHoverLine: (line) => viewer && viewer.hoverLine(line), label: "Snippet code" })
     : null;
-  viewer = createViewer(el, { code: editor, slots: { stepper: stepperEl, graph: graphEl, panels: panelsEl } });
+  viewer = createViewer(el, { code: editor, onStep, slots: { stepper: stepperEl, graph: graphEl, panels: panelsEl } });
+  viewer.editor = editor;
   el.tabIndex = el.tabIndex >= 0 ? el.tabIndex : 0; // ←/→, Home/End, space once focused
   el.setAttribute("aria-label", el.getAttribute("aria-label") || "gradstep: autograd steps");
   await viewer.setTrace(trace, { step });

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gradstep import snippets
 from gradstep.cache import cache_key, open_cache
 from gradstep.confinement import require_confinement, required_layers
+from gradstep.embed import mount_embed
 from gradstep.limits import Admission, BodyLimit, RateLimiter, retry_after
 from gradstep.pages import mount_pages
 from gradstep.runner import TraceRunner
@@ -195,6 +196,7 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
             sandbox=sandbox,
         )
 
+    mount_embed(app, settings.frame_ancestors)
     mount_pages(app)
 
     app.state.settings, app.state.runner, app.state.cache = settings, runner, cache

@@ -22,6 +22,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gradstep import snippets
+from gradstep.permalink import discovery_href
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 SERVED = {".js", ".mjs", ".css", ".svg", ".png", ".woff2", ".json", ".txt"}
@@ -95,6 +96,7 @@ def mount_pages(app: FastAPI) -> None:
                 # </script> cannot appear inside JSON from json.dumps with these replacements
                 "snippets_json": _script_json(listed),
                 "config_json": _script_json(config),
+                "oembed_href": discovery_href(str(request.url)),  # CMSs find /oembed for snippet URLs
             },
         )
 

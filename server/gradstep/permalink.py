@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import zlib
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 MAX_CODE_BYTES = 64 * 1024  # the API's request limit: a longer snippet could never run anyway
 MAX_ENCODED = 200_000  # characters of `c`; far more than 64 KB of code ever compresses to
@@ -50,3 +51,11 @@ def decode_code(c: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError("The link's code is not UTF-8 text.") from e
+
+
+def discovery_href(page_url: str) -> str | None:
+    """oEmbed discovery for a page URL the server sees: only snippet URLs (code URLs keep it in the fragment)."""
+    parts = urlsplit(page_url)
+    if not dict(parse_qsl(parts.query)).get("snippet"):
+        return None
+    return f"{parts.scheme}://{parts.netloc}/oembed?" + urlencode({"url": page_url, "format": "json"})

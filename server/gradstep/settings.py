@@ -26,6 +26,9 @@ class Settings:
     wall_seconds: float = 15.0  # per run
     cpu_seconds: int = 10  # per run
     memory_mb: int = 1024  # per run
+    # Pages that may frame /embed: a CSP frame-ancestors source list ("*", "'self'",
+    # "https://*.example.edu https://lms.example.org"); the app's own pages only allow 'self'.
+    frame_ancestors: str = "*"
     # sandbox slot i runs as uid uid_base + i: replicas on one host need disjoint ranges
     uid_base: int = 61000
     # Confinement layers that must be active, or the server refuses to start: "all", "none"

@@ -1,0 +1,97 @@
+// Permalinks in the app: the Share button puts the code (compressed) and the current step in the
+// URL (/#code=<c>&step=N) and offers the link and an <iframe> to copy; opening such a link runs
+// that code and goes to that step.
+
+import { decodeCode, encodeCode, iframeSnippet } from "./permalink.js";
+
+const h = (tag, attrs = {}, ...kids) => {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v);
+  }
+  el.append(...kids);
+  return el;
+};
+
+/** The step a link asks for: a whole number ≥ 0 (the viewer clamps it to the run's steps). */
+function stepOf(params) {
+  const n = Number(params.get("step"));
+  return Number.isInteger(n) && n > 0 ? n : 0;
+}
+
+/**
+ * Open the permalink in location.hash, if any: put its code in the editor, run it, go to its step.
+ * Returns false when the URL carries no code (the app then loads its default snippet).
+ */
+export async function loadPermalink({ editor, viewer, run, setStatus }) {
+  const params = new URLSearchParams(location.hash.slice(1));
+  if (!params.has("code")) return false;
+  let code;
+  try {
+    code = await decodeCode(params.get("code"));
+  } catch (e) {
+    setStatus("error", `This link's code cannot be opened: ${e.message}`);
+    document.body.dataset.traceStatus = "link-error";
+    return true;
+  }
+  const current = document.getElementById("gs-picker-current");
+  if (current) current.textContent = "Shared code";
+  editor.setCode(code);
+  await run();
+  if (viewer.model) viewer.setStep(stepOf(params));
+  return true;
+}
+
+/** The Share button: link + embed snippet in a dialog, the link also put in the address bar. */
+export function installShare({ button, editor, viewer }) {
+  if (!button) return null;
+  const link = h("input", { type: "text", readonly: "", id: "gs-share-link", "aria-label": "Link to this code and step" });
+  const embed = h("textarea", { readonly: "", id: "gs-share-embed", rows: "3", "aria-label": "HTML to embed this stepper" });
+  const note = h("p", { class: "gs-share-note" });
+  const copyBtn = (field, label) =>
+    h("button", {
+      type: "button",
+      class: "gs-btn",
+      onclick: async (ev) => {
+        field.select();
+        try {
+          await navigator.clipboard.writeText(field.value);
+          ev.target.textContent = "Copied";
+        } catch {
+          document.execCommand("copy"); // clipboard API refused (no permission): the selection still copies
+          ev.target.textContent = "Copied";
+        }
+        setTimeout(() => (ev.target.textContent = label), 1500);
+      },
+    }, label);
+  const dialog = h("dialog", { class: "gs-share-dialog", id: "gs-share-dialog", "aria-labelledby": "gs-share-title" },
+    h("h2", { id: "gs-share-title" }, "Share this run"),
+    note,
+    h("label", { for: "gs-share-link" }, "Link (opens this code at this step)"),
+    h("div", { class: "gs-share-row" }, link, copyBtn(link, "Copy link")),
+    h("label", { for: "gs-share-embed" }, "Embed in a course page"),
+    h("div", { class: "gs-share-row" }, embed, copyBtn(embed, "Copy HTML")),
+    h("div", { class: "gs-share-actions" }, h("button", { type: "button", class: "gs-btn", onclick: () => dialog.close() }, "Close")),
+  );
+  document.body.append(dialog);
+
+  async function share() {
+    const code = editor.getCode();
+    const ran = viewer.model ? viewer.model.trace.code : null;
+    // The step belongs to the last run: a link to edited code starts at its first step.
+    const step = ran === code ? viewer.step : 0;
+    const c = await encodeCode(code);
+    const url = `${location.origin}/#code=${c}&step=${step}`;
+    history.replaceState(null, "", url);
+    link.value = url;
+    embed.value = iframeSnippet(`${location.origin}/embed#code=${c}&step=${step}`);
+    note.textContent = ran === code
+      ? `Whoever opens it runs this code and lands on step ${step + 1}.`
+      : "The code was edited since the last run: the link runs it from its first step.";
+    if (!dialog.open) dialog.showModal();
+    link.select();
+  }
+  button.addEventListener("click", () => share().catch((e) => alert(`Could not make a link: ${e.message}`)));
+  return { share, dialog };
+}

@@ -1,0 +1,210 @@
+"""Embeds: ``/embed`` (the stepper with minimal chrome, for an ``<iframe>``), ``/oembed``, frame headers.
+
+``/embed`` may be framed by the pages the ``frame_ancestors`` setting names (a CSP source list,
+default ``*``); every other response says ``frame-ancestors 'self'`` and ``X-Frame-Options``.
+The snippet's code travels in the URL fragment (``/embed#code=…``): it never reaches the server,
+so the page itself decodes it (frontend/embed-page.js). docs/embed.md describes the parameters,
+the frame's messages and oEmbed.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+from pydantic import BaseModel
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gradstep import pages, snippets
+from gradstep.permalink import decode_code, discovery_href
+
+THEMES = ("light", "dark", "auto")
+EDITOR_MODES = ("hidden", "readonly", "editable")
+DEFAULT_SIZE = (800, 600)  # width, height of an oEmbed iframe when the consumer sets no maximum
+MAX_OEMBED_URL = 8000  # characters of oEmbed's `url`: the code comes with it
+# One CSP frame-ancestors source: a keyword, a scheme, or [scheme://]host[:port] with an optional *. prefix
+_SOURCE = re.compile(
+    r"^(\*|'self'|'none'|[a-z][a-z0-9+.-]*:|([a-z][a-z0-9+.-]*://)?(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)*(:(\d{1,5}|\*))?)$",
+    re.IGNORECASE,
+)
+
+
+def parse_frame_ancestors(value: str) -> list[str]:
+    """The setting's sources; ValueError (said at startup) for anything that is not a CSP source."""
+    sources = value.split()
+    if not sources:
+        raise ValueError("GRADSTEP_FRAME_ANCESTORS is empty: use * (any page), 'self', or origins.")
+    for s in sources:
+        if not _SOURCE.match(s):
+            raise ValueError(
+                f"GRADSTEP_FRAME_ANCESTORS: {s!r} is not a frame-ancestors source "
+                "(use *, 'self', 'none', https:, https://example.edu or https://*.example.edu)."
+            )
+    if "'none'" in sources and len(sources) > 1:
+        raise ValueError("GRADSTEP_FRAME_ANCESTORS: 'none' cannot be combined with other sources.")
+    return sources
+
+
+class FrameHeaders:
+    """CSP frame-ancestors on every response: the setting's for /embed, 'self' (and XFO) elsewhere."""
+
+    def __init__(self, app: ASGIApp, embed_ancestors: str) -> None:
+        self.app = app
+        self.embed_policy = "frame-ancestors " + " ".join(parse_frame_ancestors(embed_ancestors))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        embed = scope["path"] == "/embed"
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                policy = self.embed_policy if embed else "frame-ancestors 'self'"
+                existing = headers.get("content-security-policy")
+                headers["Content-Security-Policy"] = f"{existing}; {policy}" if existing else policy
+                if not embed:
+                    headers["X-Frame-Options"] = "SAMEORIGIN"  # browsers without CSP level 2
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class OEmbed(BaseModel):
+    """An oEmbed 1.0 "rich" response (https://oembed.com/)."""
+
+    version: Literal["1.0"] = "1.0"
+    type: Literal["rich"] = "rich"
+    provider_name: str = "gradstep"
+    provider_url: str
+    title: str
+    html: str
+    width: int
+    height: int
+    cache_age: int = 3600
+
+
+def _positive(name: str, raw: str | None) -> int | None:
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise HTTPException(400, f"{name} must be a positive whole number of pixels, not {raw[:20]!r}.")
+    return int(raw)
+
+
+def _embed_target(url: str, base: str) -> tuple[str, str]:
+    """The /embed URL and a title for a gradstep app or embed URL; 404 with the reason otherwise."""
+    if len(url) > MAX_OEMBED_URL:
+        raise HTTPException(
+            404, f"The URL is too long for oEmbed ({len(url)} characters; at most {MAX_OEMBED_URL})."
+        )
+    parts = urlsplit(url)
+    here = urlsplit(base)
+    if (
+        parts.scheme not in ("http", "https")
+        or parts.netloc != here.netloc
+        or parts.path not in ("", "/", "/embed")
+    ):
+        raise HTTPException(404, f"Not a gradstep URL of this server ({base}/ or {base}/embed): {url[:200]}")
+    query = dict(parse_qsl(parts.query))
+    fragment = dict(parse_qsl(parts.fragment))
+    params = {**query, **fragment}  # fragment parameters override query ones, as in the page
+    shown: dict[str, str] = {}
+    for key, allowed in (("theme", THEMES), ("editor", EDITOR_MODES)):
+        if key in params:
+            if params[key] not in allowed:
+                raise HTTPException(404, f"Unknown {key} {params[key][:20]!r}: use {', '.join(allowed)}.")
+            shown[key] = params[key]
+    if params.get("autoplay") in ("1", "true", "yes"):
+        shown["autoplay"] = "1"
+    step = params.get("step", "")
+    if step and not step.isdigit():
+        raise HTTPException(404, f"The step {step[:20]!r} is not a whole number.")
+    if "code" in params:
+        try:
+            code = decode_code(params["code"])
+        except ValueError as e:
+            raise HTTPException(404, str(e)) from None
+        lines = code.count("\n") + (not code.endswith("\n"))
+        title = f"gradstep: a PyTorch snippet ({lines} line{'s' if lines != 1 else ''})"
+        tail = {"code": params["code"], **({"step": step} if step else {})}
+        return f"{base}/embed?{urlencode(shown)}#{urlencode(tail)}".replace("?#", "#"), title
+    name = params.get("snippet")
+    found = snippets.load_all().get(name or "")
+    if found is None:
+        raise HTTPException(
+            404,
+            f"No snippet named {name!r} (GET /api/snippets lists them)."
+            if name
+            else "The URL names no snippet and carries no code (#code=…).",
+        )
+    query_out = {"snippet": name, **({"step": step} if step else {}), **shown}
+    return f"{base}/embed?{urlencode(query_out)}", f"gradstep: {found.title}"
+
+
+def mount_embed(app: FastAPI, frame_ancestors: str) -> None:
+    """Serve /embed and /oembed; frame headers on every response."""
+    sources = parse_frame_ancestors(frame_ancestors)
+    app.add_middleware(FrameHeaders, embed_ancestors=frame_ancestors)
+    folder = pages.frontend_dir()
+    version = pages._version(folder) if folder else "none"
+    templates = Jinja2Templates(directory=str(pages.TEMPLATES))
+    # Who may talk to the frame: any parent when framing is open, else the same sources.
+    parents = None if "*" in sources else [s for s in sources if s != "'none'"]
+
+    @app.get("/embed", include_in_schema=False, response_class=HTMLResponse)
+    def embed(request: Request) -> HTMLResponse:
+        if folder is None:
+            raise HTTPException(
+                503, "The front end's files were not found (set GRADSTEP_FRONTEND to the frontend/ folder)."
+            )
+        listed = [{"name": s.name, "title": s.title} for s in snippets.load_all().values()]
+        found = snippets.load_all().get(request.query_params.get("snippet", ""))
+        config = {"api": "", "version": version, "snippets": listed, "parents": parents}
+        return templates.TemplateResponse(
+            request,
+            "embed.html",
+            {
+                "static": f"/static/{{path}}?v={version}",
+                "title": f"gradstep: {found.title}" if found else "gradstep",
+                "oembed_href": discovery_href(str(request.url)),
+                "config_json": pages._script_json(config),
+            },
+        )
+
+    @app.get(
+        "/oembed",
+        response_model=OEmbed,
+        summary="oEmbed for a gradstep URL (the app's or /embed, fragment included)",
+        responses={
+            400: {"description": "maxwidth/maxheight not positive integers"},
+            404: {"description": "Not a gradstep URL of this server, unknown snippet or corrupt code"},
+            501: {"description": "format other than json"},
+        },
+    )
+    def oembed(
+        request: Request,
+        url: str,
+        maxwidth: str | None = None,
+        maxheight: str | None = None,
+        format: str = "json",
+    ) -> OEmbed:
+        if format != "json":
+            raise HTTPException(501, f"format={format[:20]!r} is not implemented: use format=json.")
+        max_w, max_h = _positive("maxwidth", maxwidth), _positive("maxheight", maxheight)
+        base = str(request.base_url).rstrip("/")
+        src, title = _embed_target(url, base)
+        width = min(DEFAULT_SIZE[0], max_w or DEFAULT_SIZE[0])
+        height = min(DEFAULT_SIZE[1], max_h or DEFAULT_SIZE[1])
+        frame = (
+            f'<iframe src="{html.escape(src)}" width="{width}" height="{height}" title="{html.escape(title)}"'
+            ' style="border:0;max-width:100%" loading="lazy" allow="clipboard-write"></iframe>'
+        )
+        return OEmbed(provider_url=base + "/", title=title, html=frame, width=width, height=height)
