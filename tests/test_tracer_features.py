@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import io
 import json
 import re
@@ -24,6 +25,7 @@ import sys
 import textwrap
 import traceback
 import warnings
+import weakref
 from typing import Any
 
 import pytest
@@ -503,6 +505,40 @@ def test_tracing_does_not_keep_a_deleted_graph_alive():
     _, expected = _plain(code)
     tr = record(code)
     assert tr["stdout"] == expected
+
+
+def test_a_finished_recording_frees_the_snippets_objects_as_a_plain_run_does():
+    code = _code(
+        """
+        import torch
+        w = torch.ones(64, 64, requires_grad=True)
+        loss = (w.exp() * w).sum()
+        loss.backward(retain_graph=True)
+        """
+    )
+
+    def leftovers(run) -> bool:
+        held: list = []
+        real_ones = torch.ones
+
+        def ones(*args, **kwargs):  # keep a weak handle on the snippet's leaf
+            t = real_ones(*args, **kwargs)
+            held.append(weakref.ref(t))
+            return t
+
+        gc.collect()
+        torch.ones = ones
+        try:
+            run(code)
+        finally:
+            torch.ones = real_ones
+        return any(r() is not None for r in held)  # before any collection: freed by refcount alone
+
+    def plain(src: str) -> None:
+        exec(compile(src, "<snippet>", "exec"), {"__name__": "__main__"})
+
+    assert leftovers(plain) is False
+    assert leftovers(record) is False
 
 
 # ---------------------------------------------------------------- 7. caps and grad values

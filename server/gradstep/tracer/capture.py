@@ -62,6 +62,9 @@ class Warnings:
     def __exit__(self, *exc) -> None:
         self._ctx.__exit__(*exc)
 
+    def close(self) -> None:
+        self._line_of = _no_line  # it points back at the recorder: no cycle left behind
+
     def _show(self, message, category, filename, lineno, file=None, line=None) -> None:
         if len(self.items) >= self._cap:
             return
@@ -72,3 +75,7 @@ class Warnings:
         new = self.items[self._mark :]
         self._mark = len(self.items)
         return new
+
+
+def _no_line() -> None:
+    return None

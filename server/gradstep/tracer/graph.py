@@ -31,6 +31,42 @@ class _Saved(NamedTuple):
     kind: str  # "tensor" or "tensors" once known to hold tensors, "" before
 
 
+class _Slot(NamedTuple):
+    """A saved slot of a node type, with the two ways it can turn out to hold tensors."""
+
+    label: str
+    attr: str
+    as_tensor: _Saved
+    as_tensors: _Saved
+
+
+_SLOTS: dict[type, tuple[str, tuple[_Slot, ...]]] = {}  # node type -> (op name, slots)
+
+
+def _slot(label: str, attr: str, raw: str | None) -> _Slot:
+    return _Slot(label, attr, _Saved(label, attr, raw, "tensor"), _Saved(label, attr, raw, "tensors"))
+
+
+def _type_slots(t: type) -> tuple[str, tuple[_Slot, ...]]:
+    """Op name and saved slots of a node type, from ``dir()`` once per type.
+
+    Autograd's node types are C++ classes that live as long as torch, so they are
+    cached for the process; a custom Function's node types (made by the snippet)
+    all read ``saved_tensors`` and are not kept.
+    """
+    cached = _SLOTS.get(t)
+    if cached is not None:
+        return cached
+    if issubclass(t, _CUSTOM):
+        return t.__name__, (_slot("saved_tensors", "saved_tensors", None),)
+    attrs = dir(t)
+    raws = {a[11:] for a in attrs if a.startswith("_raw_saved_")}
+    labels = sorted(a[7:] for a in attrs if a.startswith("_saved_"))
+    slots = tuple(_slot(n, "_saved_" + n, "_raw_saved_" + n if n in raws else None) for n in labels)
+    cached = _SLOTS[t] = (t.__name__, slots)
+    return cached
+
+
 class SeqRanges:
     """Maps autograd sequence numbers to the value current when they were handed out."""
 
@@ -67,7 +103,6 @@ class Graph:
         self.stale: dict[int, list[str]] = {}
         self.lines = SeqRanges()
         self.modules = SeqRanges()
-        self._slot_cache: dict[type, tuple[str, tuple[_Saved, ...]]] = {}
         self._accumulators: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
 
     # -- discovery -----------------------------------------------------------
@@ -122,35 +157,22 @@ class Graph:
         self.children.append(None)
         return True
 
-    def _slots(self, node: Any) -> tuple[str, tuple[_Saved, ...]]:
-        """Op name and saved slots of a node type, looked up once per type."""
-        t = type(node)
-        cached = self._slot_cache.get(t)
-        if cached is None:
-            if isinstance(node, _CUSTOM):
-                slots = (_Saved("saved_tensors", "saved_tensors", None, "tensors"),)
-            else:
-                attrs = dir(node)
-                raws = {a[11:] for a in attrs if a.startswith("_raw_saved_")}
-                names = sorted(a[7:] for a in attrs if a.startswith("_saved_"))
-                slots = tuple(
-                    _Saved(n, "_saved_" + n, "_raw_saved_" + n if n in raws else None, "") for n in names
-                )
-            cached = self._slot_cache[t] = (t.__name__, slots)
-        return cached
-
     def _info(self, node: Any, nid: int, step: int, line: int | None, grad_graph: bool, of: Names) -> dict:
-        op, slots = self._slots(node)
+        op, slots = _type_slots(type(node))
         seq = node._sequence_nr()
-        info: dict[str, Any] = {"id": nid, "op": op, "step": step}
         if seq == _UNSEQUENCED:
-            info["seq"] = None
-            info["line"] = line
             var = node.variable
-            info["tensor"] = of.name_of(var)
+            info: dict[str, Any] = {
+                "id": nid,
+                "op": op,
+                "step": step,
+                "seq": None,
+                "line": line,
+                "tensor": of.name_of(var),
+            }
             self._accumulators[id(var)] = nid
         else:
-            info["seq"] = seq - self.seq_base
+            info = {"id": nid, "op": op, "step": step, "seq": seq - self.seq_base}
             info["line"] = self.lines.lookup(seq) or line
             module = self.modules.lookup(seq)
             if module is not None:
@@ -158,46 +180,48 @@ class Graph:
         if grad_graph:
             info["grad_graph"] = True
         saved: list[dict] = []
+        info["saved"] = saved
+        if not slots:
+            return info
         held: list[_Saved] = []
         storages: list[tuple[int, int]] = []
+        name_of_data = of.name_of_data
         for slot in slots:
-            label, attr, raw, _ = slot
             try:
-                value = getattr(node, attr)
+                value = getattr(node, slot.attr)
             except RuntimeError as e:
                 # Unreadable when first seen (modified in place on the line that
                 # built it, or freed by a call not seen): a slot without metadata.
-                saved.append({"name": label, "kind": "tensor"})
-                held.append(_Saved(label, attr, raw, "tensor"))
-                self._mark_unreadable(nid, slot, str(e))
+                saved.append({"name": slot.label, "kind": "tensor"})
+                held.append(slot.as_tensor)
+                self._mark_unreadable(nid, slot.as_tensor, str(e))
                 continue
             if value is None:
                 continue  # a slot this call did not need
             kind = type(value)
             if kind in _PLAIN_SET:
-                saved.append({"name": label, "kind": "value", "value": value})
-            elif kind is _TENSOR or isinstance(value, torch.Tensor):
+                saved.append({"name": slot.label, "kind": "value", "value": value})
+            elif kind is _TENSOR or isinstance(value, _TENSOR):
                 st = value.untyped_storage()
                 n = st.nbytes()
                 storages.append((st.data_ptr(), n))
                 entry = {
-                    "name": label,
+                    "name": slot.label,
                     "kind": "tensor",
                     "shape": list(value.shape),
-                    "dtype": dtype_name(value.dtype),
+                    "dtype": _DTYPES.get(value.dtype) or dtype_name(value.dtype),
                     "bytes": n,
                 }
-                name = of.name_of_data(value)
+                name = name_of_data(value)
                 if name:
                     entry["of"] = name
                 saved.append(entry)
-                held.append(_Saved(label, attr, raw, "tensor"))
-            elif kind in (list, tuple) and value and isinstance(value[0], torch.Tensor):
-                saved.append(_describe(label, "tensors", value, storages, of))
-                held.append(_Saved(label, attr, raw, "tensors"))
+                held.append(slot.as_tensor)
+            elif (kind is list or kind is tuple) and value and isinstance(value[0], _TENSOR):
+                saved.append(_describe(slot.label, "tensors", value, storages, of))
+                held.append(slot.as_tensors)
             else:
-                saved.append({"name": label, "kind": "value", "value": _jsonable(value)})
-        info["saved"] = saved
+                saved.append({"name": slot.label, "kind": "value", "value": _jsonable(value)})
         if held:
             self.tensor_slots[nid] = held
             self.storages[nid] = storages

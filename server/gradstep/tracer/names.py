@@ -41,11 +41,14 @@ class Names:
 
     def name_of_data(self, t: torch.Tensor) -> str | None:
         """The named tensor with the same data as ``t`` (a saved tensor is often a new object)."""
-        if self._by_data is None:
-            self._by_data = {}
+        by_data = self._by_data
+        if by_data is None:
+            by_data = self._by_data = {}
             for obj, names in self.tensors.values():
-                self._by_data.setdefault((obj.data_ptr(), tuple(obj.shape), obj.dtype), names[0])
-        return self._by_data.get((t.data_ptr(), tuple(t.shape), t.dtype))
+                by_data.setdefault(obj.data_ptr(), {}).setdefault((tuple(obj.shape), obj.dtype), names[0])
+        # most saved tensors are intermediates no name holds: one lookup by address settles them
+        same_address = by_data.get(t.data_ptr())
+        return same_address and same_address.get((tuple(t.shape), t.dtype))
 
 
 def snippet_frames(frame: types.FrameType | None) -> list[types.FrameType]:

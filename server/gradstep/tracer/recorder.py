@@ -156,7 +156,22 @@ class Recorder:
             except BaseException as e:  # the snippet's own failure is part of the trace
                 error = self._error(e)
             self._finish()
-        return self._result("error" if error else "ok", error)
+        try:
+            return self._result("error" if error else "ok", error)
+        finally:
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Free the snippet's objects now, as a plain run does when its globals go.
+
+        The markers in the snippet's globals point back at this recorder (and it at
+        them): left alone, that cycle would keep the model and its graph alive until
+        the next full garbage collection.
+        """
+        self.globals.clear()
+        self.graph.objs.clear()
+        self.graph.ids.clear()
+        self.warnings.close()
 
     @_guarded
     def _finish(self) -> None:
