@@ -279,6 +279,21 @@ class Server:
                     found += sorted(base.glob(f"gradstep-{self.pid}-*"))
         return found
 
+    def remove_cgroups(self, timeout: float = 10.0) -> list[str]:
+        """Remove the sandbox's cgroups once empty (a server killed with SIGKILL cannot); what is left."""
+        deadline = time.monotonic() + timeout
+        for top in self.cgroup_dirs:
+            while top.exists() and time.monotonic() < deadline:
+                inner = sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts))
+                for d in [*reversed(inner), top]:  # deepest first: a cgroup with children cannot go
+                    try:
+                        d.rmdir()
+                    except OSError:
+                        pass
+                if top.exists():
+                    time.sleep(0.05)
+        return [str(d) for d in self.cgroup_dirs if d.exists()]
+
     def sample(self) -> set[int]:
         """Remember every process now in the server's tree; returns their pids."""
         table = proc_table()
