@@ -76,7 +76,7 @@ export function createCompare(host, options = {}) {
   let row = 0;
   let rowEls = [];
 
-  const title = h("h2", { class: "gs-cmp-title" });
+  const title = h("h2", { class: "gs-cmp-title", tabindex: "-1" });
   const back = h("button", { type: "button", class: "gs-btn gs-cmp-back", onclick: () => exit() }, "← Back to the single view");
   const btn = (label, path, on) => {
     const b = h("button", { type: "button", class: "gs-btn gs-icon-btn", "aria-label": label, title: label, onclick: on });
@@ -215,6 +215,8 @@ export function createCompare(host, options = {}) {
       await Promise.all([viewers[0].setTrace(original), viewers[1].setTrace(fixed)]);
       buildTimeline();
       go(0);
+      // the Apply fix button that had the focus is gone: move it here (←/→ step from here on)
+      title.focus({ preventScroll: true });
       host.dispatchEvent(new CustomEvent("gs-compare-ready"));
     },
     close() {
