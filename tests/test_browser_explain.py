@@ -449,3 +449,22 @@ def test_a_fix_that_adds_a_line_is_aligned_by_line_and_call_order(app):
     assert grads_differ > 0
     app.shot("compare_zero_grad")
     assert app.errors == []
+
+
+def test_side_by_side_stacks_the_runs_in_a_narrow_column_without_horizontal_overflow(browser, server):
+    p = Page(browser, server, viewport={"width": 420, "height": 900}, reduced_motion="reduce")
+    serve_with(p.page, add_retain_graph_diagnosis)
+    try:
+        original = p.open("?snippet=backward_twice_fails")
+        apply_first_fix(p, original, "backward_through_freed_graph")
+        p.press("End")
+        boxes = [
+            p.page.locator(f'.gs-cmp-col[data-side="{side}"]').bounding_box()
+            for side in ("original", "fixed")
+        ]
+        assert boxes[1]["y"] >= boxes[0]["y"] + boxes[0]["height"] - 1
+        assert p.page.evaluate("document.scrollingElement.scrollWidth - window.innerWidth") <= 1
+        p.shot("compare_narrow")
+        assert p.errors == []
+    finally:
+        p.close()
