@@ -6,9 +6,12 @@ treats the child's bytes as untrusted (served only if they fit the schema).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import orjson
 from pydantic import ValidationError
 
+from gradstep.diagnose.service import with_diagnoses
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
 from gradstep.sandbox.config import DEFAULT_WARMUP
 from gradstep.schema import VERSION, Trace
@@ -31,6 +34,7 @@ def failed_trace(code: str, status: str, message: str, limit: str | None = None)
 
 class TraceRunner:
     def __init__(self, settings: Settings, sandbox: Sandbox | None = None):
+        self.workers = settings.workers
         self.sandbox = sandbox or Sandbox(
             SandboxConfig(
                 workers=settings.workers,
@@ -53,8 +57,21 @@ class TraceRunner:
         return self.sandbox.health()
 
     def trace_bytes(self, code: str, payload: str) -> tuple[bytes, bool]:
-        """(trace JSON, whether it may be cached) for one run of ``code``."""
-        return to_trace(code, self.sandbox.run(payload))
+        """(trace JSON, whether it may be cached) for one run of ``code``, with verified diagnoses."""
+        body, cacheable = to_trace(code, self.sandbox.run(payload))
+        if cacheable:
+            body = with_diagnoses(body, lambda codes: self._run_fixes(codes, payload))
+        return body, cacheable
+
+    def _run_fixes(self, codes: list[str], payload: str) -> list[dict]:
+        """Candidate fixes run in the sandbox like any snippet (same options), as many at once as slots allow."""
+        options = orjson.loads(payload).get("options") or {}
+
+        def run(code: str) -> dict:
+            return orjson.loads(to_trace(code, self.sandbox.run(payload_for(code, options)))[0])
+
+        with ThreadPoolExecutor(max_workers=max(1, min(len(codes), self.workers))) as pool:
+            return list(pool.map(run, codes))
 
 
 def to_trace(code: str, result: RunResult) -> tuple[bytes, bool]:

@@ -1,0 +1,99 @@
+"""Diagnoses: known autograd mistakes found in a trace, each with fixes verified by running them.
+
+``find(trace)`` applies rules to the trace and the snippet's syntax tree (cheap,
+no run): each returns a ``Candidate`` with proposed fixes. ``verify`` runs every
+proposed fix (all at once, through the given ``run``) and keeps a fix only when
+its run has no error, the same diagnosis does not fire on it again, and, where
+the intent is clear, its gradients are the ones the original meant.
+
+No rule guesses: a rule fires only on what the run showed (an error torch
+raised, a warning it gave, a ``.grad`` that grew), so a snippet that is fine
+gets no diagnosis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gradstep.diagnose import (
+    facts,
+    freed_graph,
+    hidden_state,
+    inplace,
+    integer_grad,
+    non_leaf_grad,
+    non_scalar,
+    zero_grad,
+)
+from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.source import Source
+
+Run = Callable[[list[str]], list[dict]]  # codes -> their traces (plain dicts), in order
+
+RULES = (hidden_state, freed_graph, non_scalar, inplace, zero_grad, non_leaf_grad, integer_grad)
+
+__all__ = ["Candidate", "CandidateFix", "Run", "diagnose", "find", "run_locally", "verify"]
+
+
+def find(trace: dict) -> list[Candidate]:
+    src = Source.parse(trace.get("code") or "")
+    if src is None or trace.get("status") not in ("ok", "error"):
+        return []
+    found: list[Candidate] = []
+    for rule in RULES:
+        try:
+            found.extend(rule.find(trace, src))
+        except Exception:  # a rule that trips on an unusual snippet must not cost the user the trace
+            continue
+    return found
+
+
+def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
+    """The candidates as ``Trace.diagnoses`` entries, with only the fixes whose runs passed their checks."""
+    codes = list(dict.fromkeys(fix.code for c in candidates for fix in c.fixes))
+    runs = dict(zip(codes, run(codes), strict=True)) if codes else {}
+    out = []
+    for candidate in candidates:
+        passed: dict[str, dict] = {}
+        fixes = []
+        for fix in candidate.fixes:
+            fixed = runs.get(fix.code)
+            if fixed is None or not _passes(candidate, fix, fixed, trace, passed):
+                continue
+            passed[fix.key] = fixed
+            explanation = fix.explanation(fixed) if callable(fix.explanation) else fix.explanation
+            fixes.append({"title": fix.title, "explanation": explanation, "code": fix.code})
+        out.append(
+            {
+                "kind": candidate.kind,
+                "severity": candidate.severity,
+                "line": candidate.line,
+                "message": candidate.message,
+                "fixes": fixes,
+            }
+        )
+    return out
+
+
+def _passes(candidate: Candidate, fix: CandidateFix, fixed: dict, trace: dict, passed: dict) -> bool:
+    if not facts.runs_cleanly(fixed) or any(k not in passed for k in fix.needs):
+        return False
+    if any(c.kind == candidate.kind for c in find(fixed)):
+        return False  # the fix did not fix it
+    try:
+        return fix.intent is None or bool(fix.intent(fixed, trace, passed))
+    except Exception:
+        return False
+
+
+def diagnose(trace: dict, run: Run) -> list[dict]:
+    """Find and verify: what ``Trace.diagnoses`` holds. Costs nothing more when no rule fires."""
+    candidates = find(trace)
+    return verify(candidates, trace, run) if candidates else []
+
+
+def run_locally(codes: list[str]) -> list[dict]:
+    """Run fixes in this process with the tracer (the notebook path: the user's own code, unconfined)."""
+    from gradstep.tracer import record
+
+    return [record(code) for code in codes]

@@ -1,0 +1,35 @@
+"""What a rule proposes: a diagnosis with candidate fixes, each with the check it must pass.
+
+A candidate fix is only a proposal: ``verify`` runs its code and keeps it when
+the run has no error, the same diagnosis does not fire on it again, and its
+``intent`` check (when the intent is clear) holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# intent(fixed trace, original trace, traces of the sibling fixes by key) -> whether it does what was meant
+Intent = Callable[[dict, dict, dict[str, dict]], bool]
+
+
+@dataclass
+class CandidateFix:
+    key: str  # names the fix among its siblings, so one fix's intent can refer to another's run
+    title: str
+    explanation: (
+        str | Callable[[dict], str]
+    )  # or built from the fixed run's trace (to quote what it measured)
+    code: str
+    intent: Intent | None = None
+    needs: tuple[str, ...] = ()  # sibling fixes that must verify first (their runs feed this intent)
+
+
+@dataclass
+class Candidate:
+    kind: str
+    severity: str  # "error" | "warning"
+    line: int | None
+    message: str
+    fixes: list[CandidateFix] = field(default_factory=list)

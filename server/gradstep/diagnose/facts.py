@@ -1,0 +1,157 @@
+"""Facts the rules and the checks read from a trace (plain dicts, as record() builds them)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+FREED_MARK = "backward through the graph a second time"
+STALE_MARK = "modified by an inplace operation"
+NON_SCALAR_MARK = "grad can be implicitly created only for scalar outputs"
+INTEGER_MARKS = ("tensors of floating point", "can require gradients")  # wording varies by entry point
+NON_LEAF_MARK = "that is not a leaf Tensor is being accessed"
+
+
+def is_integer_requires_grad(message: str) -> bool:
+    lowered = message.lower()
+    return all(mark in lowered for mark in INTEGER_MARKS)
+
+
+def calls(trace: dict) -> list[dict]:
+    return [s for s in trace.get("steps") or () if s.get("kind") != "forward"]
+
+
+def failed_node(step: dict) -> int | None:
+    return next((st["id"] for st in step.get("nodes") or () if st.get("failed")), None)
+
+
+def state(step: dict, nid: int) -> dict:
+    return next((st for st in step.get("nodes") or () if st["id"] == nid), {})
+
+
+def first_step_where(trace: dict, nid: int, flag: str, before: int) -> dict | None:
+    """The first step (before index ``before``) that shows node ``nid`` with ``flag`` set."""
+    for step in (trace.get("steps") or [])[:before]:
+        for st in step.get("nodes") or ():
+            if st["id"] == nid and st.get(flag):
+                return step
+    return None
+
+
+def freed_by(trace: dict, nid: int, before: int) -> dict | None:
+    """The call step that released node ``nid``'s saved tensors (a call that ran it without retaining)."""
+    step = first_step_where(trace, nid, "freed", before)
+    if step is None or step.get("kind") == "forward":
+        return None
+    return step
+
+
+def grads(step: dict | None) -> dict[str, dict]:
+    """name -> .grad record of every tensor with a grad at ``step``."""
+    if step is None:
+        return {}
+    return {t["name"]: t["grad"] for t in step.get("tensors") or () if t.get("grad")}
+
+
+def final_grads(trace: dict) -> dict[str, dict]:
+    steps = trace.get("steps") or []
+    return grads(steps[-1]) if steps else {}
+
+
+def _flat(values: Any) -> list:
+    if isinstance(values, list):
+        out: list = []
+        for v in values:
+            out.extend(_flat(v))
+        return out
+    return [values]
+
+
+def _close(a: float | None, b: float | None, rel: float = 1e-4) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-6 * max(1.0, abs(a), abs(b)))
+
+
+def grad_values(grad: dict) -> list | None:
+    values = grad.get("values")
+    return None if values is None else _flat(values)
+
+
+def same_grad(a: dict | None, b: dict | None) -> bool:
+    """Equal up to the trace's rounding (values when both carry them, else the norm)."""
+    if a is None or b is None:
+        return a is b
+    if a.get("shape") != b.get("shape"):
+        return False
+    va, vb = grad_values(a), grad_values(b)
+    if va is not None and vb is not None:
+        scale = max([abs(v) for v in va + vb if isinstance(v, (int, float))] or [1.0])
+        return all(
+            isinstance(x, (int, float))
+            and isinstance(y, (int, float))
+            and abs(x - y) <= 1e-4 * max(scale, 1e-12)
+            for x, y in zip(va, vb, strict=True)
+        )
+    return _close(a.get("norm"), b.get("norm"))
+
+
+def same_grads(a: dict[str, dict], b: dict[str, dict]) -> bool:
+    return bool(a) and a.keys() == b.keys() and all(same_grad(a[k], b[k]) for k in a)
+
+
+def proportional_grads(a: dict[str, dict], b: dict[str, dict]) -> bool:
+    """Every grad of ``a`` is the same positive multiple of the one in ``b``."""
+    if not a or a.keys() != b.keys():
+        return False
+    ratio = None
+    for k in a:
+        na, nb = a[k].get("norm"), b[k].get("norm")
+        if na is None or nb is None:
+            return False
+        if nb == 0 or na == 0:
+            if na != nb:
+                return False
+            continue
+        r = na / nb
+        if ratio is None:
+            ratio = r
+        elif not _close(r, ratio, 1e-3):
+            return False
+        va, vb = grad_values(a[k]), grad_values(b[k])
+        if va is not None and vb is not None:
+            scale = max(abs(v) for v in va)
+            if any(abs(x - r * y) > 1e-3 * scale for x, y in zip(va, vb, strict=True)):
+                return False
+    return True
+
+
+def runs_cleanly(trace: dict) -> bool:
+    return trace.get("status") == "ok" and not any(s.get("error") for s in trace.get("steps") or ())
+
+
+def grad_growth(trace: dict, line: int) -> dict[str, list[dict]]:
+    """For each tensor: its .grad after each successful call at ``line`` (in order)."""
+    out: dict[str, list[dict]] = {}
+    for step in calls(trace):
+        if step.get("line") == line and not step.get("error"):
+            for name, grad in grads(step).items():
+                out.setdefault(name, []).append(grad)
+    return out
+
+
+def accumulations(trace: dict, line: int) -> dict[str, list[float]]:
+    """Tensors whose non-zero .grad a later call at ``line`` added to: name -> norms after each such call."""
+    steps = trace.get("steps") or []
+    out: dict[str, list[float]] = {}
+    seen: dict[str, list[float]] = {}
+    for step in calls(trace):
+        if step.get("line") != line or step.get("error"):
+            continue
+        before = grads(steps[step["index"] - 1]) if step["index"] > 0 else {}
+        for name, grad in grads(step).items():
+            seen.setdefault(name, []).append(grad.get("norm") or 0.0)
+            old = before.get(name)
+            if old is not None and (old.get("norm") or 0.0) > 0 and not same_grad(old, grad):
+                out[name] = seen[name]
+    return {name: seen[name] for name in out}
