@@ -46,6 +46,38 @@ export function linkTarget(model, step, link) {
   return null;
 }
 
+/** Plain text with `code` spans: [{text, code}] (an unpaired backtick stays text). */
+export function codeSpans(text) {
+  const out = [];
+  const re = /`([^`\n]+)`/g;
+  let at = 0;
+  for (const m of text.matchAll(re)) {
+    if (m.index > at) out.push({ text: text.slice(at, m.index), code: false });
+    out.push({ text: m[1], code: true });
+    at = m.index + m[0].length;
+  }
+  if (at < text.length) out.push({ text: text.slice(at), code: false });
+  return out;
+}
+
+// The backticks stay in the DOM, hidden: the text read out (and copied) is the explanation's.
+function appendText(parent, text) {
+  for (const part of codeSpans(text)) {
+    if (!part.code) {
+      parent.append(part.text);
+      continue;
+    }
+    const code = el("code", "gs-narr-code");
+    const tick = () => {
+      const t = el("span", "gs-narr-tick", "`");
+      t.setAttribute("aria-hidden", "true");
+      return t;
+    };
+    code.append(tick(), part.text, tick());
+    parent.append(code);
+  }
+}
+
 function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -74,7 +106,7 @@ export function renderNarration(banner, model, index, hooks) {
   p.dataset.step = String(index);
   for (const seg of narrationSegments(step.explanation, step.links)) {
     if (!seg.link) {
-      p.append(seg.text);
+      appendText(p, seg.text);
       continue;
     }
     const target = linkTarget(model, step, seg.link);

@@ -3,7 +3,7 @@
 // Run: node --test tests/frontend/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { narrationSegments, linkTarget } from "../../frontend/narration.js";
+import { narrationSegments, linkTarget, codeSpans } from "../../frontend/narration.js";
 import { changedLines } from "../../frontend/diagnoses.js";
 import { buildModel } from "../../frontend/model.js";
 
@@ -86,4 +86,12 @@ test("link offsets count code points, as the server's Python strings do", () => 
   const segs = narrationSegments(text, [{ start: 4, end: 16, node: 0 }]);
   assert.equal(join(segs), text);
   assert.deepEqual(segs.filter((s) => s.link).map((s) => s.text), ["PowBackward0"]);
+});
+
+test("backticked text becomes code spans and an unpaired backtick stays text", () => {
+  assert.deepEqual(codeSpans("`y.backward()` (line 17) ran"), [
+    { text: "y.backward()", code: true },
+    { text: " (line 17) ran", code: false },
+  ]);
+  assert.deepEqual(codeSpans("a ` b"), [{ text: "a ` b", code: false }]);
 });
