@@ -14,7 +14,6 @@ module worker built the same way.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from collections.abc import Callable
@@ -89,8 +88,9 @@ def _rewrite(name: str, text: str) -> tuple[str, list[str]]:
     return text, deps
 
 
-def collect(entries: list[str], folder: Path | None = None) -> list[Module]:
-    """The modules reachable from `entries`, each after everything it refers to."""
+def collect(entries: list[str], folder: Path | None = None, stub: tuple[str, ...] = ()) -> list[Module]:
+    """The modules reachable from `entries`, each after everything it refers to; files in `stub`
+    become empty (a stylesheet the page already inlines)."""
     folder = folder or frontend_folder()
     modules: dict[str, Module] = {}
     order: list[Module] = []
@@ -107,7 +107,7 @@ def collect(entries: list[str], folder: Path | None = None) -> list[Module]:
             importer = f" (referred to by {visiting[-1]})" if visiting else ""
             raise ExportError(f"front end file {name} not found in {folder}{importer}")
         mime = _MIME.get(path.suffix, "application/octet-stream")
-        text = path.read_text(encoding="utf-8")
+        text = "" if name in stub else path.read_text(encoding="utf-8")
         deps: list[str] = []
         if mime == "text/javascript":
             text, deps = _rewrite(name, text)
@@ -125,7 +125,9 @@ def collect(entries: list[str], folder: Path | None = None) -> list[Module]:
 
 def _js_string(value) -> str:
     """JSON as a JavaScript literal that is also safe inside an HTML <script> element."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    import orjson
+
+    text = orjson.dumps(value).decode()
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -164,10 +166,16 @@ export default {
 };"""
 
 
-def bundle(entry: str = "embed.js", *, extra: tuple[str, ...] = (), folder: Path | None = None) -> str:
+def bundle(
+    entry: str = "embed.js",
+    *,
+    extra: tuple[str, ...] = (),
+    folder: Path | None = None,
+    stub: tuple[str, ...] = (),
+) -> str:
     """One ES module (a string) re-exporting `render` (and the default export) of `entry`, with
     everything it needs inlined: what anywidget loads, and the heart of the static page."""
-    modules = collect([entry, *extra], folder)
+    modules = collect([entry, *extra], folder, stub)
     sources = [[m.name, m.mime, m.source] for m in modules]
     return _LOADER % {"sources": _js_string(sources), "entry": _js_string(entry), "default": _DEFAULT}
 
@@ -222,7 +230,7 @@ def export_html(
         css=(folder / "style.css").read_text(encoding="utf-8").replace("</", "<\\/"),
         trace_json=_js_string(data),
         options_json=_js_string({"step": clamp_step(data, step), "theme": theme}),
-        bundle=bundle("embed.js", folder=folder),
+        bundle=bundle("embed.js", folder=folder, stub=("style.css",)),  # inlined above, once
     )
 
 
