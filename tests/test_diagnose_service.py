@@ -33,6 +33,37 @@ def test_a_fine_snippet_skips_diagnosis_without_parsing():
     assert not may_need_diagnosis(_body(FINE))
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "training_loop_no_zero_grad",
+        "backward_twice_fails",
+        "non_scalar_backward_fails",
+        "rnn_hidden_not_detached_fails",
+    ],
+)
+def test_the_byte_scan_lets_through_every_trace_a_rule_may_fire_on(name: str):
+    # a rule fires on a step error, torch's non-leaf warning or a call line that ran twice
+    assert may_need_diagnosis(_body((SNIPPETS / f"{name}.py").read_text()))
+
+
+def test_the_byte_scan_lets_through_a_read_of_a_non_leaf_grad():
+    code = (
+        "import torch\nx = torch.ones(2, requires_grad=True)\nh = x * 2\nh.sum().backward()\nprint(h.grad)\n"
+    )
+    assert may_need_diagnosis(_body(code))
+
+
+def test_the_byte_scan_lets_through_a_backward_repeated_in_a_loop():
+    code = "import torch\nw = torch.ones(2, requires_grad=True)\nfor _ in range(2):\n    (w * w).sum().backward()\n"
+    assert may_need_diagnosis(_body(code))
+
+
+def test_the_byte_scan_skips_two_different_calls_that_ran_once_each():
+    code = "import torch\nx = torch.ones(2, requires_grad=True)\ny = (x * x).sum()\ny.backward(retain_graph=True)\ny.backward()\n"
+    assert not may_need_diagnosis(_body(code))
+
+
 def test_a_fine_snippet_body_comes_back_untouched():
     body = _body(FINE)
 

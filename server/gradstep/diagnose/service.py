@@ -1,25 +1,29 @@
 """Diagnoses for the server and the CLI: trace bytes in, trace bytes with verified diagnoses out.
 
 Most runs have nothing to diagnose, and they must not pay for it: a scan of the
-bytes for what every rule needs (an error, torch's non-leaf warning, a second
-backward/grad call) skips the rest.
+bytes for what every rule needs (an error, torch's non-leaf warning, a call line
+that ran twice) skips the rest.
 """
 
 from __future__ import annotations
+
+import re
 
 import orjson
 
 from gradstep.diagnose import Run, diagnose, facts
 
 _HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode())
-_CALL = b'"api":"'
+# a call step as the tracer writes it (kind, then line): the rules without an error or a warning to go
+# on need the same call line twice (a backward in a loop); tests/test_diagnose_service.py pins the shape
+_CALL_LINE = re.compile(rb'"kind":"(?:backward|grad)","line":(\d+)')
 
 
 def may_need_diagnosis(body: bytes) -> bool:
     if any(hint in body for hint in _HINTS):
         return True
-    first = body.find(_CALL)
-    return first >= 0 and body.find(_CALL, first + 1) >= 0
+    lines = _CALL_LINE.findall(body)
+    return len(set(lines)) < len(lines)
 
 
 def with_diagnoses(body: bytes, run: Run) -> bytes:
