@@ -18,6 +18,7 @@ from gradstep.tracer.graph import dtype_name
 SIGNIFICANT = 6  # digits kept for values and norms (float32 carries ~7)
 _FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 _STRIDED = torch.strided
+_NO_VALUES = object()
 _POW10 = torch.tensor([float(10**k) for k in range(23)], dtype=torch.float64)  # exact
 
 
@@ -29,10 +30,11 @@ class GradRecords:
     def records(self, grads: list[torch.Tensor | None]) -> list[dict | None]:
         out: list[dict | None] = [None] * len(grads)
         todo: list[int] = []
+        cache = self._cache
         for i, g in enumerate(grads):
             if g is None:
                 continue
-            hit = self._cache.get(id(g))
+            hit = cache.get(id(g))
             if hit is not None and hit[0]() is g and hit[1] == g._version:
                 out[i] = hit[2]
             else:
@@ -41,20 +43,25 @@ class GradRecords:
             return out
         with torch.no_grad():
             fresh = [grads[i] for i in todo]
-            dense = [t.dtype in _FLOATS and t.layout is _STRIDED for t in fresh]
-            norms = iter(_norms([t for t, d in zip(fresh, dense, strict=True) if d]))
-            small = [d and t.numel() <= self.max_values for t, d in zip(fresh, dense, strict=True)]
-            values = iter(_small_values([t for t, sm in zip(fresh, small, strict=True) if sm]))
-            cache = self._cache
-            for i, t, d, sm in zip(todo, fresh, dense, small, strict=True):
+            dense: list[torch.Tensor] = []  # norms for these
+            small: list[torch.Tensor] = []  # and values for these
+            for t in fresh:
+                if t.dtype in _FLOATS and t.layout is _STRIDED:
+                    dense.append(t)
+                    if t.numel() <= self.max_values:
+                        small.append(t)
+            norms = dict(zip(map(id, dense), _norms(dense), strict=True))
+            values = dict(zip(map(id, small), _small_values(small), strict=True))
+            for i, t in zip(todo, fresh, strict=True):
                 rec: dict[str, Any] = {
                     "shape": list(t.shape),
                     "dtype": dtype_name(t.dtype),
                     "has_grad_fn": t.grad_fn is not None,
-                    "norm": next(norms) if d else None,
+                    "norm": norms.get(id(t)),
                 }
-                if sm:
-                    rec["values"] = next(values)
+                v = values.get(id(t), _NO_VALUES)
+                if v is not _NO_VALUES:
+                    rec["values"] = v
                 out[i] = rec
                 cache[id(t)] = (weakref.ref(t), t._version, rec)
         return out

@@ -20,6 +20,7 @@ import inspect
 import re
 import sys
 import traceback
+import weakref
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -127,6 +128,7 @@ class Recorder:
         self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
         self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
         self._plain_states: dict[int, dict] = {}  # shared {"id": n} of nodes with nothing to say
+        self._tensor_recs: dict[int, tuple] = {}  # id(tensor) -> (weakref, what its record says, record)
         self.built = False  # nodes were built since the last step...
         self.built_line: int | None = None  # ...by this line
         self.check_release = False
@@ -540,20 +542,34 @@ class Recorder:
             if fn is not None and fn in ids:
                 vars_of.setdefault(ids[fn], []).extend(tnames)
         table = graph.table
-        for t, tnames in shown:
-            nid = graph.accumulator_id(t)
+        leaf_ids = [graph.accumulator_id(t) for t, _ in shown]
+        for (_t, tnames), nid in zip(shown, leaf_ids, strict=True):
             # a leaf's AccumulateGrad already carries the leaf's name (`tensor`): repeat
             # it per step only when it differs (the leaf was renamed or has aliases)
             if nid is not None and tnames != [table[nid]["tensor"]]:
                 vars_of.setdefault(nid, []).extend(tnames)
 
         run = run or {}
-        special = graph.freed | graph.stale.keys() | run.keys() | vars_of.keys()
+        freed, stale = graph.freed, graph.stale
+        special = freed | stale.keys() | run.keys() | vars_of.keys()
         plain = self._plain_states
         states = []
         for nid in live:
-            if nid in special:
-                states.append(self._state(nid, run, failed, vars_of))
+            if nid in special:  # inlined: this runs for every node after every backward
+                state: dict[str, Any] = {"id": nid}
+                if nid in freed:
+                    state["freed"] = True
+                if nid in stale:
+                    state["stale"] = True
+                    state["stale_saved"] = stale[nid]
+                order = run.get(nid)
+                if order is not None:
+                    state["order"] = order
+                    state["failed" if nid == failed else "executed"] = True
+                v = vars_of.get(nid)
+                if v:
+                    state["vars"] = v
+                states.append(state)
             else:
                 state = plain.get(nid)
                 if state is None:
@@ -575,20 +591,32 @@ class Recorder:
 
         grads = self.grads.records([t.grad if (t.is_leaf or t.retains_grad) else None for t, _ in shown])
         tensors = []
-        for (t, tnames), grad in zip(shown, grads, strict=True):
+        last = self._tensor_recs
+        now: dict[int, tuple] = {}
+        for (t, tnames), grad, leaf_id in zip(shown, grads, leaf_ids, strict=True):
             fn = t.grad_fn
-            rec = {
-                "name": tnames[0],
-                "shape": list(t.shape),
-                "dtype": dtype_name(t.dtype),
-                "requires_grad": t.requires_grad,
-                "is_leaf": t.is_leaf,
-                "node": ids.get(fn) if fn is not None else graph.accumulator_id(t),
-                "grad": grad,
-            }
-            if t.retains_grad:
-                rec["retains_grad"] = True
+            node = ids.get(fn) if fn is not None else leaf_id
+            # A tensor whose name, node, grad and flags are as at the last step keeps its
+            # record (most tensors between two forward lines): no new dict per step.
+            key = (tnames[0], node, grad, t.requires_grad, t.is_leaf, t.retains_grad, t.dtype)
+            prev = last.get(id(t))
+            if prev is not None and prev[0]() is t and prev[1] == key and prev[2]["shape"] == list(t.shape):
+                rec = prev[2]
+            else:
+                rec = {
+                    "name": tnames[0],
+                    "shape": list(t.shape),
+                    "dtype": dtype_name(t.dtype),
+                    "requires_grad": t.requires_grad,
+                    "is_leaf": t.is_leaf,
+                    "node": node,
+                    "grad": grad,
+                }
+                if t.retains_grad:
+                    rec["retains_grad"] = True
+            now[id(t)] = (prev[0] if prev is not None and prev[0]() is t else weakref.ref(t), key, rec)
             tensors.append(rec)
+        self._tensor_recs = now
         if returned is not None:
             step["returned"] = self.grads.records(returned)
 
@@ -629,27 +657,6 @@ class Recorder:
         if self._live_cache[0] is not live:
             self._live_cache = (live, frozenset(live))
         return self._live_cache[1]
-
-    def _state(self, nid: int, run: dict, failed, vars_of: dict) -> dict:
-        state: dict[str, Any] = {"id": nid}
-        graph = self.graph
-        if nid in graph.freed:
-            state["freed"] = True
-        stale = graph.stale.get(nid)
-        if stale:
-            state["stale"] = True
-            state["stale_saved"] = stale
-        order = run.get(nid)
-        if order is not None:
-            state["order"] = order
-            if nid == failed:
-                state["failed"] = True
-            else:
-                state["executed"] = True
-        v = vars_of.get(nid)
-        if v:
-            state["vars"] = v
-        return state
 
     def _error(self, e: BaseException) -> dict:
         tb = e.__traceback__
