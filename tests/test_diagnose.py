@@ -756,3 +756,16 @@ def test_no_fix_is_run_when_no_rule_fires():
 
 def test_a_snippet_with_a_syntax_error_gets_no_diagnosis():
     assert diagnose(record("import torch\nx = (\n"), run_locally) == []
+
+
+def test_in_process_trace_carries_verified_diagnoses():
+    import gradstep
+
+    t = gradstep.trace(code_of(FREED_VARIANTS["top_level"]))
+    assert [d.kind for d in t.diagnoses] == [FREED] and t.diagnoses[0].fixes
+
+
+def test_in_process_trace_can_skip_diagnosis():
+    import gradstep
+
+    assert gradstep.trace(code_of(FREED_VARIANTS["top_level"]), diagnose=False).diagnoses == []

@@ -5,14 +5,23 @@ from gradstep.schema import VERSION, Trace
 __all__ = ["VERSION", "Trace", "load_ipython_extension", "show", "trace"]
 
 
-def trace(code: str, **options) -> Trace:
-    """Run ``code`` in this process and return its typed trace (for notebooks and tests)."""
+def trace(code: str, diagnose: bool = True, **options) -> Trace:
+    """Run ``code`` in this process and return its typed trace (for notebooks and tests).
+
+    With ``diagnose``, known autograd mistakes come with fixes, each verified by
+    running it here as well (your own code, re-run unconfined).
+    """
     from gradstep.tracer import record
 
-    return Trace.model_validate(record(code, **options))
+    raw = record(code, **options)
+    if diagnose:
+        from gradstep.diagnose import add_in_process
+
+        add_in_process(raw)
+    return Trace.model_validate(raw)
 
 
-def show(code: str, step: int = 0, theme: str = "auto", height: int = 760):
+def show(code: str, step: int = 0, theme: str = "auto", height: int | None = None):
     """Run ``code`` in this process and display its stepper inline (Jupyter, VS Code): see gradstep.notebook."""
     from gradstep.notebook import show
 

@@ -32,7 +32,7 @@ Run = Callable[[list[str]], list[dict]]  # codes -> their traces (plain dicts), 
 
 RULES = (hidden_state, freed_graph, non_scalar, inplace, zero_grad, non_leaf_grad, integer_grad)
 
-__all__ = ["Candidate", "CandidateFix", "Run", "diagnose", "find", "run_locally", "verify"]
+__all__ = ["Candidate", "CandidateFix", "Run", "add_in_process", "diagnose", "find", "run_locally", "verify"]
 
 
 def find(trace: dict) -> list[Candidate]:
@@ -90,6 +90,12 @@ def diagnose(trace: dict, run: Run) -> list[dict]:
     """Find and verify: what ``Trace.diagnoses`` holds. Costs nothing more when no rule fires."""
     candidates = find(trace)
     return verify(candidates, trace, run) if candidates else []
+
+
+def add_in_process(trace: dict) -> dict:
+    """Fill ``trace["diagnoses"]``, verifying fixes with the tracer in this process; returns the trace."""
+    trace["diagnoses"] = diagnose(trace, run_locally)
+    return trace
 
 
 def run_locally(codes: list[str]) -> list[dict]:
