@@ -193,6 +193,23 @@ def export_widget(
     return _LOADER % {"sources": _js_string(sources), "entry": _js_string("widget.js"), "default": default}
 
 
+# For pages that show exports in iframes (notebook outputs, Sphinx pages): each iframe.gradstep-frame
+# without a fixed height takes the height its page reports ({context: "iframe.resize"}), so nothing
+# scrolls inside it.
+FRAME_RESIZER_JS = """\
+(() => {
+  if (window.gradstepFrameResizer) return;
+  window.gradstepFrameResizer = true;
+  window.addEventListener("message", (ev) => {
+    const d = ev.data;
+    if (!d || d.context !== "iframe.resize" || !(d.height > 0)) return;
+    for (const f of document.querySelectorAll("iframe.gradstep-frame:not([data-fixed-height])")) {
+      if (f.contentWindow === ev.source) f.style.height = `${Math.min(Math.ceil(d.height), 4000)}px`;
+    }
+  });
+})();"""
+
+
 def check_options(step: int, theme: str) -> None:
     if theme not in THEMES:
         raise ExportError(f"theme must be one of {', '.join(THEMES)}, not {theme!r}")

@@ -17,25 +17,25 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gradstep.export import ExportError, check_options, clamp_step, export_html
+from gradstep.export import FRAME_RESIZER_JS, ExportError, check_options, clamp_step, export_html
 from gradstep.schema import Trace
 
 DEFAULT_HEIGHT = 760
 
 
-def _check(step: int, theme: str, height: int) -> None:
+def _check(step: int, theme: str, height: int | None) -> None:
     try:
         check_options(step, theme)
     except ExportError as e:
         raise ValueError(str(e)) from None
-    if isinstance(height, bool) or not isinstance(height, int) or height < 120:
+    if height is not None and (isinstance(height, bool) or not isinstance(height, int) or height < 120):
         raise ValueError(f"height must be a whole number of pixels, at least 120, not {height!r}")
 
 
 class Stepper:
     """A traced snippet that displays as the stepper (``_repr_html_``); ``.trace`` is its typed trace."""
 
-    def __init__(self, data: dict, *, step: int = 0, theme: str = "auto", height: int = DEFAULT_HEIGHT):
+    def __init__(self, data: dict, *, step: int = 0, theme: str = "auto", height: int | None = None):
         _check(step, theme, height)
         self.data = data
         self.step = clamp_step(data, step)
@@ -57,9 +57,13 @@ class Stepper:
         return path
 
     def _repr_html_(self) -> str:
+        # Without a height, the iframe grows to its page's height where the output may run scripts
+        # (DEFAULT_HEIGHT where it may not).
+        fixed = " data-fixed-height" if self.height is not None else ""
         return (
             f'<iframe class="gradstep-frame" title="gradstep: autograd steps" srcdoc="{html.escape(self.html())}"'
-            f' style="width: 100%; height: {self.height}px; border: 0;"></iframe>'
+            f' style="width: 100%; height: {self.height or DEFAULT_HEIGHT}px; border: 0;"{fixed}></iframe>'
+            f"<script>{FRAME_RESIZER_JS}</script>"
         )
 
     def widget(self) -> Any:
@@ -80,8 +84,9 @@ def record_dict(code: str) -> dict:
     return record(code)
 
 
-def show(code: str, step: int = 0, theme: str = "auto", height: int = DEFAULT_HEIGHT) -> Stepper:
-    """Run `code` here and return the stepper for it: the last expression of a cell displays it."""
+def show(code: str, step: int = 0, theme: str = "auto", height: int | None = None) -> Stepper:
+    """Run `code` here and return the stepper for it: the last expression of a cell displays it.
+    `height` (pixels) fixes the output's height; by default it fits the stepper."""
     _check(step, theme, height)
     return Stepper(record_dict(code), step=step, theme=theme, height=height)
 
@@ -126,7 +131,7 @@ def _magic_parser() -> argparse.ArgumentParser:
     p = _MagicArgs(prog="%%gradstep", add_help=False)
     p.add_argument("--step", type=int, default=0)
     p.add_argument("--theme", default="auto")
-    p.add_argument("--height", type=int, default=DEFAULT_HEIGHT)
+    p.add_argument("--height", type=int, default=None)
     return p
 
 

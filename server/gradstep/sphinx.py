@@ -29,9 +29,10 @@ from docutils.parsers.rst import directives
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
-from gradstep.export import THEMES, export_html
+from gradstep.export import FRAME_RESIZER_JS, THEMES, export_html
 
 OUT_DIR = "_gradstep"
+DEFAULT_HEIGHT = 720  # pixels, until the page reports its own height
 
 
 class gradstep_frame(nodes.General, nodes.Element):
@@ -71,7 +72,7 @@ class GradstepDirective(SphinxDirective):
         digest = hashlib.sha256(code.encode()).hexdigest()[:8]
         name = f"{self.env.docname.replace('/', '-')}-{len(pages)}-{digest}.html"
         pages[name] = page
-        node = gradstep_frame(page=name, height=self.options.get("height", 720))
+        node = gradstep_frame(page=name, height=self.options.get("height"))
         # what non-HTML builders show instead
         node += nodes.literal_block(code, code, language="python")
         self.set_source_info(node)
@@ -81,9 +82,12 @@ class GradstepDirective(SphinxDirective):
 def visit_frame_html(self, node: gradstep_frame) -> None:
     here = posixpath.dirname(self.builder.get_target_uri(self.builder.current_docname))
     src = posixpath.relpath(f"{OUT_DIR}/{node['page']}", here or ".")
+    height = node["height"]
+    fixed = " data-fixed-height" if height else ""  # else it grows to its page's height
     self.body.append(
         f'<iframe class="gradstep-frame" src="{self.encode(src)}" title="gradstep: autograd steps"'
-        f' loading="lazy" style="width: 100%; height: {int(node["height"])}px; border: 0;"></iframe>\n'
+        f' loading="lazy" style="width: 100%; height: {int(height or DEFAULT_HEIGHT)}px; border: 0;"{fixed}>'
+        "</iframe>\n"
     )
     raise nodes.SkipNode
 
@@ -127,6 +131,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
         texinfo=(visit_frame_other, depart_frame_other),
     )
     app.add_directive("gradstep", GradstepDirective)
+    app.add_js_file(None, body=FRAME_RESIZER_JS)  # frames grow to their page's height
     app.connect("env-purge-doc", purge_doc)
     app.connect("env-merge-info", merge_info)
     app.connect("build-finished", write_pages)
