@@ -227,8 +227,9 @@ class _Narrator:
         if info.get("op") == "AccumulateGrad":
             pass
         elif saved:
-            names = ", ".join(s["name"] + (f" (= {s['of']})" if s.get("of") else "") for s in saved)
-            details.append((f"saved {names}, {fmt_bytes(_saved_bytes(info))}", None))
+            names = [s["name"] + (f" = {s['of']}" if s.get("of") else "") for s in saved]
+            listed = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+            details.append((f"saved {listed}, {fmt_bytes(_saved_bytes(info))}", None))
         else:
             details.append(("saved no tensors", None))
         if details:
