@@ -61,6 +61,9 @@ def sandbox():
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 def test_no_input_gets_a_server_error(case, sandbox):
     response = case.call()
+    if case.path == "/oembed" and (case.query or {}).get("format") == "xml":
+        assert response.status_code == 501  # what the oEmbed spec asks for a format not provided
+        return
     case.validate_response(response, checks=[not_a_server_error])
     if response.status_code != 200:
         return

@@ -168,6 +168,8 @@ def mount_embed(app: FastAPI, frame_ancestors: str) -> None:
         listed = [{"name": s.name, "title": s.title} for s in snippets.load_all().values()]
         found = snippets.load_all().get(request.query_params.get("snippet", ""))
         config = {"api": "", "version": version, "snippets": listed, "parents": parents}
+        if found is not None:
+            config["code"] = {found.name: found.code}  # one request fewer per reader of a snippet embed
         return templates.TemplateResponse(
             request,
             "embed.html",
@@ -184,9 +186,9 @@ def mount_embed(app: FastAPI, frame_ancestors: str) -> None:
         response_model=OEmbed,
         summary="oEmbed for a gradstep URL (the app's or /embed, fragment included)",
         responses={
-            400: {"description": "maxwidth/maxheight not positive integers"},
+            400: {"description": "bad maxwidth/maxheight, or a format oEmbed does not define"},
             404: {"description": "Not a gradstep URL of this server, unknown snippet or corrupt code"},
-            501: {"description": "format other than json"},
+            501: {"description": "format=xml (oEmbed's other format, not provided: the spec answers 501)"},
         },
     )
     def oembed(
@@ -196,8 +198,10 @@ def mount_embed(app: FastAPI, frame_ancestors: str) -> None:
         maxheight: str | None = None,
         format: str = "json",
     ) -> OEmbed:
+        if format == "xml":
+            raise HTTPException(501, "format=xml is not implemented: use format=json.")
         if format != "json":
-            raise HTTPException(501, f"format={format[:20]!r} is not implemented: use format=json.")
+            raise HTTPException(400, f"format={format[:20]!r} is not an oEmbed format: use format=json.")
         max_w, max_h = _positive("maxwidth", maxwidth), _positive("maxheight", maxheight)
         base = str(request.base_url).rstrip("/")
         src, title = _embed_target(url, base)
