@@ -119,8 +119,9 @@ async function start() {
       code = await decodeCode(opts.code);
       encoded = opts.code;
     } else {
+      const inlined = config.code && Object.hasOwn(config.code, opts.snippet) ? config.code[opts.snippet] : null;
       setStatus("running", "Loading the snippet…");
-      code = (await fetchJSON(`${api}/api/snippets/${encodeURIComponent(opts.snippet)}`)).code;
+      code = inlined ?? (await fetchJSON(`${api}/api/snippets/${encodeURIComponent(opts.snippet)}`)).code;
       encoded = await encodeCode(code);
     }
   } catch (e) {

@@ -6,6 +6,7 @@ frame) is checked in Chromium by tests/test_browser_embed.py.
 
 from __future__ import annotations
 
+import json
 import re
 from html.parser import HTMLParser
 from urllib.parse import parse_qs, urlsplit
@@ -233,3 +234,9 @@ def test_oembed_html_escapes_what_it_embeds(client):
     body = oembed(client, f"{BASE}/embed?snippet={SNIPPET}&step=2").json()
     assert "&amp;" in body["html"] or "&" not in iframe_src(body)
     assert parsed(body["html"]).iframes[0]["title"] == body["title"]
+
+
+def test_snippet_embed_page_carries_the_snippets_code(client):
+    text = client.get(f"/embed?snippet={SNIPPET}").text
+    config = re.search(r'id="gs-config" type="application/json">(.*?)</script>', text).group(1)
+    assert json.loads(config)["code"] == {SNIPPET: snippets.load_all()[SNIPPET].code}
