@@ -25,9 +25,10 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 class FilePage:
     """A page opened from a file: any request but the file itself is aborted and recorded."""
 
-    def __init__(self, browser, path: Path, **context):
+    def __init__(self, browser, path: Path, also: tuple[Path, ...] = (), **context):
         self.ctx = browser.new_context(viewport={"width": 1280, "height": 900}, **context)
         self.url = path.resolve().as_uri()
+        self.allowed = {self.url, *(p.resolve().as_uri() for p in also)}
         self.refused: list[str] = []
         self.requests: list[str] = []
         self.errors: list[str] = []
@@ -39,7 +40,7 @@ class FilePage:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
 
     def _route(self, route):
-        if route.request.url == self.url:
+        if route.request.url in self.allowed:
             route.continue_()
         else:
             self.refused.append(route.request.url)
@@ -82,7 +83,9 @@ class FilePage:
 
     def network(self) -> list[str]:
         """Requests that would have left the page: everything but the file and its own Blob URLs."""
-        return self.refused + [u for u in self.requests if u != self.url and not u.startswith("blob:")]
+        return self.refused + [
+            u for u in self.requests if u not in self.allowed and not u.startswith("blob:")
+        ]
 
     def close(self) -> None:
         self.ctx.close()
@@ -105,8 +108,8 @@ def export(tmp_path: Path, code: str, name: str = "page.html", **options) -> tup
 def opened(browser):
     pages: list[FilePage] = []
 
-    def open_(path: Path, **context) -> FilePage:
-        p = FilePage(browser, path, **context)
+    def open_(path: Path, also: tuple[Path, ...] = (), **context) -> FilePage:
+        p = FilePage(browser, path, also, **context)
         pages.append(p)
         p.open()
         return p
@@ -257,3 +260,31 @@ def test_big_model_lays_out_the_same_from_file_as_from_a_static_host(browser, ht
             ctx.close()
     assert len(places["file"]) == len(trace["nodes"])
     assert places["file"] == places["http"]
+
+
+HOST_FRAME = """<!doctype html><body data-ready="true"><script>
+window.got = [];
+addEventListener("message", (ev) => window.got.push(ev.data));
+</script><iframe id="f" src="%s" style="width: 900px; height: 300px; border: 0"></iframe></body>"""
+
+
+def test_exported_page_in_a_frame_reports_ready_and_its_height_and_follows_goto(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["retain_graph_accumulates"].code)
+    host = tmp_path / "host.html"
+    host.write_text(HOST_FRAME % path.name)
+    page = opened(host, also=(path,))
+    p = page.page
+    p.wait_for_function("window.got.some((m) => m.type === 'gradstep:ready')", timeout=30_000)
+    ready = p.evaluate("window.got.find((m) => m.type === 'gradstep:ready')")
+    assert ready == {"type": "gradstep:ready", "steps": len(trace["steps"])}
+    frame = p.frame_locator("#f")
+    height = frame.locator("html").evaluate("(el) => el.scrollHeight")
+    p.wait_for_function(f"window.got.some((m) => m.context === 'iframe.resize' && m.height === {height})")
+    assert p.evaluate(f"window.got.some((m) => m.subject === 'lti.frameResize' && m.height === {height})")
+    last = len(trace["steps"]) - 1
+    p.evaluate(
+        f"document.getElementById('f').contentWindow.postMessage({{type: 'gradstep:goto', step: {last}}}, '*')"
+    )
+    frame.locator(f".gs-stepper[data-step='{last}']").wait_for(timeout=10_000)
+    assert page.network() == []
+    assert page.errors == []

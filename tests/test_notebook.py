@@ -255,3 +255,29 @@ def test_widget_module_without_a_trace_says_so(page):
         "document.querySelector('.gradstep-widget-host').shadowRoot.querySelector('[role=alert]').textContent"
     )
     assert 'no "trace"' in text
+
+
+FRAME_HEIGHTS = """() => {
+  const f = document.querySelector('iframe.gradstep-frame');
+  return [f.getBoundingClientRect().height, f.contentDocument.documentElement.scrollHeight];
+}"""
+
+
+@needs_chromium
+def test_notebook_output_grows_to_the_height_of_the_stepper(page):
+    page.set_content(gradstep.show(CODE)._repr_html_())
+    page.frame_locator("iframe.gradstep-frame").locator("body[data-ready=true]").wait_for(timeout=30_000)
+    page.wait_for_function(
+        f"(({FRAME_HEIGHTS})()).every((h, _, a) => Math.abs(h - a[1]) <= 1)", timeout=10_000
+    )
+    outer, inner = page.evaluate(FRAME_HEIGHTS)
+    assert outer > 300 and abs(outer - inner) <= 1
+
+
+@needs_chromium
+def test_notebook_output_with_a_height_keeps_it(page):
+    listen = "<script>window.sizes = []; addEventListener('message', (e) => e.data.height && sizes.push(e.data.height));</script>"
+    page.set_content(listen + gradstep.show(CODE, height=400)._repr_html_())
+    page.wait_for_function("window.sizes.length > 0", timeout=30_000)  # the page did report its height
+    outer, inner = page.evaluate(FRAME_HEIGHTS)
+    assert outer == 400 < inner

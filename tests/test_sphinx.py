@@ -98,7 +98,9 @@ def test_directive_options_set_the_step_clamped_the_theme_and_the_height(built):
     (frame,) = iframes(built / "course/cube.html")
     trace, options = exported((built / "course").joinpath(frame["src"]))
     assert options == {"step": len(trace["steps"]) - 1, "theme": "auto"}
-    assert "height: 500px" in frame["style"]
+    assert (
+        "height: 500px" in frame["style"] and "data-fixed-height" in (built / "course/cube.html").read_text()
+    )
     (frame,) = iframes(built / "index.html")
     assert exported(built / frame["src"])[1]["theme"] == "dark"
 
@@ -141,5 +143,22 @@ def test_built_page_shows_the_stepper_with_the_grads_of_plain_torch(built, brows
         shown = frame.locator('[data-grad-for="x"]').first.text_content()
         assert shown == fmt_values(plain_cube_grad())
         assert errors == []
+    finally:
+        ctx.close()
+
+
+@needs_chromium
+def test_an_iframe_without_a_height_grows_to_its_page(built, browser):
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    page = ctx.new_page()
+    try:
+        page.goto((built / "index.html").as_uri())
+        inner = page.frame_locator("iframe.gradstep-frame").locator("body[data-ready=true]")
+        inner.wait_for(timeout=30_000)
+        want = inner.evaluate("() => document.documentElement.scrollHeight")
+        page.wait_for_function(
+            f"Math.abs(document.querySelector('iframe.gradstep-frame').getBoundingClientRect().height - {want}) <= 1",
+            timeout=10_000,
+        )
     finally:
         ctx.close()
