@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import gradstep
 import pytest
@@ -21,6 +22,7 @@ from browser_support import fmt_values, needs_chromium
 from gradstep.notebook import Stepper, widget_esm
 from test_browser import assert_step_matches
 
+REPO = Path(__file__).resolve().parents[1]
 CODE = textwrap.dedent(
     """\
     import torch
@@ -86,6 +88,13 @@ def test_show_displays_an_iframe_holding_the_exported_page_of_the_code():
     page = srcdoc_of(shown._repr_html_())
     assert trace_in_page(page)["code"] == CODE
     assert '<script type="module">' in page
+
+
+def test_show_carries_the_same_verified_diagnoses_as_trace():
+    code = (REPO / "snippets" / "backward_twice_fails.py").read_text()
+    shown = gradstep.show(code)
+    assert shown.trace.diagnoses, "a second backward through a freed graph is a known mistake"
+    assert shown.trace.diagnoses == gradstep.trace(code).diagnoses
 
 
 def test_show_opens_at_a_step_past_the_end_as_the_last_step():

@@ -75,20 +75,30 @@ class Stepper:
         return f"<gradstep.Stepper: {steps} steps, status {self.data.get('status')!r}>"
 
 
-def record_dict(code: str) -> dict:
-    """Trace `code` in this process, as the plain JSON-able dict the front end reads."""
+def record_dict(code: str, diagnose: bool = True) -> dict:
+    """Trace `code` in this process, as the plain JSON-able dict the front end reads; with
+    `diagnose`, known autograd mistakes come with fixes verified by running them here too
+    (as gradstep.trace does)."""
     if not isinstance(code, str):
         raise TypeError(f"code must be a string of Python, not {type(code).__name__}")
     from gradstep.tracer import record
 
-    return record(code)
+    data = record(code)
+    if diagnose:
+        from gradstep.diagnose import add_in_process
+
+        add_in_process(data)
+    return data
 
 
-def show(code: str, step: int = 0, theme: str = "auto", height: int | None = None) -> Stepper:
+def show(
+    code: str, step: int = 0, theme: str = "auto", height: int | None = None, diagnose: bool = True
+) -> Stepper:
     """Run `code` here and return the stepper for it: the last expression of a cell displays it.
-    `height` (pixels) fixes the output's height; by default it fits the stepper."""
+    `height` (pixels) fixes the output's height; by default it fits the stepper. `diagnose=False`
+    skips running the fixes of known mistakes."""
     _check(step, theme, height)
-    return Stepper(record_dict(code), step=step, theme=theme, height=height)
+    return Stepper(record_dict(code, diagnose), step=step, theme=theme, height=height)
 
 
 # ---------------------------------------------------------------- anywidget
