@@ -194,9 +194,14 @@ class Server:
     """``gradstep serve`` on a free loopback port, as a subprocess; ``stop()`` checks what it left."""
 
     def __init__(
-        self, workers: int | None = None, env: dict[str, str] | None = None, uid_base: int = SANDBOX_UID_BASE
+        self,
+        workers: int | None = None,
+        env: dict[str, str] | None = None,
+        uid_base: int = SANDBOX_UID_BASE,
+        wrapper: list[str] | None = None,  # a command the server runs under (it must pass SIGTERM on)
     ):
         self.workers = workers or os.cpu_count() or 1
+        self.wrapper = wrapper or []
         # replicas on one machine need disjoint sandbox uid ranges (GRADSTEP_UID_BASE)
         self.env = {"GRADSTEP_RATE": "0", "GRADSTEP_UID_BASE": str(uid_base), **(env or {})}
         self.port = 0
@@ -227,7 +232,17 @@ class Server:
         self._before_mounts = mount_points()
         self._before_zygotes = zygotes()
         self.port = free_port()
-        cmd = [sys.executable, "-m", "gradstep", "serve", "--host", HOST, "--port", str(self.port)]
+        cmd = [
+            *self.wrapper,
+            sys.executable,
+            "-m",
+            "gradstep",
+            "serve",
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+        ]
         cmd += ["--workers", str(self.workers), "--log-level", "warning"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRADSTEP_")}
         env.update(self.env)
