@@ -203,7 +203,10 @@ def test_grad_formatting_shows_values_of_small_grads_and_the_norm_of_large_ones(
 
 
 def test_narration_failure_keeps_the_trace_and_says_why():
-    trace = {"nodes": [], "steps": [{"index": 0, "kind": "backward", "nodes": [{"id": 7, "order": 0, "executed": True}]}]}
+    trace = {
+        "nodes": [],
+        "steps": [{"index": 0, "kind": "backward", "nodes": [{"id": 7, "order": 0, "executed": True}]}],
+    }
     narrate(trace)
     assert trace["steps"][0]["explanation"] == ""
     assert trace["notes"] and "narration" in trace["notes"][0].lower()
@@ -214,3 +217,12 @@ def test_in_process_trace_carries_the_narration():
 
     trace = gradstep.trace("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")
     assert all(step.explanation for step in trace.steps)
+
+
+def test_forward_step_states_the_saved_bytes_the_trace_measured():
+    trace = _trace((ROOT / "snippets" / "shared_trunk_partial_grads.py").read_text())
+    steps = trace["steps"]
+    for prev, step in zip(steps, steps[1:], strict=False):
+        if step["kind"] == "forward" and step["saved_bytes"] != prev["saved_bytes"]:
+            grown = step["saved_bytes"] - prev["saved_bytes"]
+            assert f"now hold {fmt_bytes(step['saved_bytes'])} (+{fmt_bytes(grown)})" in step["explanation"]

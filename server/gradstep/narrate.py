@@ -113,10 +113,6 @@ def _same_grad(a: dict | None, b: dict | None) -> bool:
     )
 
 
-def _saves_tensors(info: dict) -> bool:
-    return any(s.get("kind") in ("tensor", "tensors") for s in info.get("saved") or ())
-
-
 def _saved_bytes(info: dict) -> int:
     return sum(s.get("bytes") or 0 for s in info.get("saved") or () if s.get("kind") != "value")
 
@@ -136,7 +132,6 @@ class _Narrator:
         for info in self.nodes:
             self.new_at.setdefault(info.get("step"), []).append(info["id"])
             self.op.append(info.get("op", "?"))
-        self._saves: dict[int, bool] = {}
         self.calls: dict[int, list[str]] | None = None  # line -> backward/grad calls written there
         self.tensor_names: set[str] = set()  # tensors the current step lists (links may name only these)
 
@@ -146,13 +141,6 @@ class _Narrator:
         if op == "AccumulateGrad" and info.get("tensor"):
             return f"AccumulateGrad ({info['tensor']})"
         return op
-
-    def saves(self, nid: int) -> bool:
-        """Whether node ``nid`` saved a tensor (memoised: asked for every node a call ran)."""
-        found = self._saves.get(nid)
-        if found is None:
-            found = self._saves[nid] = _saves_tensors(self.nodes[nid])
-        return found
 
     def run(self) -> None:
         prev_states: dict[int, dict] = {}
@@ -206,15 +194,19 @@ class _Narrator:
             t.add(": " + ", ".join(f"{n} × {op}" for op, n in top))
             if len(counts) > len(top):
                 t.add(f" and {len(counts) - len(top)} other ops")
-            saved = sum(_saved_bytes(self.nodes[nid]) for nid in ops)
-            t.add(f"; together they saved {fmt_bytes(saved)} of tensors for backward.")
+            t.add(".")
         else:
             t.add(".")
         self._stale(step, states, prev, t)
         self._dropped(step, t)
-        if prev_step is not None and prev_step.get("saved_bytes", 0) != step.get("saved_bytes", 0):
+        before = prev_step.get("saved_bytes", 0) if prev_step is not None else 0
+        if before != step.get("saved_bytes", 0):
             t.sentence_break()
-            t.add(f"Saved tensors now hold {fmt_bytes(step.get('saved_bytes', 0))}.")
+            delta = step.get("saved_bytes", 0) - before
+            sign = "+" if delta > 0 else "−"
+            t.add(
+                f"Saved tensors now hold {fmt_bytes(step.get('saved_bytes', 0))} ({sign}{fmt_bytes(abs(delta))})."
+            )
 
     def _built(self, nid: int, states: dict, t: _Text) -> None:
         info = self.nodes[nid]
@@ -421,11 +413,12 @@ class _Narrator:
         before = prev_step.get("saved_bytes", 0) if prev_step else 0
         after = step.get("saved_bytes", 0)
         if retain:
-            kept = [nid for nid in ops if self.saves(nid)]
-            if kept:
+            if after:
                 t.sentence_break()
-                t.add(f"retain_graph=True kept the saved tensors of {_plural(len(kept), 'node')} ")
-                t.add(f"({fmt_bytes(after)} held), so another backward through them works.")
+                t.add(
+                    f"retain_graph=True kept the saved tensors of the nodes it ran (saved tensors hold {fmt_bytes(after)}), "
+                )
+                t.add("so another backward through them works.")
             return
         released = [nid for nid in ops if states[nid].get("freed") and not prev.get(nid, {}).get("freed")]
         if released:
@@ -435,8 +428,9 @@ class _Narrator:
             if len(released) > MAX_LISTED:
                 t.add(f" and {len(released) - MAX_LISTED} more nodes")
             t.add(f" (saved tensors held: {fmt_bytes(before)} → {fmt_bytes(after)}).")
-        savers_none = [nid for nid in ops if not self.saves(nid)]
-        if savers_none and released:
+        # a call without retain_graph frees every node it ran that saved a tensor: the rest saved none
+        savers_none = [nid for nid in ops if not states[nid].get("freed")] if released else []
+        if savers_none:
             t.sentence_break()
             t.join(savers_none[:MAX_LISTED], lambda nid: t.node(nid, self.label(nid)))
             if len(savers_none) > MAX_LISTED:
