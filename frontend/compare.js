@@ -148,7 +148,7 @@ export function createCompare(host, options = {}) {
       col.querySelector(".gs-cmp-col-step").textContent = i === null
         ? "no steps"
         : held
-          ? `no matching step — still at step ${i + 1}: ${stepTitle(v.model.steps[i])}`
+          ? `no matching step (showing step ${i + 1}: ${stepTitle(v.model.steps[i])})`
           : `step ${i + 1} of ${trace.steps.length}: ${stepTitle(v.model.steps[i])}`;
     });
     markDiffs(d);

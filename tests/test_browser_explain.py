@@ -115,6 +115,30 @@ def add_zero_grad_diagnosis(trace: dict) -> None:
     ]
 
 
+def add_inplace_diagnosis(trace: dict) -> None:
+    """inplace_modified_saved_tensor_fails's diagnosis with the server's first fix, the out-of-place
+    form (a stand-in while a trace carries no diagnoses of its own)."""
+    if trace.get("diagnoses") or "\ny.mul_(2)" not in trace["code"]:
+        return
+    lines = trace["code"].splitlines()
+    line = next(k for k, ln in enumerate(lines, 1) if ln.startswith("y.mul_(2)"))
+    trace["diagnoses"] = [
+        {
+            "kind": "inplace_modified_saved_tensor",
+            "severity": "error",
+            "line": line,
+            "message": "SigmoidBackward0 saved its result, and this line changes it in place.",
+            "fixes": [
+                {
+                    "title": "Use the out-of-place form: y = y.mul(2)",
+                    "explanation": "A new tensor for y: the saved one stays as it was.",
+                    "code": trace["code"].replace("\ny.mul_(2)", "\ny = y.mul(2)"),
+                }
+            ],
+        }
+    ]
+
+
 def serve_with(page, *edits) -> None:
     """Let /api/trace answer as the server does, with `edits` applied to each trace it returns."""
 
@@ -131,7 +155,9 @@ def serve_with(page, *edits) -> None:
 @pytest.fixture
 def app(browser, server):
     p = Page(browser, server, reduced_motion="reduce")
-    serve_with(p.page, add_explanations, add_retain_graph_diagnosis, add_zero_grad_diagnosis)
+    serve_with(
+        p.page, add_explanations, add_retain_graph_diagnosis, add_zero_grad_diagnosis, add_inplace_diagnosis
+    )
     yield p
     p.close()
 
@@ -197,28 +223,60 @@ def node_keys(trace: dict) -> dict[int, tuple]:
     return keys
 
 
-def expected_diff(a: dict, b: dict, i: int) -> dict[str, dict[str, set[str]]]:
-    """Nodes (ids as the page writes them) whose freed state / grad differ at step i of both runs."""
-    ka, kb = node_keys(a), node_keys(b)
-    by_key_b = {k: nid for nid, k in kb.items()}
-    sa = {s["id"]: s for s in a["steps"][i]["nodes"] if not s.get("dropped")}
-    sb = {s["id"]: s for s in b["steps"][i]["nodes"] if not s.get("dropped")}
-    out = {"original": {"freed": set(), "grad": set()}, "fixed": {"freed": set(), "grad": set()}}
-    for nid, s in sa.items():
-        other = by_key_b.get(ka[nid])
-        if other in sb and bool(s.get("freed")) != bool(sb[other].get("freed")):
-            out["original"]["freed"].add(str(nid))
-            out["fixed"]["freed"].add(str(other))
-    ta = {t["name"]: t for t in a["steps"][i].get("tensors", [])}
-    tb = {t["name"]: t for t in b["steps"][i].get("tensors", [])}
+def grad_diff_nodes(a_step: dict, b_step: dict) -> dict[str, set[str]]:
+    """The leaves (ids as the page writes them) showing a tensor whose .grad differs between two steps."""
+    ta = {t["name"]: t for t in a_step.get("tensors", [])}
+    tb = {t["name"]: t for t in b_step.get("tensors", [])}
+    alive_a = {s["id"] for s in a_step["nodes"] if not s.get("dropped")}
+    alive_b = {s["id"] for s in b_step["nodes"] if not s.get("dropped")}
+    out = {"original": set(), "fixed": set()}
     for name in ta.keys() | tb.keys():
         ga, gb = (ta.get(name) or {}).get("grad"), (tb.get(name) or {}).get("grad")
         if fmt_grad(ga) == fmt_grad(gb) and (ga or {}).get("values") == (gb or {}).get("values"):
             continue
-        for side, t, alive in (("original", ta.get(name), sa), ("fixed", tb.get(name), sb)):
+        for side, t, alive in (("original", ta.get(name), alive_a), ("fixed", tb.get(name), alive_b)):
             if t and t.get("node") in alive:
-                out[side]["grad"].add(str(t["node"]))
+                out[side].add(str(t["node"]))
     return out
+
+
+def expected_diff(a: dict, b: dict, i: int) -> dict[str, dict[str, set[str]]]:
+    """Nodes (ids as the page writes them) whose freed / stale state or grad differ at step i of both runs."""
+    ka, kb = node_keys(a), node_keys(b)
+    by_key_b = {k: nid for nid, k in kb.items()}
+    sa = {s["id"]: s for s in a["steps"][i]["nodes"] if not s.get("dropped")}
+    sb = {s["id"]: s for s in b["steps"][i]["nodes"] if not s.get("dropped")}
+    grads = grad_diff_nodes(a["steps"][i], b["steps"][i])
+    out = {side: {"freed": set(), "stale": set(), "grad": grads[side]} for side in ("original", "fixed")}
+    for nid, s in sa.items():
+        other = by_key_b.get(ka[nid])
+        for kind in ("freed", "stale"):
+            if other in sb and bool(s.get(kind)) != bool(sb[other].get(kind)):
+                out["original"][kind].add(str(nid))
+                out["fixed"][kind].add(str(other))
+    return out
+
+
+def step_side_by_side_one_to_one(app, original: dict, fixed: dict) -> Counter:
+    """Step through a comparison of two runs with the same steps; at each row, each side shows its
+    own step as the trace says, and marks exactly the nodes that differ. Returns the marks seen."""
+    steps = len(original["steps"])
+    assert len(fixed["steps"]) == steps
+    assert app.page.locator("#gs-compare").get_attribute("data-rows") == str(steps)
+    seen: Counter = Counter()
+    for i in range(steps):
+        if i:
+            app.press("ArrowRight")
+        assert app.page.locator("#gs-compare").get_attribute("data-row") == str(i)
+        want = expected_diff(original, fixed, i)
+        for side, trace in (("original", original), ("fixed", fixed)):
+            state = side_state(app, side)
+            assert state["shown"] == str(i) and state["held"] == "false"
+            assert_step_matches(state, trace, i)
+            for kind, ids in want[side].items():
+                assert set(state["diff"].get(kind, [])) == ids, (side, i, kind)
+                seen[kind] += len(ids)
+    return seen
 
 
 # ---------------------------------------------------------------- tests
@@ -344,25 +402,19 @@ def test_apply_fix_runs_the_fixed_code_and_steps_both_runs_side_by_side(app):
     assert not fixed.get("diagnoses") and app.page.locator("#gs-diagnoses").is_hidden()
     assert app.page.evaluate("window.gradstep.editor.getCode()") == fix["code"]
     # the fix changes one call's arguments: the same steps, row by row
-    steps = len(original["steps"])
-    assert len(fixed["steps"]) == steps
-    assert app.page.locator("#gs-compare").get_attribute("data-rows") == str(steps)
-    seen = {"freed": 0, "grad": 0}
-    for i in range(steps):
-        if i:
-            app.press("ArrowRight")
-        assert app.page.locator("#gs-compare").get_attribute("data-row") == str(i)
-        want = expected_diff(original, fixed, i)
-        for side, trace in (("original", original), ("fixed", fixed)):
-            state = side_state(app, side)
-            assert state["shown"] == str(i) and state["held"] == "false"
-            assert_step_matches(state, trace, i)
-            for kind in ("freed", "grad"):
-                assert set(state["diff"].get(kind, [])) == want[side][kind], (side, i, kind)
-                seen[kind] += len(want[side][kind])
+    seen = step_side_by_side_one_to_one(app, original, fixed)
     # the run differs where it should: a node freed in one only, and x.grad (448 vs 896)
     assert seen["freed"] > 0 and seen["grad"] > 0
     app.shot("compare_backward_twice_last")
+    assert app.errors == []
+
+
+def test_a_fix_of_an_inplace_change_marks_the_node_stale_in_the_original_only(app):
+    original = app.open("?snippet=inplace_modified_saved_tensor_fails")
+    _, fixed = apply_first_fix(app, original, "inplace_modified_saved_tensor")
+    seen = step_side_by_side_one_to_one(app, original, fixed)
+    assert seen["stale"] > 0 and seen["grad"] > 0
+    app.shot("compare_inplace_last")
     assert app.errors == []
 
 
@@ -392,23 +444,6 @@ def test_back_to_the_single_view_shows_the_fixed_run_with_the_fixed_code(app):
     state = app.graph_state()
     assert_step_matches(state, fixed, len(fixed["steps"]) - 1)
     assert app.errors == []
-
-
-def grad_diff_nodes(a_step: dict, b_step: dict) -> dict[str, set[str]]:
-    """The leaves (ids as the page writes them) showing a tensor whose .grad differs between two steps."""
-    ta = {t["name"]: t for t in a_step.get("tensors", [])}
-    tb = {t["name"]: t for t in b_step.get("tensors", [])}
-    alive_a = {s["id"] for s in a_step["nodes"] if not s.get("dropped")}
-    alive_b = {s["id"] for s in b_step["nodes"] if not s.get("dropped")}
-    out = {"original": set(), "fixed": set()}
-    for name in ta.keys() | tb.keys():
-        ga, gb = (ta.get(name) or {}).get("grad"), (tb.get(name) or {}).get("grad")
-        if fmt_grad(ga) == fmt_grad(gb) and (ga or {}).get("values") == (gb or {}).get("values"):
-            continue
-        for side, t, alive in (("original", ta.get(name), alive_a), ("fixed", tb.get(name), alive_b)):
-            if t and t.get("node") in alive:
-                out[side].add(str(t["node"]))
-    return out
 
 
 def test_a_fix_that_adds_a_line_is_aligned_by_line_and_call_order(app):
