@@ -146,6 +146,36 @@ def test_nginx_spreads_requests_over_both_replicas(cluster):
     assert {f"127.0.0.1:{r.port}" for r in cluster.replicas} <= served_by
 
 
+def test_nginx_limits_runs_per_client_with_a_json_429_and_retry_after(cluster):
+    code = CODE + "# rate\n"
+    post(cluster.replicas[0].url, code)  # cached: what is measured is nginx's limit, not the runs
+
+    async def burst(url: str) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, timeout=60, trust_env=False) as client:
+            return await asyncio.gather(*(client.post("/api/trace", json={"code": code}) for _ in range(80)))
+
+    with Nginx([f"127.0.0.1:{r.port}" for r in cluster.replicas]) as limited:  # the config's own rate
+        responses = asyncio.run(burst(limited.url))
+    refused = [r for r in responses if r.status_code == 429]
+    assert refused and len(refused) < len(responses)
+    assert all(r.headers["retry-after"] == "1" and "Too many runs" in r.json()["error"] for r in refused)
+
+
+def test_nginx_refuses_a_body_over_the_apps_limit_with_a_json_413(cluster):
+    r = post(cluster.nginx.url, "#" * (64 * 1024 + 1))
+    assert r.status_code == 413
+    assert "64 KB" in r.json()["error"]
+
+
+def test_versioned_static_files_are_cached_for_good_and_others_revalidate(cluster):
+    with httpx.Client(base_url=cluster.nginx.url, trust_env=False) as client:
+        versioned = client.get("/static/app.js?v=build1")
+        plain = client.get("/static/app.js")
+    assert versioned.status_code == plain.status_code == 200
+    assert "immutable" in versioned.headers["cache-control"]
+    assert plain.headers["cache-control"] == "no-cache"
+
+
 def test_stopping_redis_mid_run_keeps_every_request_answered(cluster):
     load = run_load(cluster.nginx.url, clients=4, seconds=4, event_after=1.5, event=cluster.redis.kill)
     after = [o for o in load.outcomes if o.started > load.event_at]
