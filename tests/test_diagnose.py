@@ -769,3 +769,14 @@ def test_in_process_trace_can_skip_diagnosis():
     import gradstep
 
     assert gradstep.trace(code_of(FREED_VARIANTS["top_level"]), diagnose=False).diagnoses == []
+
+
+def test_inplace_through_a_view_points_at_the_view_and_its_fixes_keep_the_gradient():
+    code = (CASES / "inplace_on_view.py").read_text()
+    d = only(code, INPLACE)
+    line = next(i for i, text in enumerate(code.splitlines(), 1) if text.startswith("row.mul_(3)"))
+    assert d["line"] == line and d["fixes"]
+    w = torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    (expected,) = torch.autograd.grad((w * 2).sin().sum(), w)
+    for f in d["fixes"]:
+        assert close(grads_of(plain_ok(f["code"]).calls[-1], "w"), expected)

@@ -94,10 +94,12 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         since = facts.first_step_where(trace, failed, "stale", step["index"] + 1)
         upto = since.get("line") if since is not None else line
         stmt = _inplace_statement(src, names, node.get("line"), upto) if names else None
-        if stmt is None and not names:
+        if stmt is None:  # changed through another name: a view of it (row = h[0]; row.mul_(3))
             stmt = _inplace_statement(src, _all_names(src), node.get("line"), upto)
         name = _inplace_target(stmt) if stmt is not None else None
-        message = _message(node, ", ".join(stale) or None, stmt, line, name)
+        message = _message(
+            node, ", ".join(stale) or None, stmt, line, name, via_view=bool(names) and name not in names
+        )
         fixes = _fixes(src, stmt, name) if stmt is not None else []
         return [Candidate(KIND, "error", stmt.lineno if stmt is not None else line, message, fixes)]
     return []
@@ -108,15 +110,21 @@ def _all_names(src: Source) -> set[str]:
 
 
 def _message(
-    node: dict | None, which: str | None, stmt: ast.stmt | None, line: int | None, name: str | None = None
+    node: dict | None,
+    which: str | None,
+    stmt: ast.stmt | None,
+    line: int | None,
+    name: str | None = None,
+    via_view: bool = False,
 ) -> str:
     if node is None:
         return (
             f"The backward at line {line} needs a tensor that was modified in place after a node saved it, so the "
             "saved value is no longer the one the gradient formula needs."
         )
+    shared = ", a view of it," if via_view else ""
     where = (
-        f"line {stmt.lineno} changes `{name}` in place"
+        f"line {stmt.lineno} changes `{name}`{shared} in place"
         if stmt is not None
         else "a later in-place operation changed it"
     )
