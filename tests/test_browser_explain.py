@@ -18,125 +18,16 @@ from test_browser import assert_step_matches
 
 pytestmark = needs_chromium
 
-# ---------------------------------------------------------------- traces as the page got them
+# ---------------------------------------------------------------- traces
 
 
 def narrated(trace: dict) -> bool:
-    return any(s.get("explanation") for s in trace["steps"])
-
-
-def retain_graph_fix(code: str) -> str:
-    """backward_twice_fails with its first backward keeping the graph."""
-    fixed = code.replace("y.backward()\n", "y.backward(retain_graph=True)\n", 1)
-    assert fixed != code
-    return fixed
+    """The server narrates every step of a version-2 trace."""
+    return bool(trace["steps"]) and all(s.get("explanation") for s in trace["steps"])
 
 
 def diagnosis_of(trace: dict, kind: str) -> dict:
     return next(d for d in trace.get("diagnoses", []) if d["kind"] == kind)
-
-
-def add_explanations(trace: dict) -> None:
-    """A sentence per step naming its alive nodes and tensors, with links (a stand-in while a
-    trace carries no explanation of its own)."""
-    ops = {n["id"]: n["op"] for n in trace["nodes"]}
-    for i, step in enumerate(trace["steps"]):
-        if step.get("explanation"):
-            continue
-        text, links = f"Step {i + 1} shows ", []
-        alive = [s["id"] for s in step["nodes"] if not s.get("dropped")][:3]
-        for k, nid in enumerate(alive):
-            if k:
-                text += ", "
-            links.append({"start": len(text), "end": len(text) + len(ops[nid]), "node": nid, "tensor": None})
-            text += ops[nid]
-        for t in step.get("tensors", [])[:1]:
-            label = f"{t['name']}.grad"
-            text += " and "
-            links.append(
-                {"start": len(text), "end": len(text) + len(label), "node": None, "tensor": t["name"]}
-            )
-            text += label
-        step["explanation"] = text + "."
-        step["links"] = links
-
-
-def add_retain_graph_diagnosis(trace: dict) -> None:
-    """The diagnosis the server gives a second backward through a freed graph (a stand-in while a
-    trace carries no diagnoses of its own)."""
-    failed_twice = "backward through the graph a second time" in (trace.get("error") or {}).get("message", "")
-    if trace.get("diagnoses") or not failed_twice:
-        return
-    trace["diagnoses"] = [
-        {
-            "kind": "backward_through_freed_graph",
-            "severity": "error",
-            "line": trace["error"]["line"],
-            "message": "The first backward freed the saved tensors of the graph; the second one needs them.",
-            "fixes": [
-                {
-                    "title": "Keep the graph with retain_graph=True",
-                    "explanation": "The first backward keeps its saved tensors, so the second can run.",
-                    "code": retain_graph_fix(trace["code"]),
-                }
-            ],
-        }
-    ]
-
-
-FORGOTTEN = "    # optimizer.zero_grad()  <- forgotten\n"
-
-
-def add_zero_grad_diagnosis(trace: dict) -> None:
-    """training_loop_no_zero_grad's diagnosis, with the fix the server gives it: one line inserted
-    at the start of the loop (a stand-in while a trace carries no diagnoses of its own)."""
-    if (
-        trace.get("diagnoses")
-        or FORGOTTEN not in trace["code"]
-        or "\n    optimizer.zero_grad()\n" in trace["code"]
-    ):
-        return
-    backward = next(s["line"] for s in trace["steps"] if s["kind"] == "backward")
-    fix = trace["code"].replace(FORGOTTEN, FORGOTTEN + "    optimizer.zero_grad()\n")
-    trace["diagnoses"] = [
-        {
-            "kind": "grad_accumulates_without_zero_grad",
-            "severity": "warning",
-            "line": backward,
-            "message": "Every backward adds its gradients to what the previous iteration left in .grad.",
-            "fixes": [
-                {
-                    "title": "Call optimizer.zero_grad() at the start of each iteration",
-                    "explanation": "Each iteration starts from empty gradients.",
-                    "code": fix,
-                }
-            ],
-        }
-    ]
-
-
-def add_inplace_diagnosis(trace: dict) -> None:
-    """inplace_modified_saved_tensor_fails's diagnosis with the server's first fix, the out-of-place
-    form (a stand-in while a trace carries no diagnoses of its own)."""
-    if trace.get("diagnoses") or "\ny.mul_(2)" not in trace["code"]:
-        return
-    lines = trace["code"].splitlines()
-    line = next(k for k, ln in enumerate(lines, 1) if ln.startswith("y.mul_(2)"))
-    trace["diagnoses"] = [
-        {
-            "kind": "inplace_modified_saved_tensor",
-            "severity": "error",
-            "line": line,
-            "message": "SigmoidBackward0 saved its result, and this line changes it in place.",
-            "fixes": [
-                {
-                    "title": "Use the out-of-place form: y = y.mul(2)",
-                    "explanation": "A new tensor for y: the saved one stays as it was.",
-                    "code": trace["code"].replace("\ny.mul_(2)", "\ny = y.mul(2)"),
-                }
-            ],
-        }
-    ]
 
 
 def serve_with(page, *edits) -> None:
@@ -155,9 +46,6 @@ def serve_with(page, *edits) -> None:
 @pytest.fixture
 def app(browser, server):
     p = Page(browser, server, reduced_motion="reduce")
-    serve_with(
-        p.page, add_explanations, add_retain_graph_diagnosis, add_zero_grad_diagnosis, add_inplace_diagnosis
-    )
     yield p
     p.close()
 
@@ -488,7 +376,6 @@ def test_a_fix_that_adds_a_line_is_aligned_by_line_and_call_order(app):
 
 def test_side_by_side_stacks_the_runs_in_a_narrow_column_without_horizontal_overflow(browser, server):
     p = Page(browser, server, viewport={"width": 420, "height": 900}, reduced_motion="reduce")
-    serve_with(p.page, add_retain_graph_diagnosis)
     try:
         original = p.open("?snippet=backward_twice_fails")
         apply_first_fix(p, original, "backward_through_freed_graph")
