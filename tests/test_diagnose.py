@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from gradstep.diagnose import diagnose, find, run_locally
+from gradstep.diagnose import MAX_FIX_RUNS, diagnose, find, run_locally
 from gradstep.narrate import fmt_number
 from gradstep.schema import Diagnosis
 from gradstep.tracer import record
@@ -780,3 +780,25 @@ def test_inplace_through_a_view_points_at_the_view_and_its_fixes_keep_the_gradie
     (expected,) = torch.autograd.grad((w * 2).sin().sum(), w)
     for f in d["fixes"]:
         assert close(grads_of(plain_ok(f["code"]).calls[-1], "w"), expected)
+
+
+def test_fix_runs_per_trace_are_bounded():
+    reads = "".join(f"h{i} = x * {i + 2}\n" for i in range(12))
+    prints = "".join(f"print(h{i}.grad)\n" for i in range(12))
+    code = (
+        "import torch\nx = torch.ones(2, requires_grad=True)\n"
+        + reads
+        + "sum(["
+        + ", ".join(f"h{i}" for i in range(12))
+        + "]).sum().backward()\n"
+        + prints
+    )
+    ran: list[str] = []
+
+    def counting(codes):
+        ran.extend(codes)
+        return run_locally(codes)
+
+    found = diagnose(record(code), counting)
+    assert len(found) == 12 and len(ran) == MAX_FIX_RUNS
+    assert sum(len(d["fixes"]) for d in found) == MAX_FIX_RUNS

@@ -103,3 +103,12 @@ def test_api_serves_the_diagnosed_trace_from_its_cache(client):
     again = client.post("/api/trace", json={"code": code})
     assert again.headers["x-gradstep-cache"] == "hit"
     assert orjson.loads(again.content)["diagnoses"] == orjson.loads(first.content)["diagnoses"] != []
+
+
+def test_a_failing_fix_runner_leaves_the_trace_as_it_was():
+    body = _body((SNIPPETS / "backward_twice_fails.py").read_text())
+
+    def sandbox_gone(codes):
+        raise RuntimeError("The sandbox is closed.")
+
+    assert with_diagnoses(body, sandbox_gone) is body

@@ -26,9 +26,11 @@ from gradstep.diagnose import (
     zero_grad,
 )
 from gradstep.diagnose.candidate import Candidate, CandidateFix
-from gradstep.diagnose.source import Source
+from gradstep.diagnose.source import Source, moved_line
 
 Run = Callable[[list[str]], list[dict]]  # codes -> their traces (plain dicts), in order
+
+MAX_FIX_RUNS = 8
 
 RULES = (hidden_state, freed_graph, non_scalar, inplace, zero_grad, non_leaf_grad, integer_grad)
 
@@ -50,7 +52,9 @@ def find(trace: dict) -> list[Candidate]:
 
 def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
     """The candidates as ``Trace.diagnoses`` entries, with only the fixes whose runs passed their checks."""
-    codes = list(dict.fromkeys(fix.code for c in candidates for fix in c.fixes))
+    # a bound on the runs one trace can cause (a snippet reading .grad of 100 non-leaves): fixes past it
+    # are not run, so not offered
+    codes = list(dict.fromkeys(fix.code for c in candidates for fix in c.fixes))[:MAX_FIX_RUNS]
     runs = dict(zip(codes, run(codes), strict=True)) if codes else {}
     out = []
     for candidate in candidates:
@@ -78,8 +82,9 @@ def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
 def _passes(candidate: Candidate, fix: CandidateFix, fixed: dict, trace: dict, passed: dict) -> bool:
     if not facts.runs_cleanly(fixed) or any(k not in passed for k in fix.needs):
         return False
-    if any(c.kind == candidate.kind for c in find(fixed)):
-        return False  # the fix did not fix it
+    line = moved_line(trace.get("code") or "", fix.code, candidate.line)
+    if any(c.kind == candidate.kind and (line is None or c.line == line) for c in find(fixed)):
+        return False  # the fix did not fix it (the same mistake, where it moved to in the fixed code)
     try:
         return fix.intent is None or bool(fix.intent(fixed, trace, passed))
     except Exception:
@@ -94,7 +99,10 @@ def diagnose(trace: dict, run: Run) -> list[dict]:
 
 def add_in_process(trace: dict) -> dict:
     """Fill ``trace["diagnoses"]``, verifying fixes with the tracer in this process; returns the trace."""
-    trace["diagnoses"] = diagnose(trace, run_locally)
+    try:
+        trace["diagnoses"] = diagnose(trace, run_locally)
+    except Exception as e:  # the trace matters more than its diagnoses
+        trace.setdefault("notes", []).append(f"No diagnoses for this trace: {type(e).__name__}: {e}")
     return trace
 
 

@@ -11,7 +11,7 @@ import ast
 
 from gradstep.diagnose import facts
 from gradstep.diagnose.candidate import Candidate, CandidateFix
-from gradstep.diagnose.source import Source, assigned_names
+from gradstep.diagnose.source import Source, assigned_names, moved_line
 
 KIND = "grad_of_non_leaf"
 
@@ -64,9 +64,13 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         stmt = _assignment_before(src, name, line)
         code = src.apply([src.insert_after(stmt, f"{name}.retain_grad()")]) if stmt is not None else None
         if code:
+            at = moved_line(src.code, code, line)
 
-            def intent(fixed: dict, original: dict, siblings: dict, name=name) -> bool:
-                warned = any(facts.NON_LEAF_MARK in w.get("message", "") for w in fixed.get("warnings") or ())
+            def intent(fixed: dict, original: dict, siblings: dict, name=name, at=at) -> bool:
+                warned = any(
+                    facts.NON_LEAF_MARK in w.get("message", "") and w.get("line") == at
+                    for w in fixed.get("warnings") or ()
+                )
                 got = any(name in facts.grads(s) for s in fixed.get("steps") or ())
                 return got and not warned
 

@@ -31,7 +31,10 @@ def with_diagnoses(body: bytes, run: Run) -> bytes:
     if not may_need_diagnosis(body):
         return body
     trace = orjson.loads(body)
-    found = diagnose(trace, run)
+    try:
+        found = diagnose(trace, run)
+    except Exception:  # e.g. the sandbox closed under a fix's run: the trace is still the answer
+        return body
     if not found:
         return body
     trace["diagnoses"] = found
