@@ -160,4 +160,7 @@ async function start() {
   window.gradstepEmbed = { viewer, options: opts };
 }
 
+// A host that changes only the fragment of the frame's src (#code=…) navigates without a reload.
+window.addEventListener("hashchange", () => location.reload());
+
 start().catch((e) => fail([`The embed failed: ${e.message}`]));

@@ -23,8 +23,16 @@ function stepOf(params) {
 /**
  * Open the permalink in location.hash, if any: put its code in the editor, run it, go to its step.
  * Returns false when the URL carries no code (the app then loads its default snippet).
+ * Later changes of the fragment (another link pasted into the address bar) are opened the same way.
  */
+let watching = false;
+
 export async function loadPermalink({ editor, viewer, run, setStatus }) {
+  if (!watching) {
+    // A link pasted into the address bar of an open app changes only the fragment: no reload.
+    watching = true;
+    window.addEventListener("hashchange", () => loadPermalink({ editor, viewer, run, setStatus }));
+  }
   const params = new URLSearchParams(location.hash.slice(1));
   if (!params.has("code")) return false;
   let code;

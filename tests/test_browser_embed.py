@@ -442,3 +442,28 @@ def test_app_link_with_corrupt_code_says_so(tab, server):
     tab.page.goto(f"{server}/#code={quote('AAAAnotdeflate')}&step=2")
     tab.page.wait_for_function("document.body.dataset.traceStatus === 'link-error'")
     assert "cannot be opened" in tab.page.locator("#gs-run-status").inner_text()
+
+
+def test_app_opens_a_link_pasted_into_its_address_bar(tab, server):
+    tab.open(f"?snippet={SNIPPET}")
+    trace = trace_of(server, CODE)
+    n = tab.runs()
+    with tab.page.expect_response(lambda r: r.url.endswith("/api/trace")):
+        tab.page.evaluate("(h) => { location.hash = h; }", f"code={encode_code(CODE)}&step=2")
+    tab.wait_runs(n + 1)
+    tab.page.wait_for_function("document.querySelector('.gs-stepper').dataset.step === '2'")
+    assert_step_matches(tab.graph_state(), trace, 2)
+
+
+def test_frame_whose_fragment_changes_shows_the_new_code(tab, site, server):
+    frame = frame_page(tab, site, server, f"/embed#code={encode_code(CODE)}&step=1")
+    other = "import torch\nv = torch.ones(2, requires_grad=True)\n(v * v).sum().backward()\n"
+    trace = trace_of(server, other)
+    tab.page.evaluate(
+        "(src) => { document.getElementById('f').src = src; }",
+        f"{server}/embed#code={encode_code(other)}&step=9",
+    )
+    frame.wait_for_function(
+        f"document.querySelector('.gs-stepper')?.dataset.steps === '{len(trace['steps'])}'"
+    )
+    assert_step_matches(graph_state(tab.page.frames[1]), trace, len(trace["steps"]) - 1)

@@ -240,3 +240,9 @@ def test_snippet_embed_page_carries_the_snippets_code(client):
     text = client.get(f"/embed?snippet={SNIPPET}").text
     config = re.search(r'id="gs-config" type="application/json">(.*?)</script>', text).group(1)
     assert json.loads(config)["code"] == {SNIPPET: snippets.load_all()[SNIPPET].code}
+
+
+def test_oembed_format_that_oembed_does_not_define_is_a_clear_400(client):
+    r = oembed(client, f"{BASE}/?snippet={SNIPPET}", format="yaml")
+    assert r.status_code == 400
+    assert "format=json" in r.json()["error"]
