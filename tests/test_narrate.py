@@ -69,7 +69,17 @@ def test_tensor_links_name_a_tensor_the_step_lists(snippet_traces):
             for link in step["links"]:
                 if link["tensor"] is not None:
                     assert link["tensor"] in names
-                    assert link["tensor"] in step["explanation"][link["start"] : link["end"]]
+
+
+def test_grad_values_link_to_their_tensor():
+    code = (ROOT / "snippets" / "retain_graph_accumulates.py").read_text()
+    plain = run_plain(code)
+    step = _calls(_trace(code))[1]
+    spans = {
+        step["explanation"][link["start"] : link["end"]] for link in step["links"] if link["tensor"] == "x"
+    }
+    for call in plain.calls:
+        assert fmt_number(call.grads[frozenset({"x"})].item()) in spans
 
 
 def test_forward_step_names_each_node_its_line_built():

@@ -454,12 +454,13 @@ class _Narrator:
         for name, old, grad in changed[:MAX_LISTED]:
             t.sentence_break()
             t.tensor(name, f"{name}.grad")
-            if old is None:
-                t.add(f" was None and is now {fmt_grad(grad)}.")
+            if old is None:  # the numbers link to their tensor too
+                t.add(" was None and is now ").tensor(name, fmt_grad(grad)).add(".")
             elif grad is None:
                 t.add(" was reset to None.")
             else:
-                t.add(f" went from {fmt_grad(old)} to {fmt_grad(grad)}: it accumulates (old + new).")
+                t.add(" went from ").tensor(name, fmt_grad(old)).add(" to ").tensor(name, fmt_grad(grad))
+                t.add(": it accumulates (old + new).")
         if len(changed) > MAX_LISTED:
             t.sentence_break()
             t.add(f"{len(changed) - MAX_LISTED} more .grad changed.")
