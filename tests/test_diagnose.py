@@ -239,6 +239,7 @@ NON_SCALAR_VARIANTS = {
     "autograd_grad": "(g,) = torch.autograd.grad(y, x)",
     "expression": "(x * x).backward()",
     "in_a_function": "def run(t):\n    t.backward()\nrun(y)",
+    "in_a_loop": "for out in [y]:\n    out.backward()",
 }
 
 
@@ -308,11 +309,13 @@ INPLACE_VARIANTS = {
 }
 
 
-def _inplace(change: str, in_function: bool = False) -> str:
-    body = f"x = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)\ny = x.sigmoid()\n{change}\ny.sum().backward()\n"
-    if in_function:
+def _inplace(change: str, where: str = "top_level") -> str:
+    body = f"y = x.sigmoid()\n{change}\ny.sum().backward()\n"
+    if where == "in_a_function":
         body = "def run():\n" + textwrap.indent(body, "    ") + "run()\n"
-    return "import torch\n" + body
+    elif where == "in_a_loop":
+        body = "for _ in range(2):\n" + textwrap.indent(body, "    ")
+    return "import torch\nx = torch.tensor([0.0, 1.0, 2.0], requires_grad=True)\n" + body
 
 
 def _sigmoid_then(change) -> torch.Tensor:
@@ -331,9 +334,9 @@ INTENDED = {
 
 
 @pytest.mark.parametrize("variant", sorted(INPLACE_VARIANTS))
-@pytest.mark.parametrize("in_function", [False, True], ids=["top_level", "in_a_function"])
-def test_inplace_points_at_the_line_that_changed_the_saved_tensor(variant: str, in_function: bool):
-    code = _inplace(INPLACE_VARIANTS[variant][0], in_function)
+@pytest.mark.parametrize("where", ["top_level", "in_a_function", "in_a_loop"])
+def test_inplace_points_at_the_line_that_changed_the_saved_tensor(variant: str, where: str):
+    code = _inplace(INPLACE_VARIANTS[variant][0], where)
     line = next(
         i for i, text in enumerate(code.splitlines(), 1) if text.strip() == INPLACE_VARIANTS[variant][0]
     )
@@ -341,9 +344,10 @@ def test_inplace_points_at_the_line_that_changed_the_saved_tensor(variant: str, 
 
 
 @pytest.mark.parametrize("variant", sorted(INPLACE_VARIANTS))
-def test_inplace_fixes_give_the_gradient_of_the_intended_computation(variant: str):
-    d = only(_inplace(INPLACE_VARIANTS[variant][0]), INPLACE)
-    expected = _sigmoid_then(INTENDED[variant])
+@pytest.mark.parametrize("where", ["top_level", "in_a_loop"])
+def test_inplace_fixes_give_the_gradient_of_the_intended_computation(variant: str, where: str):
+    d = only(_inplace(INPLACE_VARIANTS[variant][0], where), INPLACE)
+    expected = _sigmoid_then(INTENDED[variant]) * (2 if where == "in_a_loop" else 1)  # the loop accumulates
     titles = [f["title"] for f in d["fixes"]]
     assert any(t.startswith("Clone") for t in titles)
     assert any(t.startswith("Use the out-of-place") for t in titles) == (
