@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import json
 import threading
 from types import SimpleNamespace
 from urllib.parse import quote
@@ -377,33 +376,41 @@ def test_embed_can_be_framed_by_another_origin(tab, site, server):
     assert frame_loaded(tab, site, server, f"/embed?snippet={SNIPPET}", "embed.html")
 
 
-def test_restricted_frame_ancestors_allow_only_the_named_origin(browser, site):
-    with running_server(GRADSTEP_WORKERS="1", GRADSTEP_FRAME_ANCESTORS=site.base) as gradstep:
-        tab = Page(browser, gradstep, reduced_motion="reduce")
-        try:
-            assert frame_loaded(tab, site, gradstep, f"/embed?snippet={SNIPPET}", "allowed.html")
-            other = Site(site.root)  # the same page from another origin (another port)
-            try:
-                assert not frame_loaded(tab, other, gradstep, f"/embed?snippet={SNIPPET}", "denied.html")
-            finally:
-                other.httpd.shutdown()
-        finally:
-            tab.close()
+@pytest.fixture(scope="module")
+def restricted(site):
+    """A server whose /embed only `site` may frame (GRADSTEP_FRAME_ANCESTORS)."""
+    with running_server(GRADSTEP_WORKERS="1", GRADSTEP_FRAME_ANCESTORS=site.base) as base:
+        yield base
 
 
-def test_restricted_frame_ancestors_accept_messages_from_the_allowed_parent(browser, site):
-    with running_server(GRADSTEP_WORKERS="1", GRADSTEP_FRAME_ANCESTORS=site.base) as gradstep:
-        tab = Page(browser, gradstep, reduced_motion="reduce")
-        try:
-            frame = frame_page(tab, site, gradstep, f"/embed?snippet={SNIPPET}", name="allowed-msg.html")
-            wait_message(tab, "m.data.type === 'gradstep:ready'")
-            tab.page.evaluate(
-                "document.getElementById('f').contentWindow.postMessage({type: 'gradstep:goto', step: 2}, '*')"
-            )
-            wait_message(tab, "m.data.type === 'gradstep:step' && m.data.step === 2")
-            assert graph_state(frame)["step"] == 2
-        finally:
-            tab.close()
+@pytest.fixture
+def restricted_tab(browser, restricted):
+    p = Page(browser, restricted, reduced_motion="reduce")
+    yield p
+    p.close()
+
+
+def test_restricted_frame_ancestors_allow_the_named_origin(restricted_tab, site, restricted):
+    assert frame_loaded(restricted_tab, site, restricted, f"/embed?snippet={SNIPPET}", "allowed.html")
+
+
+def test_restricted_frame_ancestors_refuse_other_origins(restricted_tab, site, restricted):
+    other = Site(site.root)  # the same page from another origin (another port)
+    try:
+        assert not frame_loaded(restricted_tab, other, restricted, f"/embed?snippet={SNIPPET}", "denied.html")
+    finally:
+        other.httpd.shutdown()
+
+
+def test_restricted_frame_ancestors_accept_messages_from_the_allowed_parent(restricted_tab, site, restricted):
+    tab = restricted_tab
+    frame = frame_page(tab, site, restricted, f"/embed?snippet={SNIPPET}", name="allowed-msg.html")
+    wait_message(tab, "m.data.type === 'gradstep:ready'")
+    tab.page.evaluate(
+        "document.getElementById('f').contentWindow.postMessage({type: 'gradstep:goto', step: 2}, '*')"
+    )
+    wait_message(tab, "m.data.type === 'gradstep:step' && m.data.step === 2")
+    assert graph_state(frame)["step"] == 2
 
 
 def test_oembed_html_embeds_a_working_frame(tab, site, server):
@@ -411,9 +418,7 @@ def test_oembed_html_embeds_a_working_frame(tab, site, server):
     url = site.page("oembed.html", MESSAGE_LOG + body["html"].replace("<iframe ", '<iframe id="f" ', 1))
     tab.page.goto(url)
     wait_message(tab, "m.data.type === 'gradstep:ready'")
-    assert json.dumps(messages(tab, "type")[0]["steps"]) == str(
-        len(trace_of(server, snippet_code(SNIPPET))["steps"])
-    )
+    assert messages(tab, "type")[0]["steps"] == len(trace_of(server, snippet_code(SNIPPET))["steps"])
 
 
 def test_app_permalink_of_the_share_button_opens_the_same_run_at_the_same_step(tab, server):
