@@ -472,3 +472,22 @@ def test_frame_whose_fragment_changes_shows_the_new_code(tab, site, server):
         f"document.querySelector('.gs-stepper')?.dataset.steps === '{len(trace['steps'])}'"
     )
     assert_step_matches(graph_state(tab.page.frames[1]), trace, len(trace["steps"]) - 1)
+
+
+def test_share_dialog_copies_the_link_and_the_iframe(browser, server):
+    tab = Page(browser, server, reduced_motion="reduce", permissions=["clipboard-read", "clipboard-write"])
+    try:
+        tab.open(f"?snippet={SNIPPET}")
+        tab.page.click("#gs-share")
+        tab.page.get_by_role("button", name="Copy link").click()
+        assert (
+            tab.page.evaluate("navigator.clipboard.readText()")
+            == tab.page.locator("#gs-share-link").input_value()
+        )
+        tab.page.get_by_role("button", name="Copy HTML").click()
+        copied = tab.page.evaluate("navigator.clipboard.readText()")
+        assert copied == tab.page.locator("#gs-share-embed").input_value() and copied.startswith("<iframe")
+        tab.page.keyboard.press("Escape")
+        assert not tab.page.locator("#gs-share-dialog").is_visible()
+    finally:
+        tab.close()
