@@ -8,8 +8,9 @@ follow its static relative imports (and ``new URL("./x", import.meta.url)`` asse
 layout worker), rewrite each specifier to a placeholder, and emit one ES module that turns every
 source into a Blob URL (dependencies first) and substitutes those URLs for the placeholders.
 Blob URLs are absolute, so the rewritten imports resolve anywhere — ``file://``, a static host, an
-iframe ``srcdoc``, a notebook, or the string anywidget loads — and the layout worker is a Blob
-module worker built the same way.
+iframe ``srcdoc``, a notebook, or the string anywidget loads. The layout worker is a Blob module
+worker built the same way; from ``file://`` Chromium refuses module workers, and the viewer lays
+out on the page's thread instead, with the same result (tests/test_browser_export.py).
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from gradstep.schema import Trace
 
-Theme = Literal["light", "dark", "auto"]
 THEMES: tuple[str, ...] = ("light", "dark", "auto")
 FORMATS: tuple[str, ...] = ("html", "json", "widget")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -140,7 +139,6 @@ for (const [name, mime, text] of SOURCES) {
   const code = text.replace(/(["'])@@gradstep-module:([^"']+)\\1/g, (_, q, dep) => JSON.stringify(urls.get(dep)));
   urls.set(name, URL.createObjectURL(new Blob([code], { type: mime })));
 }
-export const moduleUrls = Object.fromEntries(urls);
 const entry = await import(urls.get(%(entry)s));
 export const render = entry.render;
 %(default)s
