@@ -620,6 +620,21 @@ def test_hidden_state_with_retain_graph_is_a_warning_with_a_detach_fix():
     plain_ok(d["fixes"][0]["code"])
 
 
+def test_hidden_state_stays_quiet_when_a_loop_backwards_the_same_retained_output():
+    code = code_of(
+        """
+        import torch
+        x = torch.tensor(2.0, requires_grad=True)
+        y = x**2
+        total = torch.zeros(())
+        for _ in range(3):
+            total = total + y
+            y.backward(retain_graph=True)
+        """
+    )
+    assert diagnoses(code) == []
+
+
 def test_hidden_state_stays_quiet_when_it_is_detached():
     assert diagnoses((SNIPPETS / "rnn_hidden_detached.py").read_text()) == []
 

@@ -84,17 +84,22 @@ def _rerun(trace: dict, src: Source) -> tuple[dict, ast.AST, list[str]] | None:
         last_at[line] = step
         if prev is None or step.get("error"):
             continue
+        ran = [st for st in step.get("nodes") or () if st.get("executed")]
+        roots = [st["id"] for st in ran if st.get("order") == 0]
+        if not roots or any(nodes[r]["step"] <= prev["index"] for r in roots):
+            continue  # the same output backwarded again: not a graph grown across iterations
         again = [
             st["id"]
-            for st in step.get("nodes") or ()
-            if st.get("executed")
-            and nodes[st["id"]].get("op") != "AccumulateGrad"
-            and nodes[st["id"]]["step"] <= prev["index"]
+            for st in ran
+            if nodes[st["id"]].get("op") != "AccumulateGrad" and nodes[st["id"]]["step"] <= prev["index"]
         ]
         loop = _loop_of_call(src, line)
         if not again or loop is None:
             continue
-        names = [n for n in carried_names(src, loop) if n in _tensor_vars(step)]
+        through = {
+            v for st in ran for v in st.get("vars") or ()
+        }  # tensors whose graph this call went through
+        names = [n for n in carried_names(src, loop) if n in through]
         if names:
             return step, loop, names
     return None
