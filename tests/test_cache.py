@@ -15,7 +15,7 @@ import redis
 from fastapi.testclient import TestClient
 from gradstep import trace as trace_in_process
 from gradstep.app import TraceOptions, create_app
-from gradstep.cache import MemoryCache, RedisCache, TieredCache, cache_key, open_cache
+from gradstep.cache import MemoryCache, RedisCache, TieredCache, cache_key, open_cache, shared
 from gradstep.cache.shared import MAGIC, MAX_TRACE_BYTES, PREFIX, encode_entry
 from gradstep.schema import Trace
 from gradstep.settings import Settings
@@ -81,6 +81,13 @@ def test_a_trace_put_in_redis_comes_back_byte_for_byte(store):
     run(_put_then_close(store, key, body))
     assert run(_get_then_close(store, key)) == body
     assert final_grad(body, "x") == plain_grad(CODE, "x")
+
+
+def test_an_entry_past_the_off_loop_size_round_trips_through_a_worker_thread(store, monkeypatch):
+    monkeypatch.setattr(shared, "OFF_LOOP_BYTES", 0)  # every entry takes the large-entry path
+    body, key = trace_bytes(CODE), cache_key(CODE + "# large\n", {})
+    run(_put_then_close(store, key, body))
+    assert run(_get_then_close(store, key)) == body
 
 
 def test_an_absent_key_is_a_miss(store):

@@ -29,6 +29,7 @@ PREFIX = "gradstep:trace:"
 MAGIC = b"gradstep-trace/1\n"
 MAX_TRACE_BYTES = 16 << 20  # decompressed; more than the sandbox ever returns (8 MB output cap)
 SCHEMES = ("redis://", "rediss://", "unix://")
+OFF_LOOP_BYTES = 64 << 10  # entries this large are (de)compressed and validated in a worker thread
 
 log = logging.getLogger("gradstep.cache")
 
@@ -108,7 +109,12 @@ class RedisCache:
         if raw is None:
             self.misses += 1
             return None
-        body = decode_entry(key, raw)
+        # Large entries are inflated and validated off the event loop (a 1 MB trace takes milliseconds).
+        body = (
+            decode_entry(key, raw)
+            if len(raw) < OFF_LOOP_BYTES
+            else await asyncio.to_thread(decode_entry, key, raw)
+        )
         if body is None:
             self.rejected += 1
             return None
@@ -116,7 +122,11 @@ class RedisCache:
         return body
 
     async def put(self, key: str, body: bytes) -> None:
-        entry = encode_entry(key, body)
+        entry = (
+            encode_entry(key, body)
+            if len(body) < OFF_LOOP_BYTES
+            else await asyncio.to_thread(encode_entry, key, body)
+        )
         if len(entry) > self.max_entry_bytes:
             self.too_big += 1
             return
