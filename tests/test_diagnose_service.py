@@ -112,3 +112,21 @@ def test_a_failing_fix_runner_leaves_the_trace_as_it_was():
         raise RuntimeError("The sandbox is closed.")
 
     assert with_diagnoses(body, sandbox_gone) is body
+
+
+def test_cli_trace_prints_the_verified_diagnoses():
+    import subprocess
+    import sys
+
+    gradstep = Path(sys.executable).with_name("gradstep")
+    out = subprocess.run(
+        [str(gradstep), "trace", str(SNIPPETS / "non_scalar_backward_fails.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,  # a safety net for a hung child, not an assert on speed
+    )
+    trace = Trace.model_validate_json(out.stdout)
+    assert [d.kind for d in trace.diagnoses] == ["non_scalar_backward"]
+    for fix in trace.diagnoses[0].fixes:
+        plain = run_plain(fix.code)
+        assert plain.error is None and all(c.error is None for c in plain.calls)
