@@ -390,3 +390,13 @@ def test_side_by_side_stacks_the_runs_in_a_narrow_column_without_horizontal_over
         assert p.errors == []
     finally:
         p.close()
+
+
+def test_escape_leaves_the_side_by_side_view(app):
+    original = app.open("?snippet=backward_twice_fails")
+    apply_first_fix(app, original, "backward_through_freed_graph")
+    app.press("Escape")
+    assert app.page.locator("#gs-compare").is_hidden()
+    assert app.page.locator("#gs-graph").is_visible()
+    app.press("End")  # the single view steps again
+    assert app.graph_state()["step"] == app.graph_state()["steps"] - 1
