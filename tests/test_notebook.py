@@ -290,3 +290,15 @@ def test_notebook_output_with_a_height_keeps_it(page):
     page.wait_for_function("window.sizes.length > 0", timeout=30_000)  # the page did report its height
     outer, inner = page.evaluate(FRAME_HEIGHTS)
     assert outer == 400 < inner
+
+
+def test_cell_magic_on_a_failing_cell_shows_the_error_plain_torch_raises(shell):
+    failing = "import torch\nx = torch.ones(3, requires_grad=True)\n(x * 2).backward()\n"
+    with pytest.raises(RuntimeError) as plain:
+        x = torch.ones(3, requires_grad=True)
+        (x * 2).backward()
+    shown = shell.run_cell_magic("gradstep", "", failing)
+    assert shown.trace.status == "error"
+    assert shown.trace.error.type == "RuntimeError"
+    assert shown.trace.error.message == str(plain.value)
+    assert shown.trace.error.line == 3

@@ -162,3 +162,32 @@ def test_an_iframe_without_a_height_grows_to_its_page(built, browser):
         )
     finally:
         ctx.close()
+
+
+def test_a_parallel_build_writes_the_export_of_every_page(tmp_path):
+    pages = {f"p{i}.rst": f"P{i}\n==\n\n.. gradstep::\n\n{indent(CUBE)}\n" for i in range(4)}
+    pages["index.rst"] = "Index\n=====\n\n.. toctree::\n\n" + "".join(f"   p{i}\n" for i in range(4))
+    src = project(tmp_path, pages)
+    out = src / "_build" / "html"
+    r = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-j", "2", "-b", "html", str(src), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=SAFETY,
+    )
+    assert r.returncode == 0, r.stderr
+    for i in range(4):
+        (frame,) = iframes(out / f"p{i}.html")
+        assert (out / frame["src"]).is_file()
+
+
+def test_a_rebuild_keeps_the_exports_of_pages_it_did_not_reread(tmp_path):
+    src = project(tmp_path, {"index.rst": GOOD["course/cube.rst"]})
+    build(src)
+    out = src / "_build" / "html"
+    for f in (out / "_gradstep").iterdir():
+        f.unlink()
+    r, _ = build(src)
+    assert r.returncode == 0, r.stderr
+    (frame,) = iframes(out / "index.html")
+    assert (out / frame["src"]).is_file()
