@@ -8,7 +8,7 @@
 
 import { createViewer } from "./viewer.js";
 import { compareTraces } from "./align.js";
-import { fmtGrad, stepTitle } from "./model.js";
+import { fmtGrad, stepTitle, representative } from "./model.js";
 
 function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
@@ -40,6 +40,8 @@ function rowLabel(trace, i) {
   return `${s.line !== null && s.line !== undefined ? `L${s.line}` : "—"} ${call ? (s.kind === "grad" ? "grad" : "backward") : "fwd"}${s.error ? " ✕" : ""}`;
 }
 
+const LISTED = 6; // differences of one kind named one by one, before the rest is counted
+
 /** What differs at a row, as sentences: [{kind, text}]. */
 export function describeDiff(d, A, B) {
   const out = [];
@@ -47,11 +49,18 @@ export function describeDiff(d, A, B) {
   const brief = (e) => `${e.type}: ${e.message.length > 110 ? `${e.message.slice(0, 109)}…` : e.message}`;
   if (d.errors.a) out.push({ kind: "error", text: `Only the original fails here: ${brief(d.errors.a)}` });
   if (d.errors.b) out.push({ kind: "error", text: `Only the fix fails here: ${brief(d.errors.b)}` });
-  for (const f of d.freed) {
-    const [where, kept] = f.freedIn === "a" ? ["the original", "the fix"] : ["the fix", "the original"];
-    out.push({ kind: "freed", text: `${nodeLabel(f.freedIn === "a" ? A : B, f.freedIn === "a" ? f.a : f.b)}: freed in ${where}, held in ${kept}.` });
+  // a few by name, the rest counted: a 24-layer model frees ~1800 nodes at once
+  for (const side of ["a", "b"]) {
+    const freed = d.freed.filter((f) => f.freedIn === side);
+    const [where, kept] = side === "a" ? ["the original", "the fix"] : ["the fix", "the original"];
+    const named = freed.length > LISTED ? freed.slice(0, LISTED - 1) : freed;
+    for (const f of named) out.push({ kind: "freed", text: `${nodeLabel(side === "a" ? A : B, f[side])}: freed in ${where}, held in ${kept}.` });
+    const rest = freed.length - named.length;
+    if (rest) out.push({ kind: "freed", text: `and ${rest} more nodes freed in ${where}, held in ${kept}.` });
   }
-  for (const g of d.grads) out.push({ kind: "grad", text: `${g.name}.grad: ${fmtGrad(g.a)} in the original, ${fmtGrad(g.b)} in the fix.` });
+  const grads = d.grads.length > LISTED ? d.grads.slice(0, LISTED - 1) : d.grads;
+  for (const g of grads) out.push({ kind: "grad", text: `${g.name}.grad: ${fmtGrad(g.a)} in the original, ${fmtGrad(g.b)} in the fix.` });
+  if (d.grads.length > grads.length) out.push({ kind: "grad", text: `and ${d.grads.length - grads.length} more tensors whose .grad differs.` });
   const count = (m, kind) => [...m.values()].filter((k) => k.has(kind)).length;
   for (const kind of ["stale", "failed"]) {
     const n = count(d.a, kind);
@@ -120,10 +129,25 @@ export function createCompare(host, options = {}) {
 
   function markDiffs(d) {
     SIDES.forEach(({ key }, s) => {
-      const root = viewers[s].el;
+      const v = viewers[s];
+      const root = v.el;
       for (const e of root.querySelectorAll("[data-diff]")) e.removeAttribute("data-diff");
+      // a node inside a collapsed module is drawn as that module's box: mark the box
+      const expanded = v.expanded;
+      const groups = new Map();
       for (const [id, kinds] of d[key]) {
+        const rep = representative(v.model, expanded, id);
+        if (rep.startsWith("g:")) {
+          const path = rep.slice(2);
+          if (!groups.has(path)) groups.set(path, new Set());
+          for (const k of kinds) groups.get(path).add(k);
+          continue;
+        }
         const e = root.querySelector(`[data-node-id="${id}"]`);
+        if (e) e.setAttribute("data-diff", [...kinds].sort().join(" "));
+      }
+      for (const [path, kinds] of groups) {
+        const e = root.querySelector(`g.gs-item[data-group="${CSS.escape(path)}"]`);
         if (e) e.setAttribute("data-diff", [...kinds].sort().join(" "));
       }
     });

@@ -57,3 +57,15 @@ test("a long torch message is cut in the list", () => {
   const text = describeDiff(c.diffAt(2), a, FIXED)[0].text;
   assert.ok(text.endsWith("…") && text.length < 160);
 });
+
+test("many nodes freed at once are named up to a few, the rest counted", () => {
+  const n = 10;
+  const nodes = [...Array(n).keys()].map((id) => ({ id, op: `Op${id}Backward0`, line: 3, step: 0 }));
+  const at = (freed) => ({ kind: "backward", line: 4, nodes: nodes.map((x) => ({ id: x.id, freed })), tensors: [] });
+  const a = { code: "a\nb\nc\nd\n", nodes, steps: [at(true)] };
+  const b = { code: "a\nb\nc\nd\n", nodes, steps: [at(false)] };
+  const s = describeDiff(compareTraces(a, b).diffAt(0), a, b).map((x) => x.text);
+  assert.equal(s.length, 6);
+  assert.equal(s[0], "Op0Backward0 (line 3): freed in the original, held in the fix.");
+  assert.equal(s.at(-1), "and 5 more nodes freed in the original, held in the fix.");
+});
