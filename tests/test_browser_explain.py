@@ -400,3 +400,16 @@ def test_escape_leaves_the_side_by_side_view(app):
     assert app.page.locator("#gs-graph").is_visible()
     app.press("End")  # the single view steps again
     assert app.graph_state()["step"] == app.graph_state()["steps"] - 1
+
+
+def test_controls_of_diagnoses_and_side_by_side_are_labelled(app):
+    original = app.open("?snippet=backward_twice_fails")
+    unlabelled = """() => [...document.querySelectorAll('#gs-diagnoses button, #gs-compare button, .gs-narr-link')]
+         .filter(el => el.offsetParent !== null)
+         .filter(el => !(el.getAttribute('aria-label') || el.textContent.trim() || el.getAttribute('title')))
+         .map(el => el.outerHTML.slice(0, 80))"""
+    assert app.page.locator("#gs-diagnoses button").count() > 0
+    assert app.page.evaluate(unlabelled) == []
+    apply_first_fix(app, original, "backward_through_freed_graph")
+    assert app.page.locator("#gs-compare button").count() > 0
+    assert app.page.evaluate(unlabelled) == []
