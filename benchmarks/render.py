@@ -13,6 +13,7 @@ Needs Chromium at /usr/bin/chromium (or $GRADSTEP_CHROMIUM).
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -56,26 +57,102 @@ def frame_stats(page, action_js: str, ms: int) -> dict:
     )
 
 
-def step_times(page, count: int) -> list[float]:
-    """Time from viewer.next() to the next painted frame, with animations on."""
+def step_times(page, count: int) -> dict[str, list[float]]:
+    """Per forward step, with animations on:
+    - `frame`: the step's own work — viewer.next() called at the start of a frame, until that frame's
+      style, layout and paint are done (a task queued from requestAnimationFrame runs after them).
+      ≤ 16.7 ms means the step is on screen in the very next frame.
+    - `next`: viewer.next() called from a task, to the end of the next painted frame: as `frame`, plus
+      the wait for the frame to start (0–16.7 ms).
+    - `graph`: the graph view's script (graph.js showStep) within those steps.
+    """
     return page.evaluate(
         """async (count) => {
           const v = window.gradstep.viewer;
-          const out = [];
+          const settle = () => new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
+          const out = { frame: [], next: [], graph: [] };
+          // the graph view's own script per step (graph.js), apart from the rest of the page
+          const g = v.graphView;
+          const showStep = g.showStep;
+          g.showStep = (...a) => { const t0 = performance.now(); showStep(...a); out.graph.push(performance.now() - t0); };
           for (let k = 0; k < count; k++) {
-            v.setStep(0);
-            await new Promise(r => requestAnimationFrame(() => r()));
             const n = v.model.steps.length;
+            v.setStep(0);
+            await settle();
+            for (let i = 1; i < n; i++) {
+              await new Promise(r => requestAnimationFrame(() => {
+                const t0 = performance.now();
+                v.next();
+                setTimeout(() => { out.frame.push(performance.now() - t0); r(); }, 0);
+              }));
+            }
+            v.setStep(0);
+            await settle();
             for (let i = 1; i < n; i++) {
               const t0 = performance.now();
               v.next();
-              await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
-              out.push(performance.now() - t0);
+              await settle();
+              out.next.push(performance.now() - t0);
             }
           }
+          g.showStep = showStep;
           return out;
         }""",
         count,
+    )
+
+
+def step_cpu(browser, page, count: int) -> list[float]:
+    """Main-thread CPU time of each forward step (thread time of the tasks from the frame that applies
+    it until its marks end, from a Chromium trace): what a step costs, less disturbed than wall time
+    by other processes on a busy machine."""
+    browser.start_tracing(page=page, categories=["toplevel", "blink.user_timing"])
+    page.evaluate(
+        """async (count) => {
+          const v = window.gradstep.viewer;
+          const settle = () => new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
+          let j = 0;
+          for (let k = 0; k < count; k++) {
+            v.setStep(0);
+            await settle();
+            for (let i = 1; i < v.model.steps.length; i++, j++) {
+              await new Promise(r => requestAnimationFrame(() => {
+                performance.mark(`gs-step-${j}-start`);
+                v.next();
+                setTimeout(() => { performance.mark(`gs-step-${j}-end`); r(); }, 0);
+              }));
+            }
+          }
+        }""",
+        count,
+    )
+    events = json.loads(browser.stop_tracing())["traceEvents"]
+    marks = {e["name"]: e for e in events if e.get("name", "").startswith("gs-step-")}
+    out = []
+    for j in range(len(marks) // 2):
+        start, end = marks[f"gs-step-{j}-start"], marks[f"gs-step-{j}-end"]
+        # the rAF callback runs inside a task that started before the mark: tasks overlapping the window
+        cpu = sum(
+            e.get("tdur", 0)
+            for e in events
+            if e.get("ph") == "X"
+            and e.get("pid") == start["pid"]
+            and e.get("tid") == start["tid"]
+            and "toplevel" in e.get("cat", "")
+            and e["ts"] <= end["ts"]
+            and e["ts"] + e.get("dur", 0) >= start["ts"]
+        )
+        out.append(cpu / 1000)
+    return out
+
+
+def step_line(label: str, steps: dict[str, list[float]], cpu: list[float]) -> str:
+    return (
+        f"  {label}: main-thread CPU per step median {med(cpu):.1f} ms, max {max(cpu):.1f} ms; "
+        f"step frame (script+style+layout+paint) median {med(steps['frame']):.1f} ms, "
+        f"max {max(steps['frame']):.1f} ms (target ≤ 16.7 ms); "
+        f"next → painted frame median {med(steps['next']):.1f} ms; graph view script median "
+        f"{med(steps['graph']):.2f} ms"
     )
 
 
@@ -140,10 +217,8 @@ def main() -> None:
                     f"trace arrived → painted {med([w['painted'] for w in warm + cold]):6.1f} ms"
                     + ("  (target ≤ 300 ms, modules collapsed)" if nodes > 1000 else "")
                 )
-                steps = step_times(page, max(1, args.repeat // 2))
-                print(
-                    f"  step transition (next → painted frame): median {med(steps):.1f} ms, max {max(steps):.1f} ms"
-                )
+                steps = step_times(page, max(2, args.repeat))
+                print(step_line("step transition", steps, step_cpu(browser, page, max(2, args.repeat))))
                 fr = frame_stats(
                     page, "window.gradstep.viewer.setStep(0); window.gradstep.viewer.play();", 3000
                 )
@@ -179,13 +254,13 @@ def main() -> None:
                 f"progress shown: {all(f['progressSeen'] for f in full)}"
             )
             r = longest_task_during(page, "await window.gradstep.viewer.expandAll();")
-            steps = step_times(page, 1)
+            steps = step_times(page, max(2, args.repeat))
+            cpu = step_cpu(browser, page, max(2, args.repeat))
             fr = frame_stats(page, "window.gradstep.viewer.setStep(0); window.gradstep.viewer.play();", 3000)
             page.evaluate("window.gradstep.viewer.stop()")
-            print(
-                f"fully expanded, step transition: median {med(steps):.1f} ms, max {max(steps):.1f} ms; "
-                f"playing {fr['fps']:.0f} fps, longest frame {fr['worst']:.1f} ms"
-            )
+            print(f"fully expanded ({r['nodes']} nodes drawn):")
+            print(step_line("step transition", steps, cpu))
+            print(f"  playing {fr['fps']:.0f} fps, longest frame {fr['worst']:.1f} ms")
             browser.close()
     finally:
         stop_server(proc)

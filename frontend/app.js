@@ -1,6 +1,7 @@
 // The page: editor + snippet picker + Run, wired to the viewer.
 import { createEditor } from "./editor.js";
 import { createViewer } from "./viewer.js";
+import { limitName } from "./model.js";
 import { installShare, loadPermalink } from "./share.js";
 import { createDiagnoses } from "./diagnoses.js";
 import { createCompare } from "./compare.js";
@@ -204,7 +205,7 @@ function reportStatus(trace, ms) {
     const e = trace.error || {};
     setStatus("error", `${e.type || "Error"}${e.line ? ` at line ${e.line}` : ""}: ${e.message || ""}`);
   } else if (trace.status === "timeout") setStatus("error", `Stopped: the run hit the time limit. ${trace.error ? trace.error.message : ""}`);
-  else if (trace.status === "limit") setStatus("error", `Stopped: the run hit the ${trace.limit || "resource"} limit. ${trace.error ? trace.error.message : ""}`);
+  else if (trace.status === "limit") setStatus("error", `Stopped: the run hit the ${limitName(trace.limit)} limit. ${trace.error ? trace.error.message : ""}`);
   else setStatus("error", `The run crashed. ${trace.error ? trace.error.message : ""}`);
 }
 

@@ -48,6 +48,23 @@ class ErrorWidget extends WidgetType {
   }
 }
 
+class CaretWidget extends WidgetType {
+  constructor(attributes) {
+    super();
+    this.attributes = attributes;
+  }
+  eq(other) {
+    return other.attributes["data-error-column"] === this.attributes["data-error-column"];
+  }
+  toDOM() {
+    const span = document.createElement("span");
+    span.className = "gs-error-col gs-error-col-end";
+    for (const [k, v] of Object.entries(this.attributes)) span.setAttribute(k, v);
+    span.textContent = "\u200b";
+    return span;
+  }
+}
+
 function buildDecorations(state, marks) {
   const ranges = [];
   const doc = state.doc;
@@ -66,6 +83,14 @@ function buildDecorations(state, marks) {
     const l = lineAt(e.line) || lineAt(doc.lines);
     if (!l) continue;
     ranges.push(Decoration.line({ class: "gs-line-error" }).range(l.from));
+    if (e.column && lineAt(e.line)) {
+      // the column the error points at (1-based, as Python's SyntaxError.offset): a wavy mark under
+      // that character, or a caret widget when it points past the end of the line
+      const at = l.from + Math.min(e.column - 1, l.length);
+      const attributes = { "data-error-column": String(e.column), title: e.title.replace(/:$/, "") };
+      if (at < l.to) ranges.push(Decoration.mark({ class: "gs-error-col", attributes }).range(at, at + 1));
+      else ranges.push(Decoration.widget({ widget: new CaretWidget(attributes), side: 1 }).range(at));
+    }
     ranges.push(Decoration.widget({ widget: new ErrorWidget(e), block: true, side: 1 }).range(l.to));
   }
   ranges.sort((a, b) => a.from - b.from || a.value.startSide - b.value.startSide);

@@ -204,6 +204,10 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
   // ------------------------------------------------------------ structure
 
   let drawnModel = null;
+  let itemEls = []; // [element, datum] of every drawn item, in DOM order
+  let edgeEls = [];
+  let shownItems = []; // the built items not culled: the only ones a step paints
+  let shownEdges = [];
   function drawStructure() {
     if (drawnModel !== model) {
       // a new trace: ids mean other nodes now, so nothing is reused
@@ -252,16 +256,14 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
         g.select("text.gs-frame-label").attr("x", b.x + 10).attr("y", b.y + 15).text(short(label, Math.floor((b.w - 16) / 6.6)));
       });
 
-    gEdges
+    const edgeSel = gEdges
       .selectAll("path.gs-edge")
       .data(edges, (d) => d.key)
-      .join("path")
-      .attr("class", "gs-edge")
+      .join((enter) => enter.append("path").attr("class", "gs-edge").attr("marker-end", "url(#gs-arrow)"))
       .attr("data-edge", (d) => d.key)
-      .attr("marker-end", "url(#gs-arrow)")
       .attr("d", (d) => edgePath(layout.edges.get(d.key), layout.items.get(d.from), layout.items.get(d.to)));
 
-    gNodes
+    const itemSel = gNodes
       .selectAll("g.gs-item")
       .data(items, (d) => d.key)
       .join(
@@ -279,11 +281,15 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
         const b = layout.items.get(d.key);
         return `translate(${b.x},${b.y})`;
       });
+    // plain arrays for the per-step loops (no selection walk, no DOM query per step)
+    itemEls = itemSel.nodes().map((el) => [el, el.__data__]);
+    edgeEls = edgeSel.nodes().map((el) => [el, el.__data__]);
     return fresh;
   }
 
   function buildItem(g, d) {
     const b = layout.items.get(d.key);
+    g.node().__gsBuilt = true;
     g.attr("class", `gs-item ${d.kind === "node" ? "gs-node" : "gs-group"}`).attr("tabindex", 0).attr("role", "button");
     if (d.kind === "group") {
       const grp = model.groups.get(d.group);
@@ -370,113 +376,128 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
 
   // ------------------------------------------------------------ per step
 
+  // What a step shows on each item, as a string: an item's DOM is a function of its
+  // signature, so stepping touches only items whose signature differs from what they show.
+  // Computed once per step (model.step(i) objects are cached), without reading the DOM.
+  const sigCache = new WeakMap(); // step → {items: Map(item key → sig), edges: Map(edge key → sig), flowKeys}
+  function stepSigs(step) {
+    let s = sigCache.get(step);
+    if (s && s.vis === vis) return s;
+    s = { vis, items: new Map(), edges: new Map(), flowKeys: new Map() };
+    const changes = model.gradChanges(step.index);
+    const dropped = new Set(step.dropped);
+    for (const d of vis.items.values()) {
+      s.items.set(d.key, d.kind === "group" ? groupSig(groupStatus(model, step, d.members)) : nodeSig(step, d.id, changes, dropped));
+    }
+    // the step's graph is the `next` of its alive nodes; gradient flowed along step.flow
+    for (const f of step.flow) {
+      const key = `${vis.rep[f.to]}>${vis.rep[f.from]}`;
+      if (!s.flowKeys.has(key) || s.flowKeys.get(key) > f.order) s.flowKeys.set(key, f.order);
+    }
+    for (const d of vis.edges.values()) {
+      const alive = d.pairs.some(([a, b]) => step.state.has(a) && step.state.has(b));
+      const isNew = alive && d.pairs.some(([, b]) => model.nodes[b].step === step.index);
+      s.edges.set(d.key, `${alive}${s.flowKeys.has(d.key)}${Boolean(isNew)}`);
+    }
+    sigCache.set(step, s);
+    return s;
+  }
+
+  function nodeSig(step, id, changes, dropped) {
+    const n = model.nodes[id];
+    const st = step.state.has(id) ? nodeStatus(model, step, id) : { alive: false, dropped: dropped.has(id) };
+    const tensors = (st.alive && step.gradsOf.get(id)) || [];
+    const acc = n.isLeaf && tensors[0] ? changes.get(tensors[0].name) : null;
+    const badge = statusBadge(model, step, n, st);
+    return [
+      st.alive, st.dropped, st.isNew, st.executed, st.failed, st.freed, st.stale, st.retained, st.order,
+      st.alive ? st.vars.join(",") : "", (st.staleSaved || []).join(","), badge ? badge.text : "",
+      tensors.map((t) => `${t.name}=${fmtGrad(t.grad)}${t.grad && t.grad.has_grad_fn ? "*" : ""}`).join("|"),
+      acc ? `${fmtGrad(acc.old)}>${fmtGrad(acc.total)}` : "", step.isCall ? 1 : 0,
+    ].join(";");
+  }
+
+  function groupSig(s) {
+    return `${s.alive};${s.executed};${s.failed};${s.withTensors};${s.freed};${s.stale};${s.isNew}`;
+  }
+
   function paint(step, diff) {
     const token = ++animToken;
     gFlow.selectAll("*").interrupt().remove();
-    const changes = step ? model.gradChanges(step.index) : new Map(); // tensor name → {old, total}
-    const flowing = diff && diff.flow.length > 0;
+    if (!step) return;
+    const sigs = stepSigs(step);
+    // only what is on screen; off-screen items are painted when they come into view (cull)
+    for (const [el, d] of shownItems) {
+      const sig = sigs.items.get(d.key);
+      if (sig !== el.__gsSig) paintItem(el, d, step, sig);
+    }
+    for (const [el, d] of shownEdges) {
+      const sig = sigs.edges.get(d.key);
+      if (sig !== el.__gsSig) paintEdge(el, d, step, sigs.flowKeys, sig);
+    }
+    if (shownItems.length < itemEls.length) deferHooks();
+    if (diff) animate(step, diff, token, sigs.flowKeys);
+  }
+
+  /** Paint one item at a step from scratch (its signature differs, or it just came into view). */
+  function paintItem(el, d, step, sig) {
+    el.__gsSig = sig;
+    el.__gsHooks = sig;
+    if (d.kind === "group") return paintGroup(select(el), d, step);
+    const n = model.nodes[d.id];
+    const st = nodeStatus(model, step, n.id);
+    const tensors = (step && st.alive && step.gradsOf.get(n.id)) || [];
+    const acc = n.isLeaf && tensors[0] ? model.gradChanges(step.index).get(tensors[0].name) : null;
+    paintNode(el, refsOf(el, n), n, st, tensors, acc, statusBadge(model, step, n, st), step);
+  }
+
+  /** Transient classes for a step reached by stepping forward: pops, the run order, freeing, particles. */
+  function animate(step, diff, token, flowKeys) {
+    const changes = model.gradChanges(step.index);
+    const flowing = diff.flow.length > 0;
     const dt = flowing ? Math.max(12, Math.min(140, 1600 / Math.max(1, step.order.length))) : 0;
-    const orderTime = (o) => (o === null ? 0 : o * dt);
     // per-node pulses only while they can be followed by eye
     const pulses = flowing && step.order.length <= 150;
     const pending = [];
-    const freedNow = new Set(diff ? diff.freed : []);
-
-    gNodes.selectAll("g.gs-item").each(function (d) {
-      if (this.classList.contains("gs-building")) return;
-      if (this.__culled) {
-        // off screen: painted when it comes into view; its data-* hooks stay current
-        this.__gsDirty = true;
-        if (d.kind === "node") setHooks(this, nodeStatus(model, step, d.id));
-        return;
-      }
-      this.__gsDirty = false;
-      if (d.kind === "group") return paintGroup(select(this), d, step);
+    const freedNow = new Set(diff.freed);
+    const later = (el, cls, at, until) => {
+      if (at <= 0) el.classList.add(cls);
+      else pending.push([at, () => el.classList.add(cls)]);
+      pending.push([until, () => el.classList.remove(cls)]);
+    };
+    for (const [el, d] of shownItems) {
+      if (d.kind !== "node") continue;
+      const s = step.state.get(d.id);
+      if (!s) continue;
+      if (diff.forward && s.isNew) later(el, "gs-pop", 0, 700);
+      if (!flowing || s.order === null || s.order === undefined) continue;
+      const when = s.order * dt;
+      if (s.freed && freedNow.has(d.id)) later(el, "gs-freeing", 0, when);
+      if (pulses) later(el, "gs-running", when, when + 450);
       const n = model.nodes[d.id];
-      const st = nodeStatus(model, step, n.id);
-      const r = refsOf(this, n);
-      const tensors = (step && st.alive && step.gradsOf.get(n.id)) || [];
-      const leafTensor = n.isLeaf ? tensors[0] : null;
-      const acc = leafTensor ? changes.get(leafTensor.name) : null;
-      const badge = statusBadge(model, step, n, st);
-      const sig = [
-        st.alive, st.dropped, st.isNew, st.executed, st.failed, st.freed, st.stale, st.retained, st.order,
-        st.alive ? st.vars.join(",") : "", (st.staleSaved || []).join(","), badge ? badge.text : "",
-        tensors.map((t) => `${t.name}=${fmtGrad(t.grad)}${t.grad && t.grad.has_grad_fn ? "*" : ""}`).join("|"),
-        acc ? `${fmtGrad(acc.old)}>${fmtGrad(acc.total)}` : "", step && step.isCall ? 1 : 0,
-      ].join(";");
-      if (sig !== this.__gsSig) {
-        this.__gsSig = sig;
-        paintNode(this, r, n, st, tensors, acc, badge, step);
-      }
-      if (!diff) return;
-      const g = r.g;
-      if (diff.forward && st.alive && st.isNew) {
-        g.classed("gs-pop", true);
-        pending.push([700, () => g.classed("gs-pop", false)]);
-      }
-      if (flowing && st.order !== null && st.order !== undefined) {
-        const when = orderTime(st.order);
-        if (this.__culled) return;
-        if (st.freed && freedNow.has(n.id)) {
-          g.classed("gs-freeing", true);
-          pending.push([when, () => g.classed("gs-freeing", false)]);
-        }
-        if (pulses) {
-          pending.push([when, () => g.classed("gs-running", true)]);
-          pending.push([when + 450, () => g.classed("gs-running", false)]);
-        }
-        if (acc) {
-          g.classed("gs-grad-hold", true);
-          pending.push([when + dt, () => g.classed("gs-grad-hold", false)]);
-        }
-      }
-    });
-    schedule(pending, token);
-
-    // Edges: the step's whole graph is the `next` of its alive nodes.
-    const flowKeys = new Map(); // visible edge key → earliest order
-    if (step) {
-      for (const f of step.flow) {
-        const key = `${vis.rep[f.to]}>${vis.rep[f.from]}`;
-        if (!flowKeys.has(key) || flowKeys.get(key) > f.order) flowKeys.set(key, f.order);
-      }
+      const leafTensor = n.isLeaf ? (step.gradsOf.get(d.id) || [])[0] : null;
+      if (leafTensor && changes.get(leafTensor.name)) later(el, "gs-grad-hold", 0, when + dt);
     }
-    lastFlowKeys = flowKeys;
-    gEdges.selectAll("path.gs-edge").each(function (d) {
-      if (this.__culled) {
-        this.__gsDirty = true;
-        return;
-      }
-      paintEdge(this, d, step, flowKeys);
-    });
-
+    schedule(pending, token);
     if (flowing) animateFlow(flowKeys, dt, token);
   }
 
-  let lastFlowKeys = new Map();
-  function paintEdge(el, d, step, flowKeys) {
-    el.__gsDirty = false;
+  function paintEdge(el, d, step, flowKeys, sig = null) {
     const alive = step ? d.pairs.some(([a, b]) => step.state.has(a) && step.state.has(b)) : false;
     const flow = flowKeys.has(d.key);
     const isNew = alive && step && d.pairs.some(([, b]) => model.nodes[b].step === step.index);
-    const sig = `${alive}${flow}${isNew}`;
-    if (sig === el.__gsSig) return;
-    el.__gsSig = sig;
-    {
-      const self = el;
-      // gradient flows against the forward arrow: point it at the input instead
-      const cl = self.classList;
-      cl.toggle("gs-absent", !alive);
-      cl.toggle("gs-edge-flow", flow);
-      cl.toggle("gs-edge-new", Boolean(isNew));
-      if (flow) {
-        self.removeAttribute("marker-end");
-        self.setAttribute("marker-start", "url(#gs-arrow-flow)");
-      } else {
-        self.setAttribute("marker-end", "url(#gs-arrow)");
-        self.removeAttribute("marker-start");
-      }
+    el.__gsSig = sig ?? (step ? `${alive}${flow}${Boolean(isNew)}` : null);
+    const cl = el.classList;
+    cl.toggle("gs-absent", !alive);
+    cl.toggle("gs-edge-flow", flow);
+    cl.toggle("gs-edge-new", Boolean(isNew));
+    // gradient flows against the forward arrow: point it at the input instead
+    if (flow) {
+      el.removeAttribute("marker-end");
+      el.setAttribute("marker-start", "url(#gs-arrow-flow)");
+    } else {
+      el.setAttribute("marker-end", "url(#gs-arrow)");
+      el.removeAttribute("marker-start");
     }
   }
 
@@ -502,47 +523,34 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
     const y0 = t.invertY(-m);
     const y1 = t.invertY((size.height || 2000) + m);
     const inside = (b) => b && b.x + b.w >= x0 && b.x <= x1 && b.y + b.h >= y0 && b.y <= y1;
-    gNodes.selectAll("g.gs-item").each(function (d) {
+    const sigs = current ? stepSigs(current) : null;
+    for (const [el, d] of itemEls) {
       const hide = big && !inside(layout.items.get(d.key));
-      if (Boolean(this.__culled) === hide) return;
-      this.__culled = hide;
-      this.style.display = hide ? "none" : "";
-      if (!hide && this.classList.contains("gs-building")) {
-        buildItem(select(this), d);
-        this.__gsDirty = true;
-      }
-      if (!hide && this.__gsDirty && current) {
-        this.__gsDirty = false;
-        if (d.kind === "group") paintGroup(select(this), d, current);
-        else paintOne(this, d, current);
-      }
-    });
+      if (Boolean(el.__culled) === hide) continue;
+      el.__culled = hide;
+      el.style.display = hide ? "none" : "";
+      if (hide) continue;
+      if (!el.__gsBuilt) buildItem(select(el), d);
+      // it shows the step it was last painted at: repaint if that differs
+      if (sigs && el.__gsSig !== sigs.items.get(d.key)) paintItem(el, d, current, sigs.items.get(d.key));
+    }
     gFrames.selectAll("g.gs-frame").each(function (d) {
       const hide = big && !inside(layout.frames.get(d.id));
       if (Boolean(this.__culled) === hide) return;
       this.__culled = hide;
       this.style.display = hide ? "none" : "";
     });
-    gEdges.selectAll("path.gs-edge").each(function (d) {
+    for (const [el, d] of edgeEls) {
       const a = layout.items.get(d.from);
       const b = layout.items.get(d.to);
       const hide = big && !(inside(a) || inside(b) || (a && b && Math.min(a.y, b.y) <= y1 && Math.max(a.y, b.y) >= y0 && Math.min(a.x, b.x) <= x1 && Math.max(a.x + a.w, b.x + b.w) >= x0));
-      if (Boolean(this.__culled) === hide) return;
-      this.__culled = hide;
-      this.style.display = hide ? "none" : "";
-      if (!hide && this.__gsDirty && current) paintEdge(this, d, current, lastFlowKeys);
-    });
-  }
-
-  /** Paint one node item at a step, without animation (it just came into view). */
-  function paintOne(el, d, step) {
-    const n = model.nodes[d.id];
-    const st = nodeStatus(model, step, n.id);
-    const r = refsOf(el, n);
-    const tensors = (step && st.alive && step.gradsOf.get(n.id)) || [];
-    const acc = n.isLeaf && tensors[0] ? model.gradChanges(step.index).get(tensors[0].name) : null;
-    el.__gsSig = null;
-    paintNode(el, r, n, st, tensors, acc, statusBadge(model, step, n, st), step);
+      if (Boolean(el.__culled) === hide) continue;
+      el.__culled = hide;
+      el.style.display = hide ? "none" : "";
+      if (!hide && sigs && el.__gsSig !== sigs.edges.get(d.key)) paintEdge(el, d, current, sigs.flowKeys, sigs.edges.get(d.key));
+    }
+    shownItems = itemEls.filter(([el]) => !el.__culled && el.__gsBuilt);
+    shownEdges = edgeEls.filter(([el]) => !el.__culled);
   }
 
   /** Run timed class changes from one timer loop (not one setTimeout per node). */
@@ -587,12 +595,38 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
     return r;
   }
 
+  const HOOKS = ["freed", "stale", "executed", "failed", "alive"];
   function setHooks(el, st) {
-    el.setAttribute("data-freed", st.freed ? "true" : "false");
-    el.setAttribute("data-stale", st.stale ? "true" : "false");
-    el.setAttribute("data-executed", st.executed ? "true" : "false");
-    el.setAttribute("data-failed", st.failed ? "true" : "false");
-    el.setAttribute("data-alive", st.alive ? "true" : "false");
+    // only the attributes that change: each write restyles the element
+    const was = el.__hookVals || [];
+    const now = HOOKS.map((k) => (st[k] ? "true" : "false"));
+    for (let i = 0; i < HOOKS.length; i++) if (was[i] !== now[i]) el.setAttribute(`data-${HOOKS[i]}`, now[i]);
+    el.__hookVals = now;
+  }
+
+  // The data-* hooks of off-screen nodes of a big graph: written in small tasks after the step's
+  // frame (thousands of attribute writes would not fit in it), for the step shown by then.
+  let hookCursor = 0;
+  let hookTimer = null;
+  function deferHooks() {
+    hookCursor = 0;
+    if (hookTimer === null) hookTimer = setTimeout(flushHooks, 0);
+  }
+  function flushHooks() {
+    hookTimer = null;
+    if (!current) return;
+    const sigs = stepSigs(current);
+    const end = Math.min(itemEls.length, hookCursor + 400);
+    for (; hookCursor < end; hookCursor++) {
+      const [el, d] = itemEls[hookCursor];
+      if (d.kind !== "node") continue;
+      const sig = sigs.items.get(d.key);
+      if (el.__gsHooks === sig) continue;
+      setHooks(el, nodeStatus(model, current, d.id));
+      el.__gsHooks = sig;
+    }
+    if (hookCursor < itemEls.length) hookTimer = setTimeout(flushHooks, 0);
+    else root.dispatchEvent(new CustomEvent("gs-hooks-settled"));
   }
 
   function paintNode(el, r, n, st, tensors, acc, badge, step) {
@@ -618,8 +652,12 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
     r.rows.forEach(({ row, label, text }, i) => {
       const t = tensors[i];
       if (!t && !(n.isLeaf && i === 0)) {
+        // hidden rows hold nothing: the DOM stays a function of the step, however it was reached
         row.setAttribute("visibility", "hidden");
         text.removeAttribute("data-grad-for");
+        text.textContent = "";
+        if (!n.isLeaf) label.textContent = "";
+        row.classList.remove("gs-grad-none", "gs-grad-fn");
         return;
       }
       row.removeAttribute("visibility");
@@ -656,7 +694,11 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
       r.badge.removeAttribute("visibility");
       r.badgeText.textContent = badge.text;
       r.badgeRect.setAttribute("width", String(badge.text.length * 6.3 + 14));
-    } else r.badge.setAttribute("visibility", "hidden");
+    } else {
+      r.badge.setAttribute("visibility", "hidden");
+      r.badgeText.textContent = "";
+      r.badgeRect.removeAttribute("width");
+    }
     el.setAttribute("aria-label", ariaFor(model, step, n, st, tensors));
   }
 

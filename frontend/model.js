@@ -34,6 +34,12 @@ function stripZeros(s) {
   return s.includes(".") ? s.replace(/0+$/, "").replace(/\.$/, "") : s;
 }
 
+/** A sandbox limit in words: "cpu" → "CPU time" (the trace's `limit` field). */
+export function limitName(limit) {
+  const names = { cpu: "CPU time", wall: "wall-clock time", memory: "memory", output: "output size" };
+  return names[limit] || limit || "resource";
+}
+
 export function fmtShape(shape) {
   return shape && shape.length ? shape.join("×") : "scalar";
 }

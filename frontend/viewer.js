@@ -6,7 +6,7 @@
 
 import {
   buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags,
-  fmtBytes, fmtGrad, fmtShape, fmtValues, nodeStatus, modulePath,
+  fmtBytes, limitName, fmtGrad, fmtShape, fmtValues, nodeStatus, modulePath,
 } from "./model.js";
 import { layoutGraph, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
@@ -223,7 +223,7 @@ export function createViewer(el, options = {}) {
     const t = m.trace;
     if (t.status === "error" && t.error) return `No graph: the snippet raised ${t.error.type} before building any autograd node${t.error.line ? ` (line ${t.error.line})` : ""}.`;
     if (t.status === "timeout") return "No graph: the run was stopped by the time limit before it finished, and what ran is lost.";
-    if (t.status === "limit") return `No graph: the run hit the ${t.limit || "resource"} limit.`;
+    if (t.status === "limit") return `No graph: the run hit the ${limitName(t.limit)} limit.`;
     if (t.status === "crashed") return "No graph: the process running the snippet crashed.";
     return "No autograd graph: no line of this snippet built a node that requires grad.";
   }
@@ -447,14 +447,28 @@ export function createViewer(el, options = {}) {
     const t = model.trace;
     const notes = [];
     if (t.status === "timeout" || t.status === "limit" || t.status === "crashed") {
-      const which = t.status === "timeout" ? "the wall-clock time limit" : t.status === "limit" ? `the ${t.limit || "resource"} limit` : "a crash";
+      const which = t.status === "timeout" ? "the wall-clock time limit" : t.status === "limit" ? `the ${limitName(t.limit)} limit` : "a crash";
       notes.push(h("div", { class: "gs-note gs-note-error" }, h("strong", {}, `Run stopped by ${which}.`), ` ${t.error ? t.error.message : ""}`));
     }
+    if (t.status === "error" && outOfMemory(t.error)) {
+      // the sandbox's per-run memory limit refused an allocation (RLIMIT_DATA): say so in words
+      notes.push(h("div", { class: "gs-note gs-note-error" }, h("strong", {}, "Run stopped by the memory limit."),
+        ` Line ${t.error.line ?? "?"} asked for more memory than a run may use.`));
+    }
     for (const n of t.notes) notes.push(h("div", { class: "gs-note" }, n));
-    if (t.truncated.length) notes.push(h("div", { class: "gs-note" }, `Trace capped (${t.truncated.join(", ")}): what is shown is not the whole run.`));
+    const capped = t.truncated.filter((x) => x !== "stdout");
+    if (t.truncated.includes("stdout")) {
+      notes.push(h("div", { class: "gs-note gs-note-capped" }, h("strong", {}, "Output capped:"),
+        " the snippet printed more than a run may keep; the Output panel shows the beginning."));
+    }
+    if (capped.length) notes.push(h("div", { class: "gs-note" }, `Trace capped (${capped.join(", ")}): what is shown is not the whole run.`));
     const tone = step ? renderNarration(banner, model, index, { highlight: highlightLinked, select: selectNode }) : null;
     banner.className = tone ? `gs-banner gs-tone-${tone}` : "gs-banner";
     banner.append(...notes);
+  }
+
+  function outOfMemory(error) {
+    return Boolean(error) && (error.type === "MemoryError" || /can't allocate memory/.test(error.message || ""));
   }
 
   /** Narration links: highlight the nodes (and a tensor's .grad texts) they name. */
@@ -481,6 +495,7 @@ export function createViewer(el, options = {}) {
         errors.push({
           key: "trace",
           line: t.error.line ?? 1,
+          column: t.error.line ? t.error.column ?? null : null,
           title: `${t.error.type}${t.error.line ? ` (line ${t.error.line}${t.error.column ? `, column ${t.error.column}` : ""})` : ""}:`,
           message: t.error.message,
           kind: t.status === "error" ? "error" : "limit",

@@ -75,7 +75,7 @@ def start_server(**env: str) -> tuple[subprocess.Popen, str]:
         stderr=subprocess.PIPE,
     )
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120  # a busy machine starts the sandbox zygote slowly
     while True:
         try:
             if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:

@@ -13,7 +13,7 @@ Needs Chromium at /usr/bin/chromium (or $GRADSTEP_CHROMIUM): `apt-get install ch
 from __future__ import annotations
 
 import pytest
-from browser_support import Page, fmt_grad, fmt_num, needs_chromium
+from browser_support import Page, fmt_grad, fmt_num, needs_chromium, running_server
 from gradstep import snippets
 
 SNIPPETS = snippets.load_all()
@@ -291,3 +291,203 @@ def test_embed_render_draws_a_trace_without_the_app(app):
     assert app.page.locator("#embed .cm-content").get_attribute("contenteditable") == "false"
     app.shot("embed_dark")
     assert app.errors == []
+
+
+# ---------------------------------------------------------------- stepping vs jumping
+
+SEVERAL_BACKWARDS = """import torch
+a = torch.tensor([1.0, 2.0], requires_grad=True)
+b = torch.tensor([3.0, -1.0], requires_grad=True)
+c = (a * b).sum()
+c.backward(retain_graph=True)
+d = (a.exp() * b).sum()
+d.backward(retain_graph=True)
+c.backward()
+d.backward()
+e = (b ** 3).mean()
+e.backward()
+"""
+
+# What the step shows, as DOM: the graph (less its zoom transform, the particles and the
+# transient animation classes), the narration banner, the stepper and the panels. Serialised with
+# attributes and class names sorted (their order carries no meaning).
+SNAPSHOT_JS = """() => {
+  const ser = (n) => {
+    if (n.nodeType === 3) return n.data;
+    if (n.nodeType !== 1) return '';
+    const attrs = [...n.attributes]
+      .map((a) => [a.name, a.name === 'class' ? a.value.split(/\\s+/).filter(Boolean).sort().join(' ') : a.value])
+      .filter(([k, v]) => !((k === 'class' || k === 'style') && v === ''))
+      .sort(([a], [b]) => (a < b ? -1 : 1))
+      .map(([k, v]) => ` ${k}="${v}"`).join('');
+    return `<${n.localName}${attrs}>${[...n.childNodes].map(ser).join('')}</${n.localName}>`;
+  };
+  const vp = document.querySelector('.gs-graph-svg .gs-viewport').cloneNode(true);
+  vp.removeAttribute('transform');
+  vp.querySelector('.gs-flow').replaceChildren();
+  for (const el of vp.querySelectorAll('.gs-pop, .gs-running, .gs-freeing, .gs-grad-hold')) {
+    el.classList.remove('gs-pop', 'gs-running', 'gs-freeing', 'gs-grad-hold');
+  }
+  const part = (sel) => { const el = document.querySelector(sel); return el ? ser(el) : null; };
+  return { graph: ser(vp), banner: part('.gs-banner'), stepper: part('.gs-stepper'), panels: part('.gs-panels') };
+}"""
+
+
+def settled_snapshot(app: Page) -> dict:
+    # animations over: no particle left, no transient class on any node
+    app.page.wait_for_function(
+        "!document.querySelector('.gs-particle, .gs-pop, .gs-running, .gs-freeing, .gs-grad-hold')",
+        timeout=15_000,
+    )
+    return app.page.evaluate(SNAPSHOT_JS)
+
+
+def jump_to(app: Page, i: int) -> None:
+    """Jump to step i from the first step, by its button on the timeline (no animation)."""
+    app.press("Home")
+    app.page.click(f'.gs-timeline li[data-index="{i}"] button')
+
+
+def test_jumping_to_a_step_shows_the_same_page_as_stepping_to_it(app):
+    app.open("?snippet=retain_graph_accumulates")
+    trace = app.run_code(SEVERAL_BACKWARDS)
+    steps = len(trace["steps"])
+    assert sum(s["kind"] != "forward" for s in trace["steps"]) >= 4
+    stepped = [app.page.evaluate(SNAPSHOT_JS)]
+    for _ in range(1, steps):
+        app.press("ArrowRight")
+        stepped.append(app.page.evaluate(SNAPSHOT_JS))
+    for i in range(steps):
+        jump_to(app, i)
+        assert app.graph_state()["step"] == i
+        jumped = app.page.evaluate(SNAPSHOT_JS)
+        for part in ("graph", "banner", "stepper", "panels"):
+            assert jumped[part] == stepped[i][part], f"step {i}: the {part} differs after a jump"
+    assert app.errors == []
+
+
+def test_stepping_with_animations_settles_on_the_same_graph_as_a_jump(browser, server):
+    p = Page(browser, server)  # animations on
+    try:
+        p.open("?snippet=retain_graph_accumulates")
+        trace = p.run_code(SEVERAL_BACKWARDS)
+        last = len(trace["steps"]) - 1
+        for _ in range(last):
+            p.press("ArrowRight")
+        stepped = settled_snapshot(p)
+        jump_to(p, last)
+        jumped = settled_snapshot(p)
+        assert jumped["graph"] == stepped["graph"]
+        assert_step_matches(p.graph_state(), trace, last)
+        assert p.errors == []
+    finally:
+        p.close()
+
+
+# ---------------------------------------------------------------- failure views, against real limits
+
+
+@pytest.fixture(scope="module")
+def limited_server():
+    """A server with short limits: 2 s of CPU, 8 s of wall clock, 512 MB per run."""
+    with running_server(
+        GRADSTEP_CPU_SECONDS="2", GRADSTEP_WALL_SECONDS="8", GRADSTEP_MEMORY_MB="512", GRADSTEP_WORKERS="1"
+    ) as base:
+        yield base
+
+
+@pytest.fixture
+def limited(browser, limited_server):
+    p = Page(browser, limited_server, reduced_motion="reduce")
+    p.open("?snippet=retain_graph_accumulates")
+    yield p
+    p.close()
+
+
+def assert_not_blank(app: Page) -> None:
+    """A failed run still shows words: the run status, and the graph pane says why it is empty."""
+    assert app.page.locator("#gs-run-status").inner_text().strip()
+    empty = app.page.locator(".gs-graph-empty")
+    assert empty.is_visible() and empty.inner_text().startswith("No graph")
+    assert app.errors == []
+
+
+def test_a_snippet_that_loops_forever_says_it_hit_the_time_limit(limited):
+    trace = limited.run_code("import torch\nx = torch.ones(2, requires_grad=True)\nwhile True:\n    pass\n")
+    # the CPU limit (2 s) or, on a busy machine, the wall clock (8 s) stops it first
+    assert (trace["status"], trace.get("limit")) in (("limit", "cpu"), ("timeout", "wall"))
+    words = "CPU time limit" if trace["status"] == "limit" else "wall-clock time limit"
+    assert f"Run stopped by the {words}." in limited.page.locator(".gs-banner").inner_text()
+    assert "time limit" in limited.page.locator("#gs-run-status").inner_text()
+    assert_not_blank(limited)
+    limited.shot("failure_time_limit")
+
+
+def test_a_snippet_that_asks_for_too_much_memory_says_it_hit_the_memory_limit(limited):
+    trace = limited.run_code("import torch\nx = torch.ones(10**10)\n")
+    # refused by the per-run data limit: torch raises, the page names the limit
+    assert trace["status"] == "error" and "can't allocate memory" in trace["error"]["message"]
+    banner = limited.page.locator(".gs-banner").inner_text()
+    assert "Run stopped by the memory limit. Line 2 asked for more memory than a run may use." in banner
+    assert_not_blank(limited)
+    limited.shot("failure_memory_refused")
+
+
+def test_a_snippet_killed_for_its_memory_use_says_it_hit_the_memory_limit(limited):
+    # shared pages are not data: only the memory cgroup stops this one (SIGKILL)
+    trace = limited.run_code(
+        "import mmap\nm = mmap.mmap(-1, 2**31)\nfor i in range(0, 2**31, 4096):\n    m[i] = 1\n"
+    )
+    assert (trace["status"], trace["limit"]) == ("limit", "memory")
+    assert "Run stopped by the memory limit." in limited.page.locator(".gs-banner").inner_text()
+    assert "memory limit" in limited.page.locator("#gs-run-status").inner_text()
+    assert "512 MB" in limited.page.locator(".gs-inline-error").inner_text()
+    assert_not_blank(limited)
+
+
+def test_a_snippet_that_prints_too_much_says_its_output_was_capped(limited):
+    code = "import torch\nx = torch.ones(2, requires_grad=True)\nfor i in range(100000):\n    print(i)\ny = (x * 2).sum()\ny.backward()\n"
+    trace = limited.run_code(code)
+    assert trace["status"] == "ok" and "stdout" in trace["truncated"]
+    banner = limited.page.locator(".gs-banner").inner_text()
+    assert "Output capped: the snippet printed more than a run may keep" in banner
+    # the run itself is still shown: its graph, and the start of what it printed
+    assert limited.page.locator("[data-node-id]").count() == len(trace["nodes"])
+    # the step the prints came before shows their beginning in the Output panel, the cap still noted
+    printed = next(i for i, st in enumerate(trace["steps"]) if st.get("stdout"))
+    jump_to(limited, printed)
+    assert "Output capped" in limited.page.locator(".gs-banner").inner_text()
+    assert "0\n1\n2\n3\n" in limited.page.locator(".gs-output pre").first.inner_text()
+    assert limited.errors == []
+
+
+def test_a_syntax_error_is_marked_at_its_column(limited):
+    trace = limited.run_code("import torch\nx = torch.ones(2, requires_grad=True)\ny = (x * 2\nprint(y)\n")
+    err = trace["error"]
+    assert err["type"] == "SyntaxError" and err["column"] is not None
+    mark = limited.page.locator(f'.gs-error-col[data-error-column="{err["column"]}"]')
+    assert mark.count() == 1
+    code_line = trace["code"].splitlines()[err["line"] - 1]
+    # the mark covers the character Python points at, on the error's line
+    assert mark.inner_text() == code_line[err["column"] - 1]
+    where = mark.evaluate(
+        """el => { const line = el.closest('.cm-line');
+                   const r = document.createRange(); r.setStart(line, 0); r.setEndBefore(el);
+                   return { line: line.textContent, before: r.toString() }; }"""
+    )
+    assert where == {"line": code_line, "before": code_line[: err["column"] - 1]}
+    assert f"column {err['column']}" in limited.page.locator(".gs-inline-error").inner_text()
+    assert_not_blank(limited)
+    limited.shot("error_syntax_column")
+
+
+def test_a_syntax_error_past_the_end_of_its_line_gets_a_caret_there(limited):
+    trace = limited.run_code("import torch\nif True\n    x = torch.ones(2)\n")
+    err = trace["error"]
+    code_line = trace["code"].splitlines()[err["line"] - 1]
+    assert err["type"] == "SyntaxError" and err["column"] == len(code_line) + 1
+    caret = limited.page.locator(f'.gs-error-col-end[data-error-column="{err["column"]}"]')
+    assert caret.count() == 1
+    line_text = caret.evaluate("el => el.closest('.cm-line').textContent.replace(/\\u200b/g, '')")
+    assert line_text == code_line
+    assert_not_blank(limited)
