@@ -258,7 +258,7 @@ class _Narrator:
         if dropped:
             t.sentence_break()
             t.add(
-                f"{_plural(dropped, 'node')} no variable reaches any more "
+                f"{_plural(dropped, 'node')} that no variable reaches any more "
                 f"{'was' if dropped == 1 else 'were'} dropped (torch frees {'it' if dropped == 1 else 'them'})."
             )
 
