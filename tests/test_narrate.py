@@ -236,3 +236,25 @@ def test_forward_step_states_the_saved_bytes_the_trace_measured():
         if step["kind"] == "forward" and step["saved_bytes"] != prev["saved_bytes"]:
             grown = step["saved_bytes"] - prev["saved_bytes"]
             assert f"now hold {fmt_bytes(step['saved_bytes'])} (+{fmt_bytes(grown)})" in step["explanation"]
+
+
+FOLDED = "import torch\nx = torch.tensor(1.0, requires_grad=True)\ny = x\nfor i in range(6):\n    y = y * 2\n    z = y.sin()\n"
+
+
+def test_folded_step_says_how_many_line_executions_it_holds():
+    trace = _trace(FOLDED)
+    folded = [s for s in trace["steps"] if s.get("repeat", 1) > 1]
+    assert folded
+    for step in folded:
+        assert f"{step['repeat']} line executions folded" in step["explanation"]
+
+
+def test_dropped_nodes_are_counted():
+    trace = _trace(FOLDED)
+    with_drops = [s for s in trace["steps"] if any(st.get("dropped") for st in s["nodes"])]
+    assert with_drops
+    for step in with_drops:
+        count = sum(1 for st in step["nodes"] if st.get("dropped"))
+        assert (
+            f"{count} node{'s' if count > 1 else ''} that no variable reaches any more" in step["explanation"]
+        )
