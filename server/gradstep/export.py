@@ -8,9 +8,9 @@ follow its static relative imports (and ``new URL("./x", import.meta.url)`` asse
 layout worker), rewrite each specifier to a placeholder, and emit one ES module that turns every
 source into a Blob URL (dependencies first) and substitutes those URLs for the placeholders.
 Blob URLs are absolute, so the rewritten imports resolve anywhere — ``file://``, a static host, an
-iframe ``srcdoc``, a notebook, or the string anywidget loads. The layout worker is a Blob module
-worker built the same way; from ``file://`` Chromium refuses module workers, and the viewer lays
-out on the page's thread instead, with the same result (tests/test_browser_export.py).
+iframe ``srcdoc``, a notebook, or the string anywidget loads. Files referred to by
+``new URL(…, import.meta.url)`` — the layout worker — become data: URLs instead, with their own
+imports as data: URLs: from ``file://`` Chromium starts a module worker from nothing else.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ _STATIC_IMPORT = re.compile(r"""(?m)^((?:import|export)\b[^;"'`]*?)(["'])(\.\.?/
 _DYNAMIC_IMPORT = re.compile(r"""\bimport\(\s*(["'])(\.\.?/[^"'\n]+)\1\s*\)""")
 _ASSET_URL = re.compile(r"""new URL\(\s*(["'])(\.\.?/[^"'\n]+)\1\s*,\s*import\.meta\.url\s*\)""")
 # Unlikely in any source (and not the "gradstep:…" prefix of frame messages).
-_MARK = "@@gradstep-module:"
+_MARK = "@@gradstep-"
 _MIME = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".json": "application/json"}
 
 
@@ -76,12 +76,12 @@ def _resolve(importer: str, spec: str) -> str:
 def _rewrite(name: str, text: str) -> tuple[str, list[str]]:
     deps: list[str] = []
 
-    def mark(spec: str, quote: str) -> str:
+    def mark(spec: str, quote: str, kind: str = "module") -> str:
         target = _resolve(name, spec)
         deps.append(target)
-        return f"{quote}{_MARK}{target}{quote}"
+        return f"{quote}{_MARK}{kind}:{target}{quote}"
 
-    text = _ASSET_URL.sub(lambda m: f"new URL({mark(m.group(2), m.group(1))})", text)
+    text = _ASSET_URL.sub(lambda m: f"new URL({mark(m.group(2), m.group(1), 'asset')})", text)
     text = _DYNAMIC_IMPORT.sub(lambda m: f"import({mark(m.group(2), m.group(1))})", text)
     text = _STATIC_IMPORT.sub(lambda m: m.group(1) + mark(m.group(3), m.group(2)), text)
     return text, deps
@@ -133,10 +133,29 @@ def _js_string(value) -> str:
 _LOADER = """\
 // gradstep: the front end's ES modules, inlined from frontend/ by gradstep.export. Each source
 // becomes a Blob URL once the Blob URLs of what it imports are substituted for their placeholders.
+// Files a module refers to by URL (the layout worker, the stylesheet) become data: URLs, with
+// what they import as data: URLs too: from file:// Chromium starts module workers only from those.
 const SOURCES = %(sources)s;
+const PLACE = /(["'])@@gradstep-(module|asset):([^"']+)\\1/g;
+const byName = new Map(SOURCES.map((s) => [s[0], s]));
 const urls = new Map();
+const dataUrls = new Map();
+function base64(text) {
+  const bytes = new TextEncoder().encode(text);
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+function dataUrl(name) {
+  if (!dataUrls.has(name)) {
+    const [, mime, text] = byName.get(name);
+    const code = text.replace(PLACE, (_, q, kind, dep) => JSON.stringify(dataUrl(dep)));
+    dataUrls.set(name, `data:${mime};base64,${base64(code)}`);
+  }
+  return dataUrls.get(name);
+}
 for (const [name, mime, text] of SOURCES) {
-  const code = text.replace(/(["'])@@gradstep-module:([^"']+)\\1/g, (_, q, dep) => JSON.stringify(urls.get(dep)));
+  const code = text.replace(PLACE, (_, q, kind, dep) => JSON.stringify(kind === "asset" ? dataUrl(dep) : urls.get(dep)));
   urls.set(name, URL.createObjectURL(new Blob([code], { type: mime })));
 }
 const entry = await import(urls.get(%(entry)s));
