@@ -172,26 +172,51 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
   ];
   const view = new EditorView({ parent, state: EditorState.create({ doc, extensions }) });
   let marks = emptyMarks;
+  // Marks and scrolling asked for while a step is shown go out as one transaction at the end of
+  // that task (one editor update, one measure), and not at all when they change nothing.
+  let pendingMarks = null;
+  let pendingReveal = null;
+  let queued = false;
+  const flush = () => {
+    queued = false;
+    const effects = [];
+    if (pendingMarks && JSON.stringify(pendingMarks) !== JSON.stringify(view.state.field(marksField).marks)) {
+      effects.push(setMarks.of(pendingMarks));
+    }
+    if (pendingReveal !== null && pendingReveal <= view.state.doc.lines) {
+      // room below for an inline error under the line
+      effects.push(EditorView.scrollIntoView(view.state.doc.line(pendingReveal).to, { y: "nearest", yMargin: 110 }));
+    }
+    pendingMarks = null;
+    pendingReveal = null;
+    if (effects.length) view.dispatch({ effects });
+  };
+  const queue = () => {
+    if (!queued) queueMicrotask(flush);
+    queued = true;
+  };
   const api = {
     view,
     getCode: () => view.state.doc.toString(),
     setCode(code) {
+      if (queued) flush(); // marks asked for before belong to the old text
       view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: code } });
     },
     setMarks(next) {
       marks = { ...marks, ...next };
-      view.dispatch({ effects: setMarks.of(marks) });
+      pendingMarks = marks;
+      queue();
     },
     clearMarks() {
       marks = emptyMarks;
-      view.dispatch({ effects: setMarks.of(marks) });
+      pendingMarks = marks;
+      queue();
     },
     /** Scroll the line into view without moving the cursor. */
     revealLine(n) {
       if (!n || n < 1 || n > view.state.doc.lines) return;
-      const line = view.state.doc.line(n);
-      // room below for an inline error under the line
-      view.dispatch({ effects: EditorView.scrollIntoView(line.to, { y: "nearest", yMargin: 110 }) });
+      pendingReveal = n;
+      queue();
     },
     focus: () => view.focus(),
     setReadOnly(ro) {
