@@ -288,3 +288,39 @@ def test_exported_page_in_a_frame_reports_ready_and_its_height_and_follows_goto(
     frame.locator(f".gs-stepper[data-step='{last}']").wait_for(timeout=10_000)
     assert page.network() == []
     assert page.errors == []
+
+
+URL_HOST = """async ([esm, body]) => {
+  const mod = await import(URL.createObjectURL(new Blob([esm], { type: "text/javascript" })));
+  const state = { ...body };
+  const model = { get: (k) => state[k], set() {}, on() {}, off() {} };
+  const el = document.createElement("div");
+  document.body.append(el);
+  await mod.default.render({ model, el });
+  const root = el.querySelector(".gradstep-widget-host").shadowRoot;
+  const s = root.querySelector(".gs-stepper");
+  const alert = root.querySelector("[role=alert]");
+  return s ? [Number(s.dataset.step), Number(s.dataset.steps)] : alert.textContent;
+}"""
+
+
+def test_widget_module_fetches_a_trace_url_next_to_the_page(browser, http_folder):
+    from gradstep.export import export_json
+    from gradstep.notebook import widget_esm
+
+    folder, base = http_folder
+    trace = record(snippets.load_all()["retain_graph_accumulates"].code)
+    (folder / "cube.json").write_bytes(export_json(trace))
+    (folder / "page.html").write_text("<!doctype html><title>book</title>")
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"{base}/page.html")
+        got = page.evaluate(URL_HOST, [widget_esm(), {"trace_url": "cube.json", "step": 1}])
+        assert got == [1, len(trace["steps"])]
+        missing = page.evaluate(URL_HOST, [widget_esm(), {"trace_url": "gone.json"}])
+        assert (
+            missing == "gradstep could not show this trace: could not load the trace from gone.json: HTTP 404"
+        )
+    finally:
+        ctx.close()
