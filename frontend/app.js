@@ -45,6 +45,7 @@ syncThemeButton();
 const status = $("#gs-run-status");
 const runBtn = $("#gs-run");
 let lastRunCode = null;
+let pickedCode = null; // the code of the example last picked
 
 const editor = createEditor($("#gs-editor"), {
   doc: "",
@@ -52,6 +53,8 @@ const editor = createEditor($("#gs-editor"), {
   onHoverLine: (line) => (compare.active ? compare.hoverLine(line) : viewer.hoverLine(line)),
   onChange: (codeNow) => {
     document.body.classList.toggle("gs-edited", codeNow !== lastRunCode);
+    // the example's explanation is about its own code: say so once the code differs
+    document.body.classList.toggle("gs-example-edited", pickedCode !== null && codeNow !== pickedCode);
   },
 });
 
@@ -257,8 +260,13 @@ async function pick(name, { autorun = true } = {}) {
     const res = await fetch(`${api}/api/snippets/${encodeURIComponent(name)}`);
     s = Object.assign(s, await res.json());
   }
+  pickedCode = s.code;
   editor.setCode(s.code);
   info.replaceChildren();
+  const edited = document.createElement("p");
+  edited.className = "gs-info-edited";
+  edited.textContent = "You changed this example's code: the explanation below is about the original.";
+  info.append(edited);
   const h = document.createElement("h1");
   h.textContent = s.title;
   info.append(h);

@@ -491,3 +491,18 @@ def test_a_syntax_error_past_the_end_of_its_line_gets_a_caret_there(limited):
     line_text = caret.evaluate("el => el.closest('.cm-line').textContent.replace(/\\u200b/g, '')")
     assert line_text == code_line
     assert_not_blank(limited)
+
+
+def test_editing_an_example_says_its_explanation_is_about_the_original_code(app):
+    app.open("?snippet=retain_graph_accumulates")
+    note = app.page.locator(".gs-snippet-info .gs-info-edited")
+    assert not note.is_visible()
+    app.run_code("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")
+    assert note.is_visible() and "about the original" in note.inner_text()
+    assert (
+        app.page.evaluate("getComputedStyle(document.querySelector('#gs-picker-current'), '::after').content")
+        == '" (edited)"'
+    )
+    app.pick("retain_graph_accumulates")
+    assert not note.is_visible()
+    assert app.errors == []
