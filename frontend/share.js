@@ -45,6 +45,8 @@ export async function loadPermalink({ editor, viewer, run, setStatus }) {
   }
   const current = document.getElementById("gs-picker-current");
   if (current) current.textContent = "Shared code";
+  // an example's explanation no longer describes what runs
+  document.getElementById("gs-snippet-info")?.replaceChildren();
   editor.setCode(code);
   await run();
   if (viewer.model) viewer.setStep(stepOf(params));
