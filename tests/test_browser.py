@@ -506,3 +506,37 @@ def test_editing_an_example_says_its_explanation_is_about_the_original_code(app)
     app.pick("retain_graph_accumulates")
     assert not note.is_visible()
     assert app.errors == []
+
+
+def test_a_virtual_graph_keeps_the_hooks_of_off_screen_nodes_current(app):
+    """Big graphs build and paint only what is in view; every node's data-* hooks still follow the step."""
+    app.open("?snippet=retain_graph_accumulates")
+    code = (
+        "import torch\nfrom torch import nn\ntorch.manual_seed(0)\n"
+        "layer = nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32, dropout=0.0, batch_first=True)\n"
+        "model = nn.TransformerEncoder(layer, num_layers=8, enable_nested_tensor=False)\n"
+        "out = model(torch.randn(2, 3, 16))\nloss = out.pow(2).mean()\nloss.backward(retain_graph=True)\n"
+        "loss.backward()\n"
+    )
+    trace = app.run_code(code)
+    app.page.evaluate("window.gradstep.viewer.expandAll()")
+    app.page.wait_for_function(
+        f"document.querySelectorAll('[data-node-id]').length === {len(trace['nodes'])}", timeout=60_000
+    )
+    assert (
+        app.page.evaluate("document.querySelectorAll('[data-node-id][style*=\"display: none\"]').length") > 0
+    )
+    hooks = ("freed", "stale", "executed", "failed")
+    for i in range(len(trace["steps"])):
+        jump_to(app, i)
+        want = {k: {h: v[h] for h in hooks} for k, v in expected_at(trace, i).items()}
+        app.page.wait_for_function(
+            """(want) => Object.entries(want).every(([id, hooks]) => {
+                 const el = document.querySelector(`[data-node-id="${id}"]`);
+                 return el && el.dataset.alive === 'true'
+                   && Object.entries(hooks).every(([k, v]) => el.dataset[k] === v);
+               })""",
+            arg=want,
+            timeout=15_000,
+        )
+    assert app.errors == []
