@@ -148,6 +148,14 @@ def test_tcp_connect_to_a_loopback_listener_fails(both, guard, mounts_before):
         listener.close()
 
 
+def test_connecting_to_a_host_by_name_fails_as_a_network_error(both, guard, mounts_before):
+    code = "import socket\nsocket.create_connection(('example.com', 80), timeout=2)"
+    _, trace = attack(both[1], code, guard, mounts_before)
+    kind_of_error = error_of(trace)
+    # no resolver and no route: a network error, as on a machine without network (never a LookupError)
+    assert kind_of_error[0] in ("gaierror", "PermissionError", "OSError"), kind_of_error
+
+
 def test_connect_to_a_unix_socket_by_path_fails(full, guard, mounts_before):
     # Unix sockets by path ignore the network namespace and read-only mounts: seccomp denies socket().
     d = tempfile.mkdtemp(prefix="gradstep-test-", dir="/var/tmp")

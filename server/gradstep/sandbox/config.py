@@ -38,6 +38,7 @@ DEFAULT_PRELOAD = [
     "typing",
     "copy",
     "time",
+    "encodings.idna",  # resolving a host name needs it: without it a network attempt is a LookupError
 ]
 
 DEFAULT_WARMUP = """\
