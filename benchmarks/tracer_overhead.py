@@ -1,6 +1,7 @@
 """Tracer overhead on a 24-layer TransformerEncoder: traced vs plain, in one run.
 
-Prints the ratio of median wall times (target <= 1.3x), the node count, and the
+Prints the ratio of median wall times (target <= 1.3x for the recording; the narration,
+gradstep.narrate, derived from it afterwards, shown on top), the node count, and the
 trace size raw and gzip (target <= 150 KB gzip, as the server sends it: GZipMiddleware's
 level 9; level 6 shown too). Usage:
     python benchmarks/tracer_overhead.py [--repeat N]
@@ -43,31 +44,37 @@ def timed(fn, code: str) -> tuple[float, float]:
     return time.perf_counter() - w0, time.process_time() - c0
 
 
+def recording(code: str) -> None:
+    record(code, explain=False)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--no-freeze", action="store_true", help="don't gc.freeze() after warm-up")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    plain(SNIPPET)  # warm both paths (lazy imports, allocator)
+    plain(SNIPPET)  # warm every path (lazy imports, allocator)
     record(SNIPPET)
     if not args.no_freeze:
         gc.collect()
         gc.freeze()  # as the sandbox's zygote does before it forks a child per run
-    plain_t, traced_t = [], []
-    for _ in range(args.repeat):  # interleave, so machine noise hits both alike
-        plain_t.append(timed(plain, SNIPPET))
-        traced_t.append(timed(record, SNIPPET))
+    runs = {"plain": plain, "traced": recording, "traced + narration": record}
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in runs}
+    for _ in range(args.repeat):  # interleave, so machine noise hits all alike
+        for name, fn in runs.items():
+            times[name].append(timed(fn, SNIPPET))
     trace = record(SNIPPET)
     raw = orjson.dumps(trace)
     served = gzip.compress(raw, compresslevel=9)  # what GZipMiddleware sends (its default level)
     gz6 = gzip.compress(raw, compresslevel=6)
     for i, what in enumerate(("wall", "cpu ")):
-        p = statistics.median(t[i] for t in plain_t)
-        t = statistics.median(t[i] for t in traced_t)
-        print(
-            f"{what}  plain {p * 1e3:6.1f} ms  traced {t * 1e3:6.1f} ms  ratio {t / p:.2f}x  (target <= 1.30x)"
-        )
+        p = statistics.median(t[i] for t in times["plain"])
+        line = f"{what}  plain {p * 1e3:6.1f} ms"
+        for name in ("traced", "traced + narration"):
+            t = statistics.median(x[i] for x in times[name])
+            line += f"  {name} {t * 1e3:6.1f} ms ({t / p:.2f}x)"
+        print(line + "  (target <= 1.30x traced)")
     print(f"nodes  {len(trace['nodes'])}  steps {len(trace['steps'])}  status {trace['status']}")
     print(
         f"trace  raw {len(raw) / 1024:.0f} KB  gzip as served {len(served) / 1024:.1f} KB ({len(served)} bytes, "

@@ -718,8 +718,15 @@ def _syntax_error(e: SyntaxError) -> dict:
     }
 
 
-def record(code: str, limits: Limits | None = None) -> dict:
-    """Run ``code`` here, in this process, and return its trace as plain JSON-able data."""
-    from gradstep.narrate import narrate  # every consumer gets the narration: done where the trace ends
+def record(code: str, limits: Limits | None = None, *, explain: bool = True) -> dict:
+    """Run ``code`` here, in this process, and return its trace as plain JSON-able data.
 
-    return narrate(Recorder(code, limits or Limits()).run())
+    ``explain``: add each step's narration (gradstep.narrate, a pure function of the
+    trace, so every consumer gets it from here); off, the trace is the recording alone.
+    """
+    trace = Recorder(code, limits or Limits()).run()
+    if not explain:
+        return trace
+    from gradstep.narrate import narrate
+
+    return narrate(trace)
