@@ -96,7 +96,6 @@ class Graph:
         self.objs: dict[int, Any] = {}  # id -> live node object
         self.table: list[dict] = []  # NodeInfo dicts, index = id
         self.children: list[list[int]] = []
-        self.edge_lists: dict[int, list[list[int]]] = {}  # id -> its [id, child] pairs, built once
         self.tensor_slots: dict[int, list[_Saved]] = {}  # id -> slots holding tensors
         self.storages: dict[int, list[tuple[int, int]]] = {}  # id -> (storage key, bytes)
         self.freed: set[int] = set()
@@ -133,7 +132,7 @@ class Graph:
         # first sight): readers see the graph in the order the snippet built it.
         order = sorted(new, key=_creation_key)
         admitted = [node for node in order if self._admit(node)]
-        table, children, edge_lists = self.table, self.children, self.edge_lists
+        table, children = self.table, self.children
         for node in admitted:
             nid = ids[node]
             kids = [ids[c] for c, _ in new[node] if c is not None and c in ids]
@@ -141,7 +140,6 @@ class Graph:
             info["next"] = kids
             table[nid] = info
             children[nid] = kids
-            edge_lists[nid] = [[nid, k] for k in kids]
 
     def _admit(self, node: Any) -> bool:
         """Give ``node`` the next id, unless the node cap is reached."""
@@ -302,7 +300,6 @@ class Graph:
             del self.ids[node]
             self.tensor_slots.pop(nid, None)
             self.storages.pop(nid, None)
-            self.edge_lists.pop(nid, None)
             self.freed.discard(nid)
             self.stale.pop(nid, None)
 

@@ -579,11 +579,12 @@ class Recorder:
         # is the table's `next` of its nodes, and where gradient flowed follows from
         # `executed` and `order`; repeating either in every step would double the trace.
         edges = []
-        edge_lists = graph.edge_lists
+        children = graph.children
         if graph.first_new is not None:
             for nid in live:
                 if nid >= graph.first_new:
-                    edges.extend(edge_lists[nid])
+                    # tuples: the garbage collector stops tracking them after one look
+                    edges.extend([(nid, k) for k in children[nid]])
             graph.first_new = None
         for nid in dropped:
             states.append({"id": nid, "dropped": True})
