@@ -320,6 +320,7 @@ def test_parent_plays_and_pauses_the_frame(tab, site, server):
     tab.page.evaluate(post, "gradstep:play")
     wait_message(tab, "m.data.type === 'gradstep:step' && m.data.step >= 1")
     tab.page.evaluate(post, "gradstep:pause")
+    tab.page.wait_for_timeout(300)  # the message is delivered asynchronously
     paused_at = graph_state(frame)["step"]
     tab.page.wait_for_timeout(3000)  # longer than a step of play
     assert graph_state(frame)["step"] == paused_at
@@ -427,6 +428,7 @@ def test_app_permalink_of_the_share_button_opens_the_same_run_at_the_same_step(t
     for _ in range(3):
         tab.page.keyboard.press("ArrowRight")
     tab.page.click("#gs-share")
+    tab.page.wait_for_selector("#gs-share-dialog[open]")  # the link is made (compressed) before it opens
     link = tab.page.locator("#gs-share-link").input_value()
     assert link == tab.page.url and "#code=" in link and link.endswith("&step=3")
     snippet = tab.page.locator("#gs-share-embed").input_value()
