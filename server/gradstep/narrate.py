@@ -78,11 +78,12 @@ def fmt_bytes(n: int) -> str:
     return f"{n / (1024 * 1024):.1f} MB"
 
 
-def _flat(values: Any) -> list:
+def flat_values(values: Any) -> list:
+    """A grad's nested ``values`` as one flat list."""
     if isinstance(values, list):
         out: list = []
         for v in values:
-            out.extend(_flat(v))
+            out.extend(flat_values(v))
         return out
     return [values]
 
@@ -96,7 +97,7 @@ def fmt_grad(grad: dict | None) -> str:
     if values is not None and math.prod(shape) <= MAX_VALUES:
         if not shape:
             return fmt_number(values)
-        return "[" + ", ".join(fmt_number(v) for v in _flat(values)) + "]"
+        return "[" + ", ".join(fmt_number(v) for v in flat_values(values)) + "]"
     norm = grad.get("norm")
     size = "×".join(str(s) for s in shape) or "scalar"
     return f"a {size} tensor of norm {fmt_number(norm)}" if norm is not None else f"a {size} tensor"

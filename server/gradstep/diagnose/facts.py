@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from gradstep.narrate import flat_values
 
 FREED_MARK = "backward through the graph a second time"
 STALE_MARK = "modified by an inplace operation"
@@ -58,15 +59,6 @@ def final_grads(trace: dict) -> dict[str, dict]:
     return grads(steps[-1]) if steps else {}
 
 
-def _flat(values: Any) -> list:
-    if isinstance(values, list):
-        out: list = []
-        for v in values:
-            out.extend(_flat(v))
-        return out
-    return [values]
-
-
 def _close(a: float | None, b: float | None, rel: float = 1e-4) -> bool:
     if a is None or b is None:
         return a is b
@@ -75,7 +67,7 @@ def _close(a: float | None, b: float | None, rel: float = 1e-4) -> bool:
 
 def grad_values(grad: dict) -> list | None:
     values = grad.get("values")
-    return None if values is None else _flat(values)
+    return None if values is None else flat_values(values)
 
 
 def same_grad(a: dict | None, b: dict | None) -> bool:
