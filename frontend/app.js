@@ -54,7 +54,9 @@ const editor = createEditor($("#gs-editor"), {
   onChange: (codeNow) => {
     document.body.classList.toggle("gs-edited", codeNow !== lastRunCode);
     // the example's explanation is about its own code: say so once the code differs
-    document.body.classList.toggle("gs-example-edited", pickedCode !== null && codeNow !== pickedCode);
+    // (a shared link empties the card: no example is showing then)
+    const shown = pickedCode !== null && document.getElementById("gs-snippet-info").childElementCount > 0;
+    document.body.classList.toggle("gs-example-edited", shown && codeNow !== pickedCode);
   },
 });
 
