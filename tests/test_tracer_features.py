@@ -1003,3 +1003,17 @@ def test_a_module_attribute_rebound_between_steps_names_the_new_tensor():
     ops = {n["id"]: n["op"] for n in tr["nodes"]}
     named = [ops[s["id"]] for s in tr["steps"][-1]["nodes"] if "m.h" in s.get("vars", [])]
     assert named == [type(ns["m"].h.grad_fn).__name__]
+
+
+def test_a_recording_is_plain_json_data_that_round_trips_unchanged():
+    code = _code(
+        """
+        import torch
+        x = torch.ones(2, 3, requires_grad=True)
+        y = (x * 2).sum()
+        y.backward(retain_graph=True)
+        y.backward()
+        """
+    )
+    tr = record(code)
+    assert json.loads(json.dumps(tr)) == tr  # no tuples or other types a reader would get back changed

@@ -583,8 +583,7 @@ class Recorder:
         if graph.first_new is not None:
             for nid in live:
                 if nid >= graph.first_new:
-                    # tuples: the garbage collector stops tracking them after one look
-                    edges.extend([(nid, k) for k in children[nid]])
+                    edges.extend([[nid, k] for k in children[nid]])
             graph.first_new = None
         for nid in dropped:
             states.append({"id": nid, "dropped": True})
