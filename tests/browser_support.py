@@ -146,7 +146,7 @@ class Page:
         with self.page.expect_response(lambda r: r.url.endswith("/api/trace")) as resp:
             self.page.goto(f"{self.base}/{query}")
         self.wait_runs(1)
-        return resp.value.json()
+        return self.trace_of(resp.value)
 
     def wait_runs(self, n: int, ok: bool = True) -> None:
         """Wait until the page has finished `n` runs; with `ok`, the last one must have reached the server."""
@@ -165,7 +165,7 @@ class Page:
         with self.page.expect_response(lambda r: r.url.endswith("/api/trace")) as resp:
             self.page.click(f'[data-snippet="{name}"]')
         self.wait_runs(n + 1)
-        return resp.value.json()
+        return self.trace_of(resp.value)
 
     def type_code(self, code: str) -> None:
         """Replace the editor's text as a user would (one paste-like input: no auto-indent)."""
@@ -181,7 +181,22 @@ class Page:
         with self.page.expect_response(lambda r: r.url.endswith("/api/trace")) as resp:
             self.page.keyboard.press("Control+Enter")
         self.wait_runs(n + 1)
-        return resp.value.json()
+        return self.trace_of(resp.value)
+
+    def trace_of(self, response) -> dict:
+        """The trace a /api/trace response carried.
+
+        Chromium sometimes no longer holds a finished response's body ("No data found for
+        resource"); the same request then gets the same trace from the server's cache.
+        """
+        from playwright.sync_api import Error as PlaywrightError
+
+        try:
+            return response.json()
+        except PlaywrightError:
+            again = httpx.post(response.url, content=response.request.post_data, timeout=60)
+            again.raise_for_status()
+            return again.json()
 
     def press(self, key: str) -> None:
         self.page.evaluate("document.activeElement && document.activeElement.blur()")
