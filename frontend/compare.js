@@ -9,18 +9,7 @@
 import { createViewer } from "./viewer.js";
 import { compareTraces } from "./align.js";
 import { fmtGrad, stepTitle, representative } from "./model.js";
-
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === "class") el.className = v;
-    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) el.append(c);
-  return el;
-}
+import { h } from "./dom.js";
 
 const SIDES = [
   { key: "a", side: "original", label: "Original" },

@@ -4,18 +4,7 @@
 // runs it and opens the side-by-side view.
 
 import { lineMap } from "./align.js";
-
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === "class") el.className = v;
-    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) el.append(c);
-  return el;
-}
+import { h } from "./dom.js";
 
 /**
  * The lines a fix changes, for a short preview: [{sign: "-"|"+", line, text}]

@@ -11,6 +11,7 @@ import {
 import { layoutGraph, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
 import { renderNarration } from "./narration.js";
+import { h } from "./dom.js";
 
 const WORKER_ITEMS = 400;
 
@@ -23,19 +24,6 @@ const ICONS = {
   next: svgIcon("M4 2v12l8-6z"),
   last: svgIcon("M11 2h2v12h-2zM2 2v12l8-6z"),
 }; // lay out bigger visible graphs in the worker
-
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === "class") el.className = v;
-    else if (k === "text") el.textContent = v;
-    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? "" : v);
-  }
-  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) el.append(c);
-  return el;
-}
 
 function layoutInput(model) {
   // what the worker needs to lay out (structured-cloneable)

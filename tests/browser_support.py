@@ -42,6 +42,21 @@ ARTIFACTS = Path(
     os.environ.get("GRADSTEP_ARTIFACTS", Path(__file__).resolve().parents[1] / "build" / "browser")
 )
 HAVE_CHROMIUM = Path(CHROMIUM).exists()
+
+# The step a stepper shows and, per drawn node, its data-* state and grad texts (page.evaluate).
+GRAPH_STATE = """() => {
+    const root = document.querySelector('.gs-stepper');
+    const nodes = {};
+    for (const el of document.querySelectorAll('[data-node-id]')) {
+      nodes[el.dataset.nodeId] = {
+        op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
+        executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
+        grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
+      };
+    }
+    return { step: Number(root.dataset.step), steps: Number(root.dataset.steps), nodes };
+}"""
+
 # mark a browser test module with `pytestmark = needs_chromium`
 needs_chromium = pytest.mark.skipif(not HAVE_CHROMIUM, reason=f"no Chromium at {CHROMIUM}")
 
@@ -209,20 +224,7 @@ class Page:
 
     def graph_state(self) -> dict:
         """The step shown and, per drawn node, its data-* state and the grad texts it shows."""
-        return self.page.evaluate(
-            """() => {
-            const root = document.querySelector('.gs-stepper');
-            const nodes = {};
-            for (const el of document.querySelectorAll('[data-node-id]')) {
-              nodes[el.dataset.nodeId] = {
-                op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
-                executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
-                grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
-              };
-            }
-            return { step: Number(root.dataset.step), steps: Number(root.dataset.steps), nodes };
-          }"""
-        )
+        return self.page.evaluate(GRAPH_STATE)
 
     def close(self) -> None:
         self.ctx.close()

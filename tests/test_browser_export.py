@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from browser_support import needs_chromium
+from browser_support import GRAPH_STATE, needs_chromium
 from gradstep import snippets
 from gradstep.export import export_html
 from gradstep.tracer import record
@@ -66,20 +66,7 @@ class FilePage:
         self.page.keyboard.press(key)
 
     def graph_state(self) -> dict:
-        return self.page.evaluate(
-            """() => {
-            const root = document.querySelector('.gs-stepper');
-            const nodes = {};
-            for (const el of document.querySelectorAll('[data-node-id]')) {
-              nodes[el.dataset.nodeId] = {
-                op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
-                executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
-                grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
-              };
-            }
-            return { step: Number(root.dataset.step), steps: Number(root.dataset.steps), nodes };
-          }"""
-        )
+        return self.page.evaluate(GRAPH_STATE)
 
     def network(self) -> list[str]:
         """Requests that would have left the page: everything but the file and its own Blob/data URLs."""

@@ -18,7 +18,7 @@ from pathlib import Path
 import gradstep
 import pytest
 import torch
-from browser_support import fmt_values, needs_chromium
+from browser_support import GRAPH_STATE, fmt_values, needs_chromium
 from gradstep.notebook import Stepper, widget_esm
 from test_browser import assert_step_matches
 
@@ -179,19 +179,6 @@ def test_stepper_widget_is_an_anywidget_carrying_the_trace():
 
 # ---------------------------------------------------------------- in Chromium
 
-FRAME_STATE = """() => {
-  const root = document.querySelector('.gs-stepper');
-  const nodes = {};
-  for (const el of document.querySelectorAll('[data-node-id]')) {
-    nodes[el.dataset.nodeId] = {
-      op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
-      executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
-      grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
-    };
-  }
-  return { step: Number(root.dataset.step), steps: Number(root.dataset.steps), nodes };
-}"""
-
 
 @pytest.fixture
 def page(browser):
@@ -212,7 +199,7 @@ def test_notebook_output_shows_the_stepper_with_the_grads_of_plain_torch(page):
     frame.locator("body[data-ready=true]").wait_for(timeout=30_000)
     inner = next(f for f in page.frames if f != page.main_frame)
     last = len(shown.data["steps"]) - 1
-    assert_step_matches(inner.evaluate(FRAME_STATE), shown.data, last)
+    assert_step_matches(inner.evaluate(GRAPH_STATE), shown.data, last)
     w = inner.locator('[data-grad-for="w"]').first.text_content()
     assert w == fmt_values(plain_grads()[-1])
     assert page.errors == []
