@@ -255,7 +255,7 @@ addEventListener("message", (ev) => window.got.push(ev.data));
 </script><iframe id="f" src="%s" style="width: 900px; height: 300px; border: 0"></iframe></body>"""
 
 
-def test_exported_page_in_a_frame_reports_ready_and_its_height_and_follows_goto(tmp_path, opened):
+def test_exported_page_in_a_frame_reports_ready_steps_and_its_height_and_follows_goto(tmp_path, opened):
     path, trace = export(tmp_path, snippets.load_all()["retain_graph_accumulates"].code)
     host = tmp_path / "host.html"
     host.write_text(HOST_FRAME % path.name)
@@ -263,7 +263,7 @@ def test_exported_page_in_a_frame_reports_ready_and_its_height_and_follows_goto(
     p = page.page
     p.wait_for_function("window.got.some((m) => m.type === 'gradstep:ready')", timeout=30_000)
     ready = p.evaluate("window.got.find((m) => m.type === 'gradstep:ready')")
-    assert ready == {"type": "gradstep:ready", "steps": len(trace["steps"])}
+    assert ready == {"type": "gradstep:ready", "steps": len(trace["steps"]), "step": 0}
     frame = p.frame_locator("#f")
     height = frame.locator("html").evaluate("(el) => el.scrollHeight")
     p.wait_for_function(f"window.got.some((m) => m.context === 'iframe.resize' && m.height === {height})")
@@ -273,6 +273,9 @@ def test_exported_page_in_a_frame_reports_ready_and_its_height_and_follows_goto(
         f"document.getElementById('f').contentWindow.postMessage({{type: 'gradstep:goto', step: {last}}}, '*')"
     )
     frame.locator(f".gs-stepper[data-step='{last}']").wait_for(timeout=10_000)
+    p.wait_for_function(f"window.got.some((m) => m.type === 'gradstep:step' && m.step === {last})")
+    step = p.evaluate(f"window.got.find((m) => m.type === 'gradstep:step' && m.step === {last})")
+    assert step == {"type": "gradstep:step", "step": last, "steps": len(trace["steps"])}
     assert page.network() == []
     assert page.errors == []
 
