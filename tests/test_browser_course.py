@@ -105,6 +105,16 @@ def test_page_sizes_the_server_stepper_to_the_height_it_reports(lesson):
     )
 
 
+def test_page_sizes_the_static_export_to_the_height_it_reports(lesson):
+    frame = frame_of(lesson, "second")
+    lesson.page.wait_for_function(
+        "(h) => document.getElementById('second').clientHeight === h",
+        arg=frame.evaluate("Math.ceil(document.documentElement.scrollHeight)"),
+        timeout=10_000,
+    )
+    assert frame.evaluate("document.documentElement.scrollHeight <= window.innerHeight")  # nothing cut off
+
+
 def test_static_export_steps_with_the_keyboard_and_matches_its_trace(lesson):
     frame = frame_of(lesson, "second")
     trace = frame.evaluate("JSON.parse(document.getElementById('gradstep-trace').textContent)")
