@@ -209,7 +209,12 @@ class Page:
         try:
             return response.json()
         except PlaywrightError:
-            again = httpx.post(response.url, content=response.request.post_data, timeout=60)
+            again = httpx.post(
+                response.url,
+                content=response.request.post_data,
+                headers={"content-type": "application/json"},
+                timeout=60,
+            )
             again.raise_for_status()
             return again.json()
 
