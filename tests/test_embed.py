@@ -62,6 +62,13 @@ def test_embed_page_is_served_with_its_module(client):
     assert re.search(r'<script type="module" src="/static/embed-page\.js\?v=\w+">', r.text)
 
 
+@pytest.mark.parametrize("path", ["/", f"/embed?snippet={SNIPPET}", "/embed?snippet=nope"])
+def test_pages_carry_their_icon_inline_so_no_favicon_request_404s(client, path):
+    icons = [a for a in parsed(client.get(path).text).links if a.get("rel") == "icon"]
+    assert len(icons) == 1 and icons[0]["href"].startswith("data:image/svg+xml,")
+    assert client.get("/favicon.ico").status_code == 404  # what a page without one would have asked for
+
+
 def test_embed_page_names_the_snippet_in_its_title(client):
     r = client.get(f"/embed?snippet={SNIPPET}")
     assert f"<title>gradstep: {snippets.load_all()[SNIPPET].title}</title>" in r.text

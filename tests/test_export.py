@@ -134,7 +134,9 @@ def test_the_bundle_is_one_module_without_a_closing_script_tag():
 def test_the_page_refers_to_no_other_file():
     page = parse(export_html(record(POW)))
     for tag, attrs in page.tags:
-        assert not {"src", "href"} & attrs.keys(), f"<{tag}> refers to another file: {attrs}"
+        refs = [attrs[k] for k in ("src", "href") if k in attrs and not attrs[k].startswith("data:")]
+        assert not refs, f"<{tag}> refers to another file: {attrs}"
+    assert any(t == "link" and a.get("rel") == "icon" for t, a in page.tags)  # inline: no favicon request
 
 
 def test_the_page_carries_the_trace_unchanged():
