@@ -1017,3 +1017,38 @@ def test_a_recording_is_plain_json_data_that_round_trips_unchanged():
     )
     tr = record(code)
     assert json.loads(json.dumps(tr)) == tr  # no tuples or other types a reader would get back changed
+
+
+def test_each_step_lists_the_saved_tensors_stale_at_that_step_not_later():
+    code = _code(
+        """
+        import torch
+        a = torch.ones(3, requires_grad=True) * 1
+        b = torch.ones(3, requires_grad=True) * 1
+        c = a * b
+        a.add_(1)
+        b.add_(1)
+        """
+    )
+
+    def stale_after(n_lines: int) -> list[str]:
+        # plain torch: run the snippet up to that line, then read each saved slot of c's node
+        ns: dict = {}
+        exec(compile("\n".join(code.splitlines()[:n_lines]), "<snippet>", "exec"), ns)
+        stale = []
+        for name in ("other", "self"):
+            try:
+                getattr(ns["c"].grad_fn, f"_saved_{name}")
+            except RuntimeError:
+                stale.append(name)
+        return stale
+
+    tr = record(code, explain=False)
+    mul = next(n["id"] for n in tr["nodes"] if n["op"] == "MulBackward0" and n["line"] == 4)  # c = a * b
+    seen = {}
+    for step in tr["steps"]:
+        for st in step["nodes"]:
+            if st["id"] == mul and st.get("stale"):
+                seen[step["line"]] = sorted(st["stale_saved"])
+    assert seen == {line: sorted(stale_after(line)) for line in (5, 6)}
+    assert seen[5] != seen[6]  # the snippet is what it claims: one more tensor goes stale at line 6

@@ -561,7 +561,7 @@ class Recorder:
                     state["freed"] = True
                 if nid in stale:
                     state["stale"] = True
-                    state["stale_saved"] = stale[nid]
+                    state["stale_saved"] = list(stale[nid])  # a copy: later steps may add to it
                 order = run.get(nid)
                 if order is not None:
                     state["order"] = order
