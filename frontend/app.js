@@ -5,6 +5,7 @@ import { limitName } from "./model.js";
 import { installShare, loadPermalink } from "./share.js";
 import { createDiagnoses } from "./diagnoses.js";
 import { createCompare } from "./compare.js";
+import { h } from "./dom.js";
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -119,18 +120,11 @@ let runSeq = 0;
 
 function setStatus(kind, text, extra) {
   status.className = `gs-run-status gs-status-${kind}`;
-  status.replaceChildren();
-  if (kind === "running") {
-    const bar = document.createElement("div");
-    bar.className = "gs-progress";
-    bar.setAttribute("role", "progressbar");
-    bar.setAttribute("aria-label", "Running the snippet");
-    status.append(bar);
-  }
-  const span = document.createElement("span");
-  span.textContent = text;
-  status.append(span);
-  if (extra) status.append(extra);
+  status.replaceChildren(...[
+    kind === "running" && h("div", { class: "gs-progress", role: "progressbar", "aria-label": "Running the snippet" }),
+    h("span", { text }),
+    extra,
+  ].filter(Boolean));
 }
 
 /** Run the editor's code; resolves to its trace (undefined when the request failed or was replaced). */
@@ -229,29 +223,15 @@ const info = $("#gs-snippet-info");
 function renderPicker() {
   pickerList.replaceChildren();
   for (const s of snippets) {
-    const li = document.createElement("li");
-    const b = document.createElement("button");
-    b.type = "button";
-    b.dataset.snippet = s.name;
-    b.className = "gs-pick";
-    const t = document.createElement("strong");
-    t.textContent = s.title;
-    const d = document.createElement("span");
-    d.textContent = s.summary;
-    b.append(t);
-    if (s.fails) {
-      const f = document.createElement("em");
-      f.className = "gs-fails";
-      f.textContent = "fails on purpose";
-      b.append(f);
-    }
-    b.append(d);
-    b.addEventListener("click", () => {
+    const onclick = () => {
       picker.open = false;
       pick(s.name);
-    });
-    li.append(b);
-    pickerList.append(li);
+    };
+    pickerList.append(h("li", {},
+      h("button", { type: "button", class: "gs-pick", "data-snippet": s.name, onclick },
+        h("strong", { text: s.title }),
+        s.fails && h("em", { class: "gs-fails", text: "fails on purpose" }),
+        h("span", { text: s.summary }))));
   }
 }
 
@@ -264,27 +244,12 @@ async function pick(name, { autorun = true } = {}) {
   }
   pickedCode = s.code;
   editor.setCode(s.code);
-  info.replaceChildren();
-  const edited = document.createElement("p");
-  edited.className = "gs-info-edited";
-  edited.textContent = "You changed this example's code: the explanation below is about the original.";
-  info.append(edited);
-  const h = document.createElement("h1");
-  h.textContent = s.title;
-  info.append(h);
-  if (s.summary) {
-    const p = document.createElement("p");
-    p.textContent = s.summary;
-    info.append(p);
-  }
-  if (s.watch) {
-    const w = document.createElement("p");
-    w.className = "gs-watch";
-    const b = document.createElement("strong");
-    b.textContent = "Watch: ";
-    w.append(b, s.watch);
-    info.append(w);
-  }
+  info.replaceChildren(...[
+    h("p", { class: "gs-info-edited", text: "You changed this example's code: the explanation below is about the original." }),
+    h("h1", { text: s.title }),
+    s.summary && h("p", { text: s.summary }),
+    s.watch && h("p", { class: "gs-watch" }, h("strong", { text: "Watch: " }), s.watch),
+  ].filter(Boolean));
   info.classList.remove("gs-open");
   info.title = "Click to show the whole explanation";
   $("#gs-picker-current").textContent = s.title;
