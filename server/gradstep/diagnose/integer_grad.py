@@ -27,28 +27,24 @@ def _edits(src: Source, line: int) -> tuple[list, str] | None:
                 return [
                     set_keyword(src, call, "dtype", "torch.float32")
                 ], "Create it as float: dtype=torch.float32"
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            func = node.value.func
-            if (
-                isinstance(func, ast.Attribute)
-                and func.attr == "requires_grad_"
-                and isinstance(func.value, ast.Name)
-            ):
-                name = func.value.id
-                return [
-                    src.insert_before(node, f"{name} = {name}.float()")
-                ], f"Convert it first: {name} = {name}.float()"
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target = node.targets[0]
-            if (
-                isinstance(target, ast.Attribute)
-                and target.attr == "requires_grad"
-                and isinstance(target.value, ast.Name)
-            ):
-                name = target.value.id
-                return [
-                    src.insert_before(node, f"{name} = {name}.float()")
-                ], f"Convert it first: {name} = {name}.float()"
+        name = _turned_on_later(node)
+        if name is not None:
+            return [
+                src.insert_before(node, f"{name} = {name}.float()")
+            ], f"Convert it first: {name} = {name}.float()"
+    return None
+
+
+def _turned_on_later(node: ast.stmt) -> str | None:
+    """``x`` for ``x.requires_grad_()`` or ``x.requires_grad = …``: the tensor to convert before it."""
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        target, attr = node.value.func, "requires_grad_"
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target, attr = node.targets[0], "requires_grad"
+    else:
+        return None
+    if isinstance(target, ast.Attribute) and target.attr == attr and isinstance(target.value, ast.Name):
+        return target.value.id
     return None
 
 
