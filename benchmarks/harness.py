@@ -21,6 +21,9 @@ from pathlib import Path
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from sandbox_guard import files_owned_by, mount_points  # noqa: E402  (the tests' leftover probes)
+
 HOST = "127.0.0.1"  # loopback only: these scripts never send traffic anywhere else
 SANDBOX_UID_BASE = 61000  # SandboxConfig.uid_base: slot i runs as uid 61000 + i
 TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
@@ -124,23 +127,7 @@ def zygotes() -> set[tuple[int, int]]:
 
 def temp_entries(uids: range) -> set[str]:
     """Entries in the temp dirs named gradstep* or owned by a sandbox uid."""
-    found = set()
-    for d in TEMP_DIRS:
-        try:
-            entries = list(os.scandir(d))
-        except OSError:
-            continue
-        for e in entries:
-            try:
-                if e.name.startswith("gradstep") or e.stat(follow_symlinks=False).st_uid in uids:
-                    found.add(e.path)
-            except OSError:
-                pass
-    return found
-
-
-def mount_points() -> set[str]:
-    return {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
+    return set(files_owned_by(uids, TEMP_DIRS, prefix="gradstep"))
 
 
 def free_port() -> int:

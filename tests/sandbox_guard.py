@@ -128,8 +128,9 @@ def settle(sb, timeout: float = 10.0) -> dict:
         time.sleep(0.005)
 
 
-def files_owned_by(uids: range, dirs: list[str]) -> list[str]:
-    """Entries directly in ``dirs`` owned by one of ``uids`` (a child's leftovers on the host)."""
+def files_owned_by(uids: range, dirs, prefix: str | None = None) -> list[str]:
+    """Entries directly in ``dirs`` owned by one of ``uids`` (a child's leftovers on the host),
+    or, with ``prefix``, named with it."""
     found = []
     for d in dirs:
         try:
@@ -138,7 +139,7 @@ def files_owned_by(uids: range, dirs: list[str]) -> list[str]:
             continue
         for e in entries:
             try:
-                if e.stat(follow_symlinks=False).st_uid in uids:
+                if (prefix and e.name.startswith(prefix)) or e.stat(follow_symlinks=False).st_uid in uids:
                     found.append(e.path)
             except OSError:
                 pass
