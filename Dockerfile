@@ -1,21 +1,27 @@
 # gradstep: one stateless replica. Build and run: see docs/deploy.md (and README "Docker").
 #
-# The sandbox confines each snippet itself, per child, and needs for that what an ordinary
-# container does not give: the server runs as root *inside* the container (root in a user
-# namespace, e.g. rootless Docker/Podman or userns-remap; Kubernetes: hostUsers: false) with
-# CAP_SYS_ADMIN (unshare, mounts), a seccomp profile that lets it call unshare/mount/
-# mount_setattr (deploy/seccomp.json) and no AppArmor mount rule in the way. Every child drops
-# to an unprivileged uid with no capabilities, no_new_privs and its own, stricter seccomp
-# filter before a snippet runs. Without those grants the server refuses to start
-# (GRADSTEP_REQUIRE_LAYERS) instead of running snippets unconfined.
+# The server runs as the unprivileged user gradstep (uid 10001), which owns nothing in the image.
+# The sandbox confines each snippet itself, per child, and needs for that five capabilities:
+# SYS_ADMIN (unshare, the mounts), SETUID/SETGID (each child's own uid), SETPCAP (each child
+# empties its bounding set) and KILL (the zygote kills children of other uids). A non-root process
+# gets capabilities only from a file that carries them, so the server runs under a copy of the
+# interpreter with exactly these as file capabilities (setcap, below), executable by gradstep
+# alone. The container must allow them: --cap-add them (they go into the bounding set; a missing
+# one makes the exec fail with "operation not permitted"), a seccomp profile that lets the server
+# call unshare/mount/mount_setattr (deploy/seccomp.json), no AppArmor mount rule in the way, and
+# NOT no_new_privs (Docker --security-opt no-new-privileges, Kubernetes allowPrivilegeEscalation:
+# false), under which the kernel withholds file capabilities. Every child drops to an
+# unprivileged uid of its own with no capability in any set, no_new_privs and its own, stricter
+# seccomp filter before a snippet runs. Without those grants the server refuses to start
+# (GRADSTEP_REQUIRE_LAYERS) instead of running snippets unconfined, saying what it lacks.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /srv/gradstep
 
-# libseccomp2 for the children's seccomp filter (pyseccomp loads it).
+# libseccomp2 for the children's seccomp filter (pyseccomp loads it); libcap2-bin for setcap/getcap.
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libseccomp2 \
+ && apt-get install -y --no-install-recommends libseccomp2 libcap2-bin \
  && rm -rf /var/lib/apt/lists/*
 
 # CPU-only torch, pinned, before the project (the default index's build pulls in CUDA: GBs).
@@ -30,15 +36,25 @@ COPY snippets ./snippets
 COPY frontend ./frontend
 RUN pip install . && rm -rf /srv/gradstep/server /srv/gradstep/build
 
+# The user, and the interpreter copy that carries the sandbox's capabilities (root-owned, mode
+# 0750: only gradstep and root can run it; any other python in the image has none).
+RUN groupadd --system --gid 10001 gradstep \
+ && useradd --system --uid 10001 --gid gradstep --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin gradstep \
+ && install -o root -g gradstep -m 0750 "$(readlink -f /usr/local/bin/python3)" /usr/local/bin/gradstep-python \
+ && setcap cap_sys_admin,cap_setuid,cap_setgid,cap_setpcap,cap_kill+ep /usr/local/bin/gradstep-python \
+ && getcap /usr/local/bin/gradstep-python
+
 # Per-slot cgroups need a writable cgroup v1 hierarchy, which containers do not get: the
 # container's own --memory and --pids-limit stand in for them. Every other layer is required.
 ENV GRADSTEP_HOST=0.0.0.0 \
     GRADSTEP_PORT=8000 \
     GRADSTEP_REQUIRE_LAYERS=setsid,close_fds,namespaces,mounts,rlimits,uid,no_new_privs,seccomp
 
-# Root in the container (see the top of this file); snippets never run as root.
-USER root
+USER 10001:10001
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
   CMD ["python", "-c", "import json, sys, urllib.request; h = json.load(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)); sys.exit(h['status'] != 'ok')"]
-CMD ["gradstep", "serve", "--host", "0.0.0.0", "--port", "8000"]
+# `gradstep serve`, run by the capability-bearing interpreter (the `gradstep` script's own
+# interpreter has no capabilities): the sandbox's zygote is started with this same executable.
+CMD ["/usr/local/bin/gradstep-python", "-m", "gradstep", "serve", "--host", "0.0.0.0", "--port", "8000"]

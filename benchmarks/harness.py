@@ -186,9 +186,11 @@ class Server:
         env: dict[str, str] | None = None,
         uid_base: int = SANDBOX_UID_BASE,
         wrapper: list[str] | None = None,  # a command the server runs under (it must pass SIGTERM on)
+        executable: str = sys.executable,  # the interpreter that runs `-m gradstep serve`
     ):
         self.workers = workers or os.cpu_count() or 1
         self.wrapper = wrapper or []
+        self.executable = executable
         # replicas on one machine need disjoint sandbox uid ranges (GRADSTEP_UID_BASE)
         self.env = {"GRADSTEP_RATE": "0", "GRADSTEP_UID_BASE": str(uid_base), **(env or {})}
         self.port = 0
@@ -221,7 +223,7 @@ class Server:
         self.port = free_port()
         cmd = [
             *self.wrapper,
-            sys.executable,
+            self.executable,
             "-m",
             "gradstep",
             "serve",

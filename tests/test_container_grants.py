@@ -1,67 +1,80 @@
-"""The grants docs/deploy.md asks of a container are the ones the sandbox needs, and no fewer work.
+"""The grants the deploy files ask of a container are the capabilities the image's interpreter
+carries, and that interpreter gets them only where the container grants them all.
 
-No container engine here: tests/container.py runs `gradstep serve` as root of a new user
-namespace (with its own mount and pid namespaces), its capabilities cut down to the ones
-deploy/docker-compose.yml adds and deploy/seccomp.json loaded, with the Dockerfile's
-GRADSTEP_REQUIRE_LAYERS. What it cannot show: the engine's own AppArmor profile and cgroups.
+No container engine here: tests/container.py emulates one (a user namespace, the bounding set cut
+down to the granted capabilities, deploy/seccomp.json, the image's non-root user) and
+``container.ImageUser`` builds the image's user and capability-bearing interpreter.
+tests/test_nonroot.py runs the image's server that way and attacks it.
 """
 
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
+import subprocess
 
-import httpx
 import pytest
-from gradstep.schema import Trace
+from container import (
+    CAPS,
+    REPO,
+    ImageUser,
+    compose_caps,
+    image_file_caps,
+    image_unavailable,
+    image_user,
+    k8s_caps,
+    wrapper,
+)
+from sandbox_guard import guard_unavailable
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
-from harness import Server  # noqa: E402
-
-CODE = "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * x * 3).sum()\ny.backward()\n"
-UID_BASE = 62700
-
-
-def compose_caps() -> list[str]:
-    found = re.search(r"cap_add: \[([^\]]+)\]", (REPO / "deploy" / "docker-compose.yml").read_text())
-    assert found, "deploy/docker-compose.yml: no cap_add"
-    return [c.strip() for c in found.group(1).split(",")]
-
-
-def image_required_layers() -> str:
-    found = re.search(r"GRADSTEP_REQUIRE_LAYERS=(\S+)", (REPO / "Dockerfile").read_text())
-    assert found, "Dockerfile: no GRADSTEP_REQUIRE_LAYERS"
-    return found.group(1)
+SHOW_CAPS = "import re; print(re.search(r'CapEff:\\s+(\\w+)', open('/proc/self/status').read()).group(1))"
 
 
-def contained(caps: list[str]) -> Server:
-    wrapper = [sys.executable, str(REPO / "tests" / "container.py"), "--caps", ",".join(caps)]
-    wrapper += ["--seccomp", str(REPO / "deploy" / "seccomp.json"), "--"]
-    env = {"GRADSTEP_REQUIRE_LAYERS": image_required_layers()}
-    return Server(1, env, uid_base=UID_BASE, wrapper=wrapper)
+def test_compose_adds_exactly_the_capabilities_the_image_interpreter_carries():
+    assert sorted(compose_caps()) == sorted(image_file_caps())
 
 
-def plain_grad(code: str) -> list[float]:
-    scope: dict = {}
-    exec(compile(code, "<plain>", "exec"), scope)
-    return scope["x"].grad.tolist()
+def test_kubernetes_adds_exactly_the_capabilities_the_image_interpreter_carries():
+    assert sorted(k8s_caps()) == sorted(image_file_caps())
 
 
-def test_with_the_documented_grants_every_layer_the_image_requires_is_active():
-    with contained(compose_caps()) as server:
-        layers = server.get_health()["sandbox"]["layers"]
-        r = httpx.post(f"{server.url}/api/trace", json={"code": CODE}, timeout=60, trust_env=False)
-    required = image_required_layers().split(",")
-    assert {name: layers[name] for name in required} == dict.fromkeys(required, "active")
-    last = Trace.model_validate_json(r.content).steps[-1]
-    assert next(t.grad.values for t in last.tensors if t.name == "x") == plain_grad(CODE)
+def test_compose_and_kubernetes_run_the_image_user():
+    uid, _, gid = image_user().partition(":")
+    compose = (REPO / "deploy" / "docker-compose.yml").read_text()
+    k8s = (REPO / "deploy" / "k8s" / "gradstep.yaml").read_text()
+    assert re.search(r'user: "(\d+):(\d+)"', compose).groups() == (uid, gid)
+    assert re.search(r"runAsUser: (\d+)", k8s).group(1) == uid
+    assert re.search(r"runAsGroup: (\d+)", k8s).group(1) == gid
+    assert "runAsNonRoot: true" in k8s
 
 
-def test_without_dac_override_the_server_refuses_to_start_naming_the_layer():
-    server = contained([c for c in compose_caps() if c != "DAC_OVERRIDE"])
-    with pytest.raises(RuntimeError) as refused:
-        server.start()
-    assert "will not run untrusted snippets" in str(refused.value)
-    assert "mounts: unavailable" in str(refused.value)
+needs_image = pytest.mark.skipif(
+    (guard_unavailable() or image_unavailable()) is not None,
+    reason=str(guard_unavailable() or image_unavailable()),
+)
+
+
+@pytest.fixture(scope="module")
+def image():
+    with ImageUser() as made:
+        yield made
+    assert not made.exists()
+
+
+def in_container(image: ImageUser, caps: list[str], code: str) -> subprocess.CompletedProcess:
+    argv = [*wrapper(caps, f"{image.uid}:{image.gid}"), image.python, "-c", code]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+@needs_image
+def test_with_the_documented_grants_the_interpreter_holds_exactly_its_file_capabilities(image):
+    done = in_container(image, compose_caps(), SHOW_CAPS)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout, 16) == sum(1 << CAPS[c] for c in image_file_caps())
+
+
+@needs_image
+def test_without_one_of_them_the_interpreter_cannot_start(image):
+    # The kernel refuses to execute a file whose effective capabilities it cannot grant in full.
+    done = in_container(image, [c for c in compose_caps() if c != "SETPCAP"], "print('started')")
+    assert done.returncode != 0 and "started" not in done.stdout
+    assert "Operation not permitted" in done.stderr

@@ -490,19 +490,22 @@ def test_the_child_has_no_privileges_left(both, guard, mounts_before):
     code = (
         "import os\n"
         "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
-        "for key in ('Uid', 'Gid', 'Groups', 'CapEff', 'CapPrm', 'NoNewPrivs', 'Seccomp'):\n"
+        "for key in ('Uid', 'Gid', 'Groups', 'CapEff', 'CapPrm', 'CapInh', 'CapBnd', 'CapAmb', 'NoNewPrivs',\n"
+        "            'Seccomp'):\n"
         "    print(key, ' '.join(status[key].split()))\n"
         "print(os.getsid(0) == os.getpid())\n"
         "print(open('/proc/self/cgroup').read())\n"
     )
     _, trace = attack(sb, code, guard, mounts_before)
-    out = dict(line.split(" ", 1) for line in trace["stdout"].splitlines()[:7])
+    out = dict(line.split(" ", 1) for line in trace["stdout"].splitlines()[:10])
     # the uid of the slot it ran in (whichever was free: a run answers before its child exits)
     slot = int(out["Uid"].split()[0]) - UIDS[kind]
     assert slot in range(WORKERS)
     uid = str(UIDS[kind] + slot)
     assert out["Uid"] == f"{uid} {uid} {uid} {uid}" and out["Gid"] == f"{uid} {uid} {uid} {uid}"
-    assert out["Groups"] == "" and out["CapEff"] == out["CapPrm"] == "0000000000000000"
+    assert out["Groups"] == ""
+    caps = [out[key] for key in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb")]
+    assert caps == ["0000000000000000"] * 5  # every set, bounding and ambient too
     assert out["NoNewPrivs"] == "1"
     assert out["Seccomp"] == ("2" if kind == "full" else "0")
     assert "True" in trace["stdout"]  # its own session

@@ -9,7 +9,10 @@ at start-up, saying which are missing and why, when one is not.
 
 from __future__ import annotations
 
-from gradstep.sandbox import LAYERS
+import os
+import sys
+
+from gradstep.sandbox import LAYERS, capabilities
 
 
 def required_layers(spec: str) -> tuple[str, ...]:
@@ -40,7 +43,29 @@ def require_confinement(layers: dict[str, str], spec: str) -> None:
         lines = "\n".join(f"  {name}: {state}" for name, state in missing.items())
         raise RuntimeError(
             "gradstep will not run untrusted snippets without these confinement layers:\n"
-            f"{lines}\n"
-            "Run the server as root (see docs/deploy.md for containers), or set GRADSTEP_REQUIRE_LAYERS "
-            "to the layers this host can provide (e.g. 'none' on a development machine)."
+            f"{lines}\n{privilege_hint()}"
+            "Run the server as root or with the image's capability-bearing interpreter (see docs/deploy.md), "
+            "or set GRADSTEP_REQUIRE_LAYERS to the layers this host can provide (e.g. 'none' on a "
+            "development machine)."
         )
+
+
+def privilege_hint(executable: str = sys.executable) -> str:
+    """Why a server that is not root lacks the capabilities the sandbox needs ("" for root)."""
+    if os.geteuid() == 0:
+        return ""
+    who = f"The server runs as uid {os.geteuid()}"
+    own = capabilities.status()
+    if own.get("NoNewPrivs"):
+        return (
+            f"{who} with no_new_privs set (Docker --security-opt no-new-privileges, Kubernetes "
+            f"allowPrivilegeEscalation: false): the kernel withholds the file capabilities of {executable}.\n"
+        )
+    try:
+        os.getxattr(executable, "security.capability")
+    except OSError:
+        return f"{who} and {executable} carries no file capabilities.\n"
+    lacking = [name for name in capabilities.NEEDED if name not in capabilities.names(own["CapEff"])]
+    if lacking:
+        return f"{who} without CAP_{', CAP_'.join(lacking)} (the container must add them).\n"
+    return ""

@@ -121,18 +121,24 @@ a child stops that child before the target runs ("crashed", fail closed).
    /dev; each ``hide`` path (default: the gradstep repository) covered by an
    empty read-only tmpfs with the ``keep`` paths (default: the interpreter's
    prefixes, e.g. a venv inside the repo) bound back read-only; a private
-   size-limited tmpfs (``tmp_mb``, noexec, owned by the slot's uid) on /tmp as
-   the work dir (cwd) — it disappears with the child's mount namespace; a fresh
-   /proc with ``hidepid=invisible``. Unavailable: use ``--read-only --tmpfs /tmp``.
+   size-limited tmpfs (``tmp_mb``, noexec, mode 0700, owned by the slot's uid) on
+   /tmp as the work dir (cwd, entered once every layer is on, as the slot's uid) —
+   it disappears with the child's mount namespace; a fresh /proc with
+   ``hidepid=invisible``. Unavailable: use ``--read-only --tmpfs /tmp``.
 6. ``rlimits`` — RLIMIT_DATA = the zygote's data size + ``memory_mb`` (not
    RLIMIT_AS: torch maps ~620 MB of address space), CPU (soft ``cpu_seconds``,
    hard +1), FSIZE = ``tmp_mb``, NOFILE, NPROC (per uid, so it binds after 7),
    CORE = 0.
 7. ``uid`` — per-slot unprivileged uid/gid ``uid_base + slot`` (one per slot, or
-   runs could signal each other), no supplementary groups. Everything the child
+   runs could signal each other), no supplementary groups, and no capability
+   in any set (``capabilities.py``: the bounding set is emptied first, with
+   CAP_SETPCAP; a non-root server's file capabilities would survive the uid
+   change, so every set is cleared and then checked). Everything the child
    needs must be imported before this: the stdlib here lives under a 0700 home
    directory; ``preload`` lists what snippets may import beyond what torch and
-   the tracer pull in. Unavailable when the server doesn't run as root.
+   the tracer pull in. Unavailable when the server is neither root nor holding
+   CAP_SETUID, CAP_SETGID and CAP_SETPCAP (the image's file capabilities:
+   docs/deploy.md).
 8. ``no_new_privs`` — PR_SET_NO_NEW_PRIVS (a setuid binary gains nothing) and
    PR_SET_PDEATHSIG(SIGKILL) (the uid change cleared it; the child dies with the zygote).
 9. ``seccomp`` — last, via pyseccomp, with TSYNC: EPERM for exec*, fork/vfork,
@@ -143,7 +149,9 @@ a child stops that child before the target runs ("crashed", fail closed).
    stop threads). Threads and multi-threaded matmul keep working. Unavailable
    without pyseccomp/libseccomp.
 
-Host requirements: root, cgroup v1 memory + pids hierarchies, kernel ≥ 5.12
+Host requirements: root (or, for every layer but ``cgroup``, an interpreter with
+the file capabilities SYS_ADMIN, SETUID, SETGID, SETPCAP and KILL, as the container
+image runs it), cgroup v1 memory + pids hierarchies, kernel ≥ 5.12
 (``mount_setattr``), libseccomp2 and the ``pyseccomp`` package.
 """
 

@@ -18,6 +18,8 @@ import signal
 import struct
 import time
 
+from gradstep.sandbox import capabilities
+
 try:
     import pyseccomp
 except Exception as e:  # not installed, or no libseccomp: the seccomp layer reports itself unavailable
@@ -161,6 +163,7 @@ class Confinement:
         self.code_fd = code_fd
         self.timings: dict[str, float] = {}
         self.unshared = False
+        self.workdir: str | None = None  # entered once every layer is on (see ``apply``)
 
     def apply(self, layers: list[str]) -> None:
         """Apply each layer; the first failure raises LayerFailed (the child must not go on)."""
@@ -171,6 +174,13 @@ class Confinement:
             except Exception as e:
                 raise LayerFailed(name, e) from e
             self.timings[name] = (time.perf_counter() - t) * 1e3
+        # The work dir is 0700 and owned by the run's uid: entered as that uid, so a server
+        # that is not root needs no CAP_DAC_OVERRIDE for it.
+        if self.workdir is not None:
+            try:
+                os.chdir(self.workdir)
+            except OSError as e:
+                raise LayerFailed("mounts", e) from e
 
     def probe(self, layers: list[str]) -> dict[str, str]:
         """Try every layer, going on after failures: {name: "active" | "unavailable: why"}."""
@@ -280,7 +290,7 @@ class Confinement:
             f"size={plan['tmp_mb']}m,nr_inodes=4096,mode=0700,uid={self.run_uid},gid={self.run_uid}",
         )
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
-        os.chdir("/tmp")
+        self.workdir = "/tmp"
 
     def rlimits(self) -> None:
         plan = self.plan
@@ -312,11 +322,20 @@ class Confinement:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
 
     def uid(self) -> None:
+        # The bounding set first: emptying it needs CAP_SETPCAP, which a root server's
+        # child loses with uid 0. A non-root server's child keeps its (file) capabilities
+        # across setresuid, so every set is cleared explicitly, then checked.
+        capabilities.drop_bounding()
+        capabilities.clear_ambient()
         os.setgroups([])
         os.setresgid(self.run_uid, self.run_uid, self.run_uid)
         os.setresuid(self.run_uid, self.run_uid, self.run_uid)
+        capabilities.clear()
         if os.getuid() != self.run_uid or os.geteuid() != self.run_uid:
             raise RuntimeError("uid did not change")
+        left = capabilities.left()
+        if left:
+            raise RuntimeError(f"capabilities left after the uid change: {left}")
 
     def no_new_privs(self) -> None:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
