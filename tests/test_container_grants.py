@@ -1,5 +1,6 @@
 """The grants the deploy files ask of a container are the capabilities the image's interpreter
-carries, and that interpreter gets them only where the container grants them all.
+carries, and that interpreter gets them only where the container grants them all. (And the image
+installs what the Makefile installs.)
 
 No container engine here: tests/container.py emulates one (a user namespace, the bounding set cut
 down to the granted capabilities, deploy/seccomp.json, the image's non-root user) and
@@ -35,6 +36,13 @@ def test_compose_adds_exactly_the_capabilities_the_image_interpreter_carries():
 
 def test_kubernetes_adds_exactly_the_capabilities_the_image_interpreter_carries():
     assert sorted(k8s_caps()) == sorted(image_file_caps())
+
+
+def test_the_image_pins_the_torch_the_makefile_installs():
+    makefile = re.search(r"^TORCH\s*\?=\s*(\S+)", (REPO / "Makefile").read_text(), re.M)
+    image = re.search(r"pip install --index-url \S+ (torch==\S+)", (REPO / "Dockerfile").read_text())
+    assert makefile and image
+    assert image.group(1) == makefile.group(1)
 
 
 def test_compose_and_kubernetes_run_the_image_user():
