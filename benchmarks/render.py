@@ -7,17 +7,30 @@ Playwright. Targets (issue 6): the 24-layer transformer (≈1800 nodes) painted
 ≤ 100 ms; the fully expanded graph laid out off the main thread, progress
 shown, ≤ 2 s; step transitions at 60 fps. Prints medians. Usage:
     python benchmarks/render.py [--repeat N]
+    python benchmarks/render.py --steps-only --against HEAD~1 [--repeat N]
+With --against REF, the front end of git REF (its frontend/ folder, served to a second page in its
+own browser context) is measured too, interleaved with the working tree's, and each step figure is
+printed with its ratio to the baseline's (this machine is shared: a ratio from the same run is what
+to compare). --steps-only measures the step transitions of the 24-layer transformer alone, modules
+collapsed and fully expanded.
 Needs Chromium at /usr/bin/chromium (or $GRADSTEP_CHROMIUM).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlparse
 
 from playwright.sync_api import sync_playwright
 
@@ -183,14 +196,114 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def frontend_of(ref: str) -> Iterator[Path]:
+    """The frontend/ folder of git `ref`, extracted to a temporary folder."""
+    tar = subprocess.run(
+        ["git", "archive", ref, "frontend"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    with tempfile.TemporaryDirectory(prefix="gradstep-frontend-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+            t.extractall(tmp, filter="data")
+        yield Path(tmp) / "frontend"
+
+
+def serve_static_from(page, base: str, folder: Path) -> None:
+    """The page gets /static/* from `folder` instead of the server (same server, other front end)."""
+
+    def handle(route):
+        f = folder / urlparse(route.request.url).path.removeprefix("/static/")
+        if f.is_file():
+            route.fulfill(path=str(f))
+        else:
+            route.continue_()
+
+    page.route(f"{base}/static/**", handle)
+
+
+def open_app(browser, base: str, frontend: Path | None = None):
+    page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+    if frontend is not None:
+        serve_static_from(page, base, frontend)
+    page.goto(f"{base}/?snippet=shared_trunk_partial_grads")
+    page.wait_for_function("Number(document.body.dataset.painted || 0) >= 1", timeout=60_000)
+    return page
+
+
+def expand_all(page) -> int:
+    r = longest_task_during(page, "await window.gradstep.viewer.expandAll();")
+    return r["nodes"]
+
+
+def measure_steps(browser, page) -> dict[str, list[float]]:
+    """One round of every step figure: frame / next / graph (step_times), cpu (step_cpu), fps (Play)."""
+    out = step_times(page, 1)
+    out["cpu"] = step_cpu(browser, page, 1)
+    fr = frame_stats(page, "window.gradstep.viewer.setStep(0); window.gradstep.viewer.play();", 3000)
+    page.evaluate("window.gradstep.viewer.stop()")
+    out["fps"] = [fr["fps"]]
+    out["worst"] = [fr["worst"]]
+    return out
+
+
+def ab_line(name: str, xs: list[float], base: list[float] | None, unit: str = "ms") -> str:
+    line = f"    {name:<34} median {med(xs):6.1f} {unit}, max {max(xs):6.1f} {unit}"
+    if base:
+        line += f"  | baseline median {med(base):6.1f}, max {max(base):6.1f}; ratio of medians {med(xs) / med(base):.2f}"
+    return line
+
+
+def steps_ab(browser, base: str, repeat: int, against: str | None) -> None:
+    """Step transitions on the transformer, modules collapsed then fully expanded: the working tree's
+    front end and (with `against`) a baseline's, measured in turns so machine noise hits both alike."""
+    with contextlib.ExitStack() as stack:
+        pages = {"now": open_app(browser, base)}
+        if against:
+            pages["base"] = open_app(browser, base, stack.enter_context(frontend_of(against)))
+        for page in pages.values():
+            run(page, TRANSFORMER)
+        for config in ("modules collapsed", "fully expanded"):
+            if config == "fully expanded":
+                drawn = {k: expand_all(p) for k, p in pages.items()}
+                config += f" ({drawn['now']} nodes drawn)"
+            got: dict[str, dict[str, list[float]]] = {k: {} for k in pages}
+            for k in range(repeat):
+                order = list(pages) if k % 2 == 0 else list(reversed(pages))
+                for name in order:
+                    for key, xs in measure_steps(browser, pages[name]).items():
+                        got[name].setdefault(key, []).extend(xs)
+            now, was = got["now"], got.get("base")
+            print(
+                f"\n24-layer transformer, {config}: {len(now['cpu'])} steps measured per front end"
+                + (f" (baseline: {against})" if against else "")
+            )
+            print(ab_line("main-thread CPU per step", now["cpu"], was and was["cpu"]))
+            print(ab_line("step frame (target ≤ 16.7 ms)", now["frame"], was and was["frame"]))
+            print(ab_line("next → painted frame", now["next"], was and was["next"]))
+            print(ab_line("graph view script", now["graph"], was and was["graph"]))
+            print(ab_line("playing", now["fps"], was and was["fps"], unit="fps"))
+            print(ab_line("playing: longest frame", now["worst"], was and was["worst"]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--against", metavar="REF", help="a git ref whose front end is measured too, in turns")
+    ap.add_argument("--steps-only", action="store_true", help="only the transformer's step transitions")
     args = ap.parse_args()
     proc, base = start_server()
     try:
         with sync_playwright() as p:
             browser = launch(p)
+            if args.steps_only or args.against:
+                print(f"render benchmark, Chromium headless: step transitions, {args.repeat} rounds each")
+                steps_ab(browser, base, args.repeat, args.against)
+                if args.steps_only:
+                    browser.close()
+                    return
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.goto(f"{base}/?snippet=shared_trunk_partial_grads")
             page.wait_for_function("Number(document.body.dataset.painted || 0) >= 1", timeout=60_000)

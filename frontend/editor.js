@@ -99,6 +99,11 @@ function buildDecorations(state, marks) {
 
 const emptyMarks = { current: null, linked: [], errors: [], diagnoses: [] };
 
+/** Marks are plain data (numbers, strings, arrays of them): equal when their JSON is. */
+function sameMarks(a, b) {
+  return a === b || JSON.stringify(a) === JSON.stringify(b);
+}
+
 const marksField = StateField.define({
   create: () => ({ marks: emptyMarks, deco: Decoration.none }),
   update(value, tr) {
@@ -177,10 +182,11 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
   let pendingMarks = null;
   let pendingReveal = null;
   let queued = false;
+  let stepLine = null; // the line showStep last revealed
   const flush = () => {
     queued = false;
     const effects = [];
-    if (pendingMarks && JSON.stringify(pendingMarks) !== JSON.stringify(view.state.field(marksField).marks)) {
+    if (pendingMarks && !sameMarks(pendingMarks, view.state.field(marksField).marks)) {
       effects.push(setMarks.of(pendingMarks));
     }
     if (pendingReveal !== null && pendingReveal <= view.state.doc.lines) {
@@ -200,7 +206,23 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     getCode: () => view.state.doc.toString(),
     setCode(code) {
       if (queued) flush(); // marks asked for before belong to the old text
+      stepLine = null;
       view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: code } });
+    },
+    /**
+     * A step's marks and line, applied at once: the viewer calls this before it writes the rest of
+     * the step, so the editor's update (which reads the DOM selection, forcing a layout) sees a
+     * clean layout. Nothing is dispatched when the marks show already and the line is the one last
+     * revealed (scrolling away from it by hand is left alone until the line or its errors change).
+     */
+    showStep(next, line) {
+      // an inline error under the line (new or gone) changes what must fit in view
+      const errorsChanged = !sameMarks(marks.errors, next.errors ?? marks.errors);
+      marks = { ...marks, ...next };
+      pendingMarks = marks;
+      if (line && (line !== stepLine || errorsChanged) && line <= view.state.doc.lines) pendingReveal = line;
+      stepLine = line || null;
+      flush();
     },
     setMarks(next) {
       marks = { ...marks, ...next };

@@ -379,15 +379,20 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
   // What a step shows on each item, as a string: an item's DOM is a function of its
   // signature, so stepping touches only items whose signature differs from what they show.
   // Computed once per step (model.step(i) objects are cached), without reading the DOM.
-  const sigCache = new WeakMap(); // step → {items: Map(item key → sig), edges: Map(edge key → sig), flowKeys}
+  const sigCache = new WeakMap(); // step → {items: Map(item key → sig), groups, edges: Map(edge key → sig), flowKeys}
   function stepSigs(step) {
     let s = sigCache.get(step);
     if (s && s.vis === vis) return s;
-    s = { vis, items: new Map(), edges: new Map(), flowKeys: new Map() };
+    // a collapsed module's status walks all its members: kept for its paint
+    s = { vis, items: new Map(), groups: new Map(), edges: new Map(), flowKeys: new Map() };
     const changes = model.gradChanges(step.index);
     const dropped = new Set(step.dropped);
     for (const d of vis.items.values()) {
-      s.items.set(d.key, d.kind === "group" ? groupSig(groupStatus(model, step, d.members)) : nodeSig(step, d.id, changes, dropped));
+      if (d.kind === "group") {
+        const gs = groupStatus(model, step, d.members);
+        s.groups.set(d.key, gs);
+        s.items.set(d.key, groupSig(gs));
+      } else s.items.set(d.key, nodeSig(step, d.id, changes, dropped));
     }
     // the step's graph is the `next` of its alive nodes; gradient flowed along step.flow
     for (const f of step.flow) {
@@ -443,7 +448,7 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
   function paintItem(el, d, step, sig) {
     el.__gsSig = sig;
     el.__gsHooks = sig;
-    if (d.kind === "group") return paintGroup(select(el), d, step);
+    if (d.kind === "group") return paintGroup(select(el), d, stepSigs(step).groups.get(d.key));
     const n = model.nodes[d.id];
     const st = nodeStatus(model, step, n.id);
     const tensors = (step && st.alive && step.gradsOf.get(n.id)) || [];
@@ -773,8 +778,7 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
     void token;
   }
 
-  function paintGroup(g, d, step) {
-    const s = groupStatus(model, step, d.members);
+  function paintGroup(g, d, s) {
     g.classed("gs-absent", s.alive === 0)
       .classed("gs-executed", s.executed > 0)
       .classed("gs-failed", s.failed > 0)

@@ -428,6 +428,17 @@ export function nodeStatus(model, step, id) {
  * Stepping backwards is a jump: nothing to animate beyond the new state.
  */
 export function diffSteps(model, from, to) {
+  // pure in (model, from, to): computed once per pair (Play and stepping repeat the same pairs)
+  let cache = diffCache.get(model);
+  if (!cache) diffCache.set(model, (cache = new Map()));
+  const key = `${from}>${to}`;
+  if (!cache.has(key)) cache.set(key, computeDiff(model, from, to));
+  return cache.get(key);
+}
+
+const diffCache = new WeakMap(); // model → Map("from>to" → diff)
+
+function computeDiff(model, from, to) {
   const a = from >= 0 ? model.step(from) : null;
   const b = model.step(to);
   const out = { added: [], removed: [], freed: [], stale: [], grads: [], flow: [], forward: to === from + 1 };
@@ -439,10 +450,13 @@ export function diffSteps(model, from, to) {
     if (s.freed && !(p && p.freed)) out.freed.push(id);
     if (s.stale && !(p && p.stale)) out.stale.push(id);
   }
-  const before = new Map((a ? a.tensors : []).map((t) => [t.name, t.grad]));
+  // one step on: the grads that changed are the step's own grad changes (compared once, cached)
+  const changed = to === from + 1 ? model.gradChanges(to) : null;
+  const before = changed ? null : new Map((a ? a.tensors : []).map((t) => [t.name, t.grad]));
   for (const t of b.tensors) {
-    const old = before.get(t.name) ?? null;
-    if (!t.grad || sameGrad(old, t.grad)) continue;
+    const c = changed ? changed.get(t.name) : null;
+    const old = changed ? (c ? c.old : null) : before.get(t.name) ?? null;
+    if (changed ? !c : !t.grad || sameGrad(old, t.grad)) continue;
     out.grads.push({
       name: t.name,
       node: t.node,

@@ -5,13 +5,14 @@
 // and sets attributes; diffSteps(i-1, i) only decides what to animate.
 
 import {
-  buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags,
-  fmtBytes, limitName, fmtGrad, fmtShape, fmtValues, nodeStatus, modulePath,
+  buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
 } from "./model.js";
 import { layoutGraph, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
 import { renderNarration } from "./narration.js";
 import { h } from "./dom.js";
+import { createInspector, createOutputPanel, createTensorsPanel, nearScreen, setText } from "./panels.js";
+import { chartLabel, inspectorView, outputView, tensorsView } from "./panel-views.js";
 
 const WORKER_ITEMS = 400;
 
@@ -42,7 +43,7 @@ function layoutInput(model) {
 
 /**
  * createViewer(el, options) → viewer
- * options.code: { setMarks({current, linked, errors}), revealLine(n) } — the code pane
+ * options.code: the code pane (editor.js): showStep({current, linked, errors}, line)
  * options.slots: { stepper, graph, panels } — elements to build into (defaults: inside el)
  * options.onStep(i), options.workerUrl
  */
@@ -132,6 +133,17 @@ export function createViewer(el, options = {}) {
   const chartPanel = h("section", { class: "gs-panel gs-chart", "aria-label": "Bytes held by saved tensors" });
   const outputPanel = h("section", { class: "gs-panel gs-output", "aria-label": "Output of this step" });
   panelsEl.append(inspector, tensorsPanel, chartPanel, outputPanel);
+  // built once, then updated in place; a panel away from the screen (or hidden) is updated when it comes near
+  const inspectorUI = createInspector(inspector);
+  const tensorsUI = createTensorsPanel(tensorsPanel, {
+    onSelect: (id) => selectNode(id),
+    onShowAll: () => {
+      showAllTensors = true;
+      renderTensors();
+    },
+  });
+  const outputUI = createOutputPanel(outputPanel);
+  const whenNear = new Map([inspector, tensorsPanel, chartPanel, outputPanel].map((p) => [p, nearScreen(p)]));
 
   // ---------------------------------------------------------- state
   let model = null;
@@ -313,13 +325,19 @@ export function createViewer(el, options = {}) {
 
   function update(animate, from = index - 1) {
     const n = steps();
+    const step = model ? model.step(index) : null;
+    // One style and layout pass per step: what must read the layout goes first, on the layout the
+    // last frame left clean (the editor's update reads the DOM selection), then only writes. A read
+    // after the writes would force a synchronous layout.
+    markCode(step);
+    scrollTimeline();
     stepperEl.dataset.step = String(index);
     stepperEl.dataset.steps = String(n);
     slider.max = String(Math.max(0, n - 1));
     slider.value = String(index);
     slider.disabled = n <= 1;
     slider.setAttribute("aria-valuetext", n ? `Step ${index + 1} of ${n}: ${stepTitle(model.steps[index])}` : "No steps");
-    counter.textContent = n ? `${index + 1} / ${n}` : "0 / 0";
+    setText(counter, n ? `${index + 1} / ${n}` : "0 / 0");
     bFirst.disabled = bPrev.disabled = index <= 0;
     bNext.disabled = bLast.disabled = index >= n - 1;
     bPlay.disabled = n <= 1;
@@ -331,25 +349,39 @@ export function createViewer(el, options = {}) {
       if (k === index) b.setAttribute("aria-current", "step");
       else b.removeAttribute("aria-current");
     }
-    const cur = timeline.children[index];
-    if (cur) {
-      // offsets, not client rects: no forced layout of the whole page
-      const left = cur.offsetLeft - timeline.offsetLeft;
-      if (left < timeline.scrollLeft || left + cur.offsetWidth > timeline.scrollLeft + timeline.clientWidth) {
-        timeline.scrollLeft = left - timeline.clientWidth / 2 + cur.offsetWidth / 2;
-      }
-    }
-    const step = model ? model.step(index) : null;
     const diff = step && animate ? diffSteps(model, from, index) : null;
-    // Reads of layout first (the editor reads the selection), then the writes:
-    // reading after thousands of SVG writes would force a synchronous layout.
-    markCode(step);
     if (step) graph.showStep(step, diff, { animate });
     renderBanner(step);
     renderInspector();
-    renderTensors(step);
+    renderTensors();
     renderChartCursor();
-    renderOutput(step);
+    renderOutput();
+  }
+
+  // The timeline's geometry, measured when the browser has laid it out anyway (ResizeObserver), so
+  // a step reads no layout; its scroll position follows its scroll events.
+  const tl = { lefts: [], widths: [], width: 0, scroll: 0 };
+  const tlSizes = typeof ResizeObserver === "function" ? new ResizeObserver(() => {
+    tl.width = timeline.clientWidth;
+    tl.scroll = timeline.scrollLeft;
+    const items = [...timeline.children];
+    tl.lefts = items.map((li) => li.offsetLeft - timeline.offsetLeft);
+    tl.widths = items.map((li) => li.offsetWidth);
+    scrollTimeline();
+  }) : null;
+  timeline.addEventListener("scroll", () => {
+    tl.scroll = timeline.scrollLeft;
+  }, { passive: true });
+
+  /** Keep the current step's button in the timeline's view. */
+  function scrollTimeline() {
+    if (!tlSizes || index >= tl.lefts.length) return; // measured (then scrolled) once laid out
+    const left = tl.lefts[index];
+    const width = tl.widths[index];
+    if (left < tl.scroll || left + width > tl.scroll + tl.width) {
+      tl.scroll = Math.max(0, left - tl.width / 2 + width / 2);
+      timeline.scrollLeft = tl.scroll;
+    }
   }
 
   function stepDuration() {
@@ -408,6 +440,9 @@ export function createViewer(el, options = {}) {
 
   function buildTimeline() {
     timeline.replaceChildren();
+    tl.lefts = [];
+    tl.widths = [];
+    if (tlSizes) tlSizes.disconnect();
     if (!model) return;
     model.steps.forEach((s, i) => {
       const call = s.kind !== "forward";
@@ -424,12 +459,20 @@ export function createViewer(el, options = {}) {
         ),
       );
       timeline.append(li);
+      if (tlSizes) tlSizes.observe(li);
     });
+    if (tlSizes) tlSizes.observe(timeline);
   }
 
   // ---------------------------------------------------------- banner
 
+  let bannerFor = null; // [model, step index] the banner tells
   function renderBanner(step) {
+    if (bannerFor && bannerFor[0] === model && bannerFor[1] === index) return;
+    bannerFor = [model, index];
+    // its links go with it (no mouseleave comes from a removed link): so do their highlights
+    for (const e of narrTargets) e.classList.remove("gs-narr-target");
+    narrTargets = [];
     banner.replaceChildren();
     if (!model) return;
     const t = model.trace;
@@ -460,12 +503,15 @@ export function createViewer(el, options = {}) {
   }
 
   /** Narration links: highlight the nodes (and a tensor's .grad texts) they name. */
+  let narrTargets = []; // the .grad texts a narration link highlights
   function highlightLinked(ids, tensor) {
     graph.link(ids);
-    for (const e of el.querySelectorAll(".gs-narr-target")) e.classList.remove("gs-narr-target");
+    for (const e of narrTargets) e.classList.remove("gs-narr-target");
+    narrTargets = [];
     if (tensor === null) return;
     const name = CSS.escape(tensor);
-    for (const e of el.querySelectorAll(`[data-grad-for="${name}"], [data-tensor-grad="${name}"]`)) e.classList.add("gs-narr-target");
+    narrTargets = [...el.querySelectorAll(`[data-grad-for="${name}"], [data-tensor-grad="${name}"]`)];
+    for (const e of narrTargets) e.classList.add("gs-narr-target");
   }
 
   // ---------------------------------------------------------- code pane
@@ -491,8 +537,7 @@ export function createViewer(el, options = {}) {
       }
     }
     const linked = nodeHover ? [...new Set(nodeHover.map((id) => model.nodes[id].line).filter((l) => l !== null))] : [];
-    code.setMarks({ current: step ? step.line : null, linked, errors });
-    if (step && step.line) code.revealLine(step.line);
+    code.showStep({ current: step ? step.line : null, linked, errors }, step ? step.line : null);
   }
 
   function hoverNodes(ids) {
@@ -510,109 +555,36 @@ export function createViewer(el, options = {}) {
   }
 
   function renderInspector() {
-    inspector.replaceChildren(h("h2", {}, "Inspector"));
-    if (!model) return;
-    if (selected === null || selected === undefined || !model.nodes[selected]) {
-      inspector.append(h("p", { class: "gs-muted" }, "Click a node to see its op, line, module, saved tensors and gradient."));
-      return;
-    }
-    const n = model.nodes[selected];
-    const step = model.step(index);
-    const st = nodeStatus(model, step, n.id);
-    const dl = h("dl", { class: "gs-facts" });
-    const fact = (k, v) => dl.append(h("dt", {}, k), h("dd", {}, v));
-    fact("op", n.op);
-    fact("node id", String(n.id));
-    if (st.alive && st.vars.length) fact(n.isLeaf ? "tensor" : "grad_fn of", st.vars.join(", "));
-    else if (n.tensor) fact("tensor", n.tensor);
-    fact("line", n.line !== null ? String(n.line) : "—");
-    fact("module", n.module || (n.group ? `${n.group} (by name)` : "—"));
-    fact("created at", `step ${n.step + 1}`);
-    fact("state now", !st.alive ? (st.dropped ? "dropped (no variable reaches it)" : "not created yet / gone") :
-      [st.failed ? "failed here" : st.executed ? `ran (#${st.order})` : "did not run this step", st.freed ? "freed" : null, st.stale ? "stale" : null, st.retained ? "retained" : null].filter(Boolean).join(", "));
-    if (n.gradGraph) fact("graph", "built by create_graph=True (a gradient's graph)");
-    inspector.append(h("h3", {}, n.isLeaf ? `leaf ${n.tensor || ""}` : n.op), dl);
-    // saved values
-    inspector.append(h("h4", {}, "Saved for backward"));
-    if (!n.saved.length) inspector.append(h("p", { class: "gs-muted" }, n.isLeaf ? "AccumulateGrad saves nothing: nothing to free." : "Nothing saved: nothing to free."));
-    else {
-      const staleNames = new Set(st.staleSaved || []);
-      const table = h("table", { class: "gs-table" }, h("thead", {}, h("tr", {}, ...["name", "kind", "shape", "dtype", "bytes", "of", "state"].map((c) => h("th", { scope: "col" }, c)))));
-      const body = h("tbody");
-      for (const s of n.saved) {
-        const state = s.kind === "value" ? `value ${JSON.stringify(s.value)}` :
-          !st.alive ? "—" : st.freed ? "freed" : st.stale && (staleNames.size === 0 || staleNames.has(s.name)) ? "stale" : st.retained ? "retained" : "held";
-        body.append(h("tr", { class: `gs-saved-${state.split(" ")[0]}` },
-          h("td", {}, s.name), h("td", {}, s.kind), h("td", {}, s.shape ? fmtShape(s.shape) : "—"), h("td", {}, s.dtype || "—"),
-          h("td", {}, s.bytes !== null ? fmtBytes(s.bytes) : "—"), h("td", {}, s.of || "—"), h("td", {}, state)));
-      }
-      table.append(body);
-      inspector.append(table);
-    }
-    const tensors = (step && st.alive && step.gradsOf.get(n.id)) || [];
-    if (tensors.length || n.isLeaf) {
-      inspector.append(h("h4", {}, "Gradient"));
-      if (!tensors.length) inspector.append(h("p", {}, "grad: None"));
-      for (const t of tensors) inspector.append(gradBlock(t.name, t.grad));
-    }
-  }
-
-  function gradBlock(name, grad) {
-    if (!grad) return h("p", {}, `${name}.grad = None`);
-    const vals = grad.values !== null && grad.values !== undefined ? fmtValues(grad.values) : "(values not recorded: more than 64 elements)";
-    return h("div", { class: "gs-gradblock" },
-      h("div", {}, h("code", {}, `${name}.grad`), ` ${fmtShape(grad.shape)} ${grad.dtype}${grad.has_grad_fn ? " · has grad_fn" : ""}`),
-      h("pre", { class: "gs-values" }, vals),
-      h("div", { class: "gs-muted" }, `norm ${grad.norm === null ? "—" : grad.norm}`));
+    whenNear.get(inspector)(() => inspectorUI.update(inspectorView(model, index, selected), Boolean(model)));
   }
 
   // ---------------------------------------------------------- tensors panel
 
-  function renderTensors(step) {
-    tensorsPanel.replaceChildren(h("h2", {}, "Tensors"));
-    if (!step) return;
-    if (!step.tensors.length) {
-      tensorsPanel.append(h("p", { class: "gs-muted" }, "No named tensor that can hold a .grad at this step."));
-      return;
-    }
-    const changes = model.gradChanges(index);
-    const table = h("table", { class: "gs-table" }, h("thead", {}, h("tr", {}, ...["name", "shape", "leaf", ".grad", ""].map((c) => h("th", { scope: "col" }, c)))));
-    const body = h("tbody");
-    const shown = showAllTensors ? step.tensors : step.tensors.slice(0, TENSOR_ROWS);
-    for (const t of shown) {
-      const c = changes.get(t.name);
-      const changed = Boolean(c);
-      const what = changed ? (c.old ? "accumulated" : "written") : "";
-      body.append(h("tr", { class: changed ? "gs-changed" : "" },
-        h("td", {}, h("button", { type: "button", class: "gs-link", disabled: t.node === null, onclick: () => t.node !== null && selectNode(t.node) }, t.name)),
-        h("td", {}, fmtShape(t.shape)),
-        h("td", {}, t.isLeaf ? "leaf" : t.retainsGrad ? "retain_grad" : "—"),
-        h("td", { class: "gs-mono", "data-tensor-grad": t.name }, fmtGrad(t.grad)),
-        h("td", { class: `gs-what gs-what-${what}` }, what)));
-    }
-    table.append(body);
-    tensorsPanel.append(table);
-    if (shown.length < step.tensors.length) {
-      tensorsPanel.append(h("button", { type: "button", class: "gs-btn gs-more", onclick: () => {
-        showAllTensors = true;
-        renderTensors(model.step(index));
-      } }, `Show all ${step.tensors.length} tensors`));
-    }
+  let showAllTensors = false;
+  const TENSOR_ROWS = 40;
+
+  function renderTensors() {
+    whenNear.get(tensorsPanel)(() => tensorsUI.update(tensorsView(model, index, showAllTensors ? Infinity : TENSOR_ROWS)));
   }
 
   // ---------------------------------------------------------- saved bytes chart
 
-  let showAllTensors = false;
-  const TENSOR_ROWS = 40;
   let chartBars = [];
   let chartCursor = null;
+  let chartLabelEl = null;
+  let chartPeak = 0;
+  let chartAt = -1; // the bar marked current
   function renderChart() {
     chartPanel.replaceChildren(h("h2", {}, "Bytes held by saved tensors"));
     chartBars = [];
+    chartCursor = null;
+    chartLabelEl = null;
+    chartAt = -1;
     if (!model || !steps()) return;
     const W = 280;
     const H = 70;
-    const max = Math.max(1, ...model.steps.map((s) => s.savedBytes));
+    chartPeak = Math.max(...model.steps.map((s) => s.savedBytes));
+    const max = Math.max(1, chartPeak);
     const bw = W / steps();
     const svgNS = "http://www.w3.org/2000/svg";
     const svg = document.createElementNS(svgNS, "svg");
@@ -647,40 +619,28 @@ export function createViewer(el, options = {}) {
     chartCursor.setAttribute("d", `M0,${H + 3}l5,8h-10z`);
     chartCursor.setAttribute("class", "gs-chart-cursor");
     svg.append(chartCursor);
-    const label = h("div", { class: "gs-chart-label" });
-    chartPanel.append(svg, label);
+    chartLabelEl = h("div", { class: "gs-chart-label" });
+    chartPanel.append(svg, chartLabelEl);
   }
 
   function renderChartCursor() {
-    chartBars.forEach((r, i) => r.classList.toggle("gs-bar-current", i === index));
-    if (chartCursor && chartBars[index]) {
-      const x = Number(chartBars[index].getAttribute("x")) + Number(chartBars[index].getAttribute("width")) / 2;
-      chartCursor.setAttribute("transform", `translate(${x},0)`);
-    }
-    const label = chartPanel.querySelector(".gs-chart-label");
-    if (label && model && steps()) {
-      const max = Math.max(...model.steps.map((s) => s.savedBytes));
-      label.textContent = `now ${fmtBytes(model.steps[index].savedBytes)} · peak ${fmtBytes(max)}`;
-    }
+    whenNear.get(chartPanel)(() => {
+      if (!chartLabelEl) return;
+      if (chartAt !== index) {
+        if (chartBars[chartAt]) chartBars[chartAt].classList.remove("gs-bar-current");
+        chartBars[index].classList.add("gs-bar-current");
+        const x = Number(chartBars[index].getAttribute("x")) + Number(chartBars[index].getAttribute("width")) / 2;
+        chartCursor.setAttribute("transform", `translate(${x},0)`);
+        chartAt = index;
+      }
+      setText(chartLabelEl, chartLabel(model, index, chartPeak));
+    });
   }
 
   // ---------------------------------------------------------- output
 
-  function renderOutput(step) {
-    outputPanel.replaceChildren(h("h2", {}, "Output"));
-    if (!model) return;
-    const out = step ? step.stdout : model.trace.stdout;
-    const warns = step ? step.warnings : model.trace.warnings;
-    if (step) outputPanel.append(h("div", { class: "gs-muted" }, index > 0 ? "printed since the previous step" : "printed before this step"));
-    outputPanel.append(h("pre", { class: `gs-stdout ${out ? "" : "gs-muted"}`, "data-stdout-step": String(index) }, out || "(nothing)"));
-    for (const w of warns) {
-      outputPanel.append(h("div", { class: "gs-warning", role: "note" }, h("strong", {}, `${w.category}${w.line ? ` (line ${w.line})` : ""}: `), w.message));
-    }
-    const last = index === steps() - 1 || !steps();
-    if (last && model.trace.stdout) {
-      const rest = model.trace.stdout.slice(model.steps.reduce((a, s) => a + s.stdout.length, 0));
-      if (rest) outputPanel.append(h("div", { class: "gs-muted" }, "printed after the last step"), h("pre", { class: "gs-stdout" }, rest));
-    }
+  function renderOutput() {
+    whenNear.get(outputPanel)(() => outputUI.update(outputView(model, index), index));
   }
 
   return viewer;

@@ -308,10 +308,31 @@ e = (b ** 3).mean()
 e.backward()
 """
 
+# Prints, a warning raised by a line, one raised by a call (create_graph=True) and output after the
+# last step: every part of the Output panel changes along the steps.
+PRINTS_AND_WARNS = """import torch
+import warnings
+a = torch.tensor([1.0, 2.0], requires_grad=True)
+b = torch.tensor([3.0, -1.0], requires_grad=True)
+c = (a * b).sum()
+print("c is", c.item())
+c.backward(retain_graph=True)
+warnings.warn("a's grad was written once")
+d = (a.exp() * b).sum()
+print("d is", round(d.item(), 3))
+d.backward(retain_graph=True)
+c.backward()
+e = (b ** 3).mean()
+e.backward(create_graph=True)
+print("done")
+"""
+
 # What the step shows, as DOM: the graph (less its zoom transform, the particles and the
 # transient animation classes), the narration banner, the stepper and the panels. Serialised with
-# attributes and class names sorted (their order carries no meaning).
-SNAPSHOT_JS = """() => {
+# attributes and class names sorted (their order carries no meaning). The argument: a selector of
+# the viewer to read (default: the page's first).
+SNAPSHOT_JS = """(root) => {
+  const R = root ? document.querySelector(root) : document;
   const ser = (n) => {
     if (n.nodeType === 3) return n.data;
     if (n.nodeType !== 1) return '';
@@ -322,13 +343,13 @@ SNAPSHOT_JS = """() => {
       .map(([k, v]) => ` ${k}="${v}"`).join('');
     return `<${n.localName}${attrs}>${[...n.childNodes].map(ser).join('')}</${n.localName}>`;
   };
-  const vp = document.querySelector('.gs-graph-svg .gs-viewport').cloneNode(true);
+  const vp = R.querySelector('.gs-graph-svg .gs-viewport').cloneNode(true);
   vp.removeAttribute('transform');
   vp.querySelector('.gs-flow').replaceChildren();
   for (const el of vp.querySelectorAll('.gs-pop, .gs-running, .gs-freeing, .gs-grad-hold')) {
     el.classList.remove('gs-pop', 'gs-running', 'gs-freeing', 'gs-grad-hold');
   }
-  const part = (sel) => { const el = document.querySelector(sel); return el ? ser(el) : null; };
+  const part = (sel) => { const el = R.querySelector(sel); return el ? ser(el) : null; };
   return { graph: ser(vp), banner: part('.gs-banner'), stepper: part('.gs-stepper'), panels: part('.gs-panels') };
 }"""
 
@@ -348,22 +369,104 @@ def jump_to(app: Page, i: int) -> None:
     app.page.click(f'.gs-timeline li[data-index="{i}"] button')
 
 
-def test_jumping_to_a_step_shows_the_same_page_as_stepping_to_it(app):
+# A fresh viewer (embed.js render) of the same trace at step i with the same node selected, over
+# the page; its panels are scrolled into view and given a frame to settle before it is read.
+FRESH_JS = """async ([trace, step, node]) => {
+  const host = document.createElement('div');
+  host.id = 'gs-fresh';
+  host.style.cssText = 'position: absolute; left: 0; top: 0; width: 1400px; z-index: 50;';
+  document.body.append(host);
+  const { render } = await import('/static/embed.js');
+  window.freshViewer = await render({ trace, el: host, step });
+  window.freshViewer.selectNode(node);
+  host.querySelector('.gs-panels').scrollIntoView();
+  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => setTimeout(r, 50))));
+}"""
+
+
+def fresh_render(app: Page, trace: dict, i: int, node: int) -> dict:
+    app.page.evaluate(FRESH_JS, [trace, i, node])
+    snap = app.page.evaluate(SNAPSHOT_JS, "#gs-fresh")
+    app.page.evaluate("window.freshViewer.destroy(); document.getElementById('gs-fresh').remove()")
+    return snap
+
+
+def inner(html: str) -> str:
+    """A serialised element without its own tag."""
+    return html[html.index(">") + 1 : html.rindex("<")]
+
+
+def snapshot_at_panels(app: Page) -> dict:
+    app.page.evaluate("document.querySelector('#gs-viewer .gs-panels').scrollIntoView()")
+    return app.page.evaluate(SNAPSHOT_JS, "#gs-viewer")
+
+
+@pytest.mark.parametrize("pick", ["MulBackward0", "AccumulateGrad"])
+def test_jumping_stepping_back_and_a_fresh_render_show_the_same_page_as_stepping_forward(app, pick):
+    """The page is a function of (trace, step): stepping forward, stepping back, jumping from
+    anywhere and a fresh viewer at that step show the same graph, banner and panels (tensors rows
+    and grad texts, the inspector of a selected node, output and warnings)."""
     app.open("?snippet=retain_graph_accumulates")
-    trace = app.run_code(SEVERAL_BACKWARDS)
-    steps = len(trace["steps"])
-    assert sum(s["kind"] != "forward" for s in trace["steps"]) >= 4
-    stepped = [app.page.evaluate(SNAPSHOT_JS)]
-    for _ in range(1, steps):
+    trace = app.run_code(PRINTS_AND_WARNS)
+    n = len(trace["steps"])
+    node = next(x["id"] for x in trace["nodes"] if x["op"] == pick)
+    app.page.click(f'.gs-graph [data-node-id="{node}"]')
+    app.press("Home")
+    forward = [snapshot_at_panels(app)]
+    for _ in range(1, n):
         app.press("ArrowRight")
-        stepped.append(app.page.evaluate(SNAPSHOT_JS))
-    for i in range(steps):
-        jump_to(app, i)
-        assert app.graph_state()["step"] == i
-        jumped = app.page.evaluate(SNAPSHOT_JS)
+        forward.append(snapshot_at_panels(app))
+    assert len({str(s) for s in forward}) == n  # every step shows something of its own
+    backward = {n - 1: snapshot_at_panels(app)}
+    for i in range(n - 2, -1, -1):
+        app.press("ArrowLeft")
+        backward[i] = snapshot_at_panels(app)
+    jumped = {}
+    for i in [n - 1, 0, n // 2, 1, n - 2, 2, n - 3, 3]:  # from far and near, both ways
+        app.page.click(f'#gs-viewer .gs-timeline li[data-index="{i}"] button')
+        jumped[i] = snapshot_at_panels(app)
+    for i in range(n):
         for part in ("graph", "banner", "stepper", "panels"):
-            assert jumped[part] == stepped[i][part], f"step {i}: the {part} differs after a jump"
+            assert backward[i][part] == forward[i][part], f"step {i}: the {part} differs after stepping back"
+            if i in jumped:
+                assert jumped[i][part] == forward[i][part], f"step {i}: the {part} differs after a jump"
+        fresh = fresh_render(app, trace, i, node)
+        for part in ("graph", "banner", "panels"):
+            # the page's slots carry ids an embed's do not: their contents are compared
+            assert inner(fresh[part]) == inner(forward[i][part]), (
+                f"step {i}: the {part} differs from a fresh render"
+            )
+    # the panels said something at those steps: what the run printed and warned, the node inspected
+    panels = [s["panels"] for s in forward]
+    assert "c is 1.0" in panels[1] and "c is 1.0" not in panels[2]
+    assert "a's grad was written once" in panels[2] and "a's grad was written once" not in panels[3]
+    assert "create_graph=True" in panels[n - 1] and "done" in panels[n - 1] and "done" not in panels[n - 2]
+    assert all(f"<dd>{node}</dd>" in p for p in panels)
     assert app.errors == []
+
+
+def test_a_panel_away_from_the_screen_is_updated_when_it_comes_into_view(browser, server):
+    """Panels far below a small window cost nothing per step; scrolled to, they show the step."""
+    p = Page(browser, server, reduced_motion="reduce", viewport={"width": 420, "height": 500})
+    try:
+        p.open("?snippet=retain_graph_accumulates")
+        trace = p.run_code(PRINTS_AND_WARNS)
+        last = len(trace["steps"]) - 1
+        p.page.evaluate("window.scrollTo(0, 0)")
+        p.page.wait_for_timeout(100)  # the panels' visibility observed
+        p.press("End")
+        assert p.graph_state()["step"] == last
+        stdout = p.page.locator(".gs-output pre.gs-stdout").first
+        assert stdout.get_attribute("data-stdout-step") != str(last)
+        p.page.evaluate("document.querySelector('.gs-output').scrollIntoView()")
+        p.page.wait_for_function(
+            f"document.querySelector('.gs-output pre.gs-stdout').dataset.stdoutStep === '{last}'",
+            timeout=5_000,
+        )
+        assert "done" in p.page.locator(".gs-output").inner_text()
+        assert p.errors == []
+    finally:
+        p.close()
 
 
 def test_stepping_with_animations_settles_on_the_same_graph_as_a_jump(browser, server):

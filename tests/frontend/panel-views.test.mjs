@@ -1,0 +1,106 @@
+// Unit tests for what the side panels show at a step (frontend/panel-views.js).
+// Run: node --test tests/frontend/
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { buildModel } from "../../frontend/model.js";
+import { chartLabel, inspectorView, outputView, tensorsView } from "../../frontend/panel-views.js";
+
+// y = x**7 at x = 2, backward with retain_graph=True, then again without: dy/dx = 7·2⁶ = 448, and
+// the second call accumulates 448 more (as plain PyTorch does); defaults left out as the tracer does.
+const grad = (v) => ({ shape: [], dtype: "float32", has_grad_fn: false, norm: v, values: v });
+const x = (g) => ({ name: "x", shape: [], dtype: "float32", requires_grad: true, is_leaf: true, node: 1, ...(g ? { grad: grad(g) } : {}) });
+const X7 = {
+  version: 1,
+  status: "ok",
+  stdout: "y is 128.0\nafter\n",
+  nodes: [
+    { id: 0, op: "PowBackward0", step: 0, seq: 0, line: 3, saved: [
+      { name: "exponent", kind: "value", value: 7 },
+      { name: "self", kind: "tensor", shape: [], dtype: "float32", bytes: 4, of: "x" },
+    ], next: [1] },
+    { id: 1, op: "AccumulateGrad", step: 0, line: 3, tensor: "x" },
+  ],
+  steps: [
+    { kind: "forward", line: 3, index: 0, nodes: [{ id: 0, vars: ["y"] }, { id: 1 }], edges: [[0, 1]], tensors: [x(null)], saved_bytes: 4 },
+    { kind: "backward", line: 5, api: "Tensor.backward", retain_graph: true, index: 1, stdout: "y is 128.0\n",
+      warnings: [{ category: "UserWarning", message: "careful", line: 4 }],
+      nodes: [{ id: 0, order: 0, executed: true, vars: ["y"] }, { id: 1, order: 1, executed: true }], tensors: [x(448)], saved_bytes: 4 },
+    { kind: "backward", line: 6, api: "Tensor.backward", retain_graph: false, index: 2,
+      nodes: [{ id: 0, freed: true, order: 0, executed: true, vars: ["y"] }, { id: 1, order: 1, executed: true }], tensors: [x(896)] },
+  ],
+};
+
+test("tensors view: a grad is written by the first backward and accumulated by the second", () => {
+  const m = buildModel(X7);
+  const at = (i) => tensorsView(m, i).rows.map((r) => [r.key, r.grad, r.what]);
+  assert.deepEqual(at(0), [["x", "None", ""]]);
+  assert.deepEqual(at(1), [["x", "448", "written"]]);
+  assert.deepEqual(at(2), [["x", "896", "accumulated"]]);
+});
+
+test("tensors view: rows past the limit are left out, the total is kept", () => {
+  const many = structuredClone(X7);
+  many.steps[0].tensors = ["a", "b", "c"].map((name) => ({ ...x(null), name, node: null }));
+  const v = tensorsView(buildModel(many), 0, 2);
+  assert.deepEqual(v.rows.map((r) => r.name), ["a", "b"]);
+  assert.equal(v.total, 3);
+});
+
+test("tensors view: two tensors of one name get distinct keys", () => {
+  const twice = structuredClone(X7);
+  twice.steps[0].tensors = [x(null), { ...x(null), node: null }];
+  assert.deepEqual(tensorsView(buildModel(twice), 0).rows.map((r) => r.key), ["x", "x#2"]);
+});
+
+test("tensors view: no step, no view", () => {
+  assert.equal(tensorsView(buildModel({ ...X7, steps: [] }), 0), null);
+});
+
+test("inspector: a saved tensor is held, then retained by retain_graph=True, then freed", () => {
+  const m = buildModel(X7);
+  const state = (i) => Object.fromEntries(inspectorView(m, i, 0).saved.map((s) => [s.key, s.state]));
+  assert.deepEqual(state(0), { exponent: "value", self: "held" });
+  assert.deepEqual(state(1), { exponent: "value", self: "retained" });
+  assert.deepEqual(state(2), { exponent: "value", self: "freed" });
+  const v = inspectorView(m, 2, 0);
+  assert.equal(v.title, "PowBackward0");
+  assert.equal(v.facts.find((f) => f.key === "state now").value, "ran (#0), freed");
+  assert.equal(v.grads, null); // an op node holding no tensor has no Gradient section
+});
+
+test("inspector: a leaf's Gradient section follows its .grad", () => {
+  const m = buildModel(X7);
+  assert.deepEqual(inspectorView(m, 0, 1).grads.map((g) => [g.key, g.none]), [["x", true]]);
+  const g = inspectorView(m, 2, 1).grads[0];
+  assert.equal(g.values, "896");
+  assert.equal(g.norm, "norm 896");
+  assert.equal(inspectorView(m, 2, 1).savedNone, "AccumulateGrad saves nothing: nothing to free.");
+});
+
+test("inspector: nothing selected, or a node the trace does not have, shows no node", () => {
+  const m = buildModel(X7);
+  assert.equal(inspectorView(m, 0, null), null);
+  assert.equal(inspectorView(m, 0, 7), null);
+});
+
+test("output: a step shows what was printed since the previous one, the last what came after", () => {
+  const m = buildModel(X7);
+  assert.deepEqual(outputView(m, 0), { note: "printed before this step", stdout: "(nothing)", empty: true, warnings: [], rest: "" });
+  const one = outputView(m, 1);
+  assert.equal(one.stdout, "y is 128.0\n");
+  assert.deepEqual(one.warnings.map((w) => [w.head, w.message]), [["UserWarning (line 4): ", "careful"]]);
+  assert.equal(one.rest, "");
+  assert.equal(outputView(m, 2).rest, "after\n");
+});
+
+test("output: a run without steps shows all its output", () => {
+  const v = outputView(buildModel({ ...X7, steps: [] }), 0);
+  assert.equal(v.note, null);
+  assert.equal(v.stdout, "y is 128.0\nafter\n");
+});
+
+test("chart label: bytes held now and the peak", () => {
+  const m = buildModel(X7);
+  assert.equal(chartLabel(m, 1, 4), "now 4 B · peak 4 B");
+  assert.equal(chartLabel(m, 2, 4), "now 0 B · peak 4 B");
+});
