@@ -11,8 +11,8 @@ shown, ≤ 2 s; step transitions at 60 fps. Prints medians. Usage:
 With --against REF, the front end of git REF (its frontend/ folder, served to a second page in its
 own browser context) is measured too, interleaved with the working tree's, and each step figure is
 printed with its ratio to the baseline's (this machine is shared: a ratio from the same run is what
-to compare). --steps-only measures the step transitions of the 24-layer transformer alone, modules
-collapsed and fully expanded.
+to compare). --steps-only measures the step transitions alone: the seed snippet, then the 24-layer
+transformer with modules collapsed and fully expanded.
 Needs Chromium at /usr/bin/chromium (or $GRADSTEP_CHROMIUM).
 """
 
@@ -257,18 +257,20 @@ def ab_line(name: str, xs: list[float], base: list[float] | None, unit: str = "m
 
 
 def steps_ab(browser, base: str, repeat: int, against: str | None) -> None:
-    """Step transitions on the transformer, modules collapsed then fully expanded: the working tree's
-    front end and (with `against`) a baseline's, measured in turns so machine noise hits both alike."""
+    """Step transitions on the seed snippet, then on the transformer with modules collapsed and fully
+    expanded: the working tree's front end and (with `against`) a baseline's, measured in turns so
+    machine noise hits both alike."""
     with contextlib.ExitStack() as stack:
         pages = {"now": open_app(browser, base)}
         if against:
             pages["base"] = open_app(browser, base, stack.enter_context(frontend_of(against)))
-        for page in pages.values():
-            run(page, TRANSFORMER)
-        for config in ("modules collapsed", "fully expanded"):
-            if config == "fully expanded":
+        for config in ("seed snippet", "24-layer transformer, modules collapsed", "24-layer transformer"):
+            if config.endswith("collapsed"):
+                for page in pages.values():
+                    run(page, TRANSFORMER)
+            elif config == "24-layer transformer":
                 drawn = {k: expand_all(p) for k, p in pages.items()}
-                config += f" ({drawn['now']} nodes drawn)"
+                config += f", fully expanded ({drawn['now']} nodes drawn)"
             got: dict[str, dict[str, list[float]]] = {k: {} for k in pages}
             for k in range(repeat):
                 order = list(pages) if k % 2 == 0 else list(reversed(pages))
@@ -276,8 +278,9 @@ def steps_ab(browser, base: str, repeat: int, against: str | None) -> None:
                     for key, xs in measure_steps(browser, pages[name]).items():
                         got[name].setdefault(key, []).extend(xs)
             now, was = got["now"], got.get("base")
+            nodes = pages["now"].evaluate("window.gradstep.viewer.model.nodes.length")
             print(
-                f"\n24-layer transformer, {config}: {len(now['cpu'])} steps measured per front end"
+                f"\n{config}: {nodes} nodes, {len(now['cpu'])} steps measured per front end"
                 + (f" (baseline: {against})" if against else "")
             )
             print(ab_line("main-thread CPU per step", now["cpu"], was and was["cpu"]))
@@ -292,7 +295,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--against", metavar="REF", help="a git ref whose front end is measured too, in turns")
-    ap.add_argument("--steps-only", action="store_true", help="only the transformer's step transitions")
+    ap.add_argument("--steps-only", action="store_true", help="only the step transitions")
     args = ap.parse_args()
     proc, base = start_server()
     try:

@@ -445,6 +445,32 @@ def test_jumping_stepping_back_and_a_fresh_render_show_the_same_page_as_stepping
     assert app.errors == []
 
 
+# Editor transactions while the viewer shows a step again, then moves to the next step's line.
+DISPATCHES_JS = """() => {
+  const { viewer, editor } = window.gradstep;
+  let n = 0;
+  const dispatch = editor.view.dispatch.bind(editor.view);
+  editor.view.dispatch = (...a) => { n++; return dispatch(...a); };
+  viewer.setStep(viewer.step);
+  const same = n;
+  viewer.next();
+  editor.view.dispatch = dispatch;
+  return { same, next: n - same, current: document.querySelector('.cm-line[data-current-line]').textContent };
+}"""
+
+
+def test_showing_the_same_step_again_leaves_the_editor_alone(app):
+    """The editor is updated only when the step's line or marks change."""
+    app.open("?snippet=retain_graph_accumulates")
+    trace = app.run_code(PRINTS_AND_WARNS)
+    app.press("Home")
+    got = app.page.evaluate(DISPATCHES_JS)
+    assert got["same"] == 0
+    assert got["next"] == 1
+    assert got["current"] == PRINTS_AND_WARNS.splitlines()[trace["steps"][1]["line"] - 1]
+    assert app.errors == []
+
+
 def test_a_panel_away_from_the_screen_is_updated_when_it_comes_into_view(browser, server):
     """Panels far below a small window cost nothing per step; scrolled to, they show the step."""
     p = Page(browser, server, reduced_motion="reduce", viewport={"width": 420, "height": 500})
