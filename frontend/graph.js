@@ -615,7 +615,9 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup, onProg
   let hookTimer = null;
   function deferHooks() {
     hookCursor = 0;
-    if (hookTimer === null) hookTimer = setTimeout(flushHooks, 0);
+    // a task queued from requestAnimationFrame runs once that frame is painted (a plain timeout
+    // may run before it, and hold the step's paint back)
+    if (hookTimer === null) hookTimer = requestAnimationFrame(() => (hookTimer = setTimeout(flushHooks, 0)));
   }
   function flushHooks() {
     hookTimer = null;
