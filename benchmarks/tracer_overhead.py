@@ -5,6 +5,11 @@ gradstep.narrate, derived from it afterwards, shown on top), the node count, and
 trace size raw and gzip (target <= 150 KB gzip, as the server sends it: GZipMiddleware's
 level 9; level 6 shown too). Usage:
     python benchmarks/tracer_overhead.py [--repeat N]
+    python benchmarks/tracer_overhead.py --instructions   # needs valgrind; takes minutes
+
+--instructions counts the CPU instructions of one plain and one traced run (callgrind, the
+difference between processes doing 1 and 3 runs after the same warm-up): slow, but the same
+on a busy machine, where wall and CPU times can be off by tens of percent.
 """
 
 from __future__ import annotations
@@ -12,8 +17,14 @@ from __future__ import annotations
 import argparse
 import gc
 import gzip
+import os
+import re
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 import torch
@@ -48,11 +59,55 @@ def recording(code: str) -> None:
     record(code, explain=False)
 
 
+def _count_runs(mode: str, runs: int) -> None:
+    """The process callgrind counts: the warm-up of main(), then ``runs`` runs of one kind."""
+    torch.set_num_threads(1)
+    plain(SNIPPET)
+    record(SNIPPET)
+    gc.collect()
+    gc.freeze()
+    for _ in range(runs):
+        plain(SNIPPET) if mode == "plain" else recording(SNIPPET)
+
+
+def _instructions(mode: str, runs: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "callgrind.out")
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__]
+            + ["--count-runs", mode, str(runs)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},  # same dict layouts in every process
+        )
+        found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+        if done.returncode or not found:
+            raise SystemExit(f"callgrind failed ({done.returncode}):\n{done.stderr[-2000:]}")
+        return int(found.group(1).replace(",", ""))
+
+
+def count_instructions() -> None:
+    jobs = [(mode, runs) for mode in ("plain", "traced") for runs in (1, 3)]
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        counts = dict(zip(jobs, pool.map(lambda job: _instructions(*job), jobs), strict=True))
+    per_run = {mode: (counts[mode, 3] - counts[mode, 1]) / 2 for mode in ("plain", "traced")}
+    print(
+        f"instructions per run  plain {per_run['plain'] / 1e6:.0f} M  traced {per_run['traced'] / 1e6:.0f} M "
+        f"({per_run['traced'] / per_run['plain']:.3f}x)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--no-freeze", action="store_true", help="don't gc.freeze() after warm-up")
+    ap.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
+    ap.add_argument("--count-runs", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.count_runs:
+        return _count_runs(args.count_runs[0], int(args.count_runs[1]))
+    if args.instructions:
+        return count_instructions()
     torch.set_num_threads(1)
     plain(SNIPPET)  # warm every path (lazy imports, allocator)
     record(SNIPPET)
