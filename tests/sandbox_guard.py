@@ -111,6 +111,21 @@ class Guard:
         return left
 
 
+def guard_fixture(memory_mb: int, pids: int):
+    """A module-scoped pytest fixture ``guard``: one Guard for a test module's sandboxes, and
+    afterwards the proof that nothing they started is left (pytest imported here only: the
+    benchmarks use this module too)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def guard():
+        g = Guard(memory_mb=memory_mb, pids=pids)
+        yield g
+        assert g.destroy() == []
+
+    return guard
+
+
 def settle(sb, timeout: float = 10.0) -> dict:
     """Wait until every slot is free again (its last child reaped) and has its spare; returns health().
 

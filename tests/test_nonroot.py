@@ -28,7 +28,7 @@ from container import (
     wrapper,
 )
 from gradstep.sandbox import capabilities
-from sandbox_guard import Guard, guard_unavailable
+from sandbox_guard import Guard, guard_fixture, guard_unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -61,11 +61,7 @@ def in_guard(guard: Guard) -> list[str]:
     return ["sh", "-c", f'for f in {procs}; do echo $$ > "$f"; done; exec "$@"', "sh"]
 
 
-@pytest.fixture(scope="module")
-def guard():
-    g = Guard(memory_mb=8192, pids=600)
-    yield g
-    assert g.destroy() == []
+guard = guard_fixture(memory_mb=8192, pids=600)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ import gradstep.sandbox
 import orjson
 import pytest
 from gradstep.sandbox import Sandbox, SandboxConfig
-from sandbox_guard import Guard, files_owned_by, guard_unavailable, mount_points, settle
+from sandbox_guard import Guard, files_owned_by, guard_fixture, guard_unavailable, mount_points, settle
 
 pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
 
@@ -34,11 +34,7 @@ WORKERS = 2
 NORMAL = "import torch\nx = torch.ones(3, requires_grad=True)\n(x * x).sum().backward()\nprint(x.grad)"
 
 
-@pytest.fixture(scope="module")
-def guard():
-    g = Guard(memory_mb=6144, pids=400)
-    yield g
-    assert g.destroy() == []
+guard = guard_fixture(memory_mb=6144, pids=400)
 
 
 @pytest.fixture(scope="module")

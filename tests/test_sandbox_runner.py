@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig
-from sandbox_guard import Guard, guard_unavailable, settle
+from sandbox_guard import Guard, guard_fixture, guard_unavailable, settle
 
 pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
 
@@ -41,11 +41,7 @@ def light(guard: Guard, **kw) -> SandboxConfig:
     return SandboxConfig(**options)
 
 
-@pytest.fixture(scope="module")
-def guard():
-    g = Guard(memory_mb=2048, pids=200)
-    yield g
-    assert g.destroy() == []
+guard = guard_fixture(memory_mb=2048, pids=200)
 
 
 @pytest.fixture(scope="module")

@@ -4,31 +4,17 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { buildModel } from "../../frontend/model.js";
 import { chartLabel, inspectorView, outputView, tensorsView } from "../../frontend/panel-views.js";
+import { X7 as BASE } from "./fixtures.mjs";
 
 // y = x**7 at x = 2, backward with retain_graph=True, then again without: dy/dx = 7·2⁶ = 448, and
-// the second call accumulates 448 more (as plain PyTorch does); defaults left out as the tracer does.
+// the second call accumulates 448 more (as plain PyTorch does); here the snippet also prints and
+// warns, so the first backward step carries output.
+const X7 = structuredClone(BASE);
+X7.stdout = "y is 128.0\nafter\n";
+X7.steps[1].stdout = "y is 128.0\n";
+X7.steps[1].warnings = [{ category: "UserWarning", message: "careful", line: 4 }];
 const grad = (v) => ({ shape: [], dtype: "float32", has_grad_fn: false, norm: v, values: v });
 const x = (g) => ({ name: "x", shape: [], dtype: "float32", requires_grad: true, is_leaf: true, node: 1, ...(g ? { grad: grad(g) } : {}) });
-const X7 = {
-  version: 1,
-  status: "ok",
-  stdout: "y is 128.0\nafter\n",
-  nodes: [
-    { id: 0, op: "PowBackward0", step: 0, seq: 0, line: 3, saved: [
-      { name: "exponent", kind: "value", value: 7 },
-      { name: "self", kind: "tensor", shape: [], dtype: "float32", bytes: 4, of: "x" },
-    ], next: [1] },
-    { id: 1, op: "AccumulateGrad", step: 0, line: 3, tensor: "x" },
-  ],
-  steps: [
-    { kind: "forward", line: 3, index: 0, nodes: [{ id: 0, vars: ["y"] }, { id: 1 }], edges: [[0, 1]], tensors: [x(null)], saved_bytes: 4 },
-    { kind: "backward", line: 5, api: "Tensor.backward", retain_graph: true, index: 1, stdout: "y is 128.0\n",
-      warnings: [{ category: "UserWarning", message: "careful", line: 4 }],
-      nodes: [{ id: 0, order: 0, executed: true, vars: ["y"] }, { id: 1, order: 1, executed: true }], tensors: [x(448)], saved_bytes: 4 },
-    { kind: "backward", line: 6, api: "Tensor.backward", retain_graph: false, index: 2,
-      nodes: [{ id: 0, freed: true, order: 0, executed: true, vars: ["y"] }, { id: 1, order: 1, executed: true }], tensors: [x(896)] },
-  ],
-};
 
 test("tensors view: a grad is written by the first backward and accumulated by the second", () => {
   const m = buildModel(X7);
