@@ -90,10 +90,12 @@ def image_unavailable() -> str | None:
     """Why the image's user and interpreter can't be built here (None if they can)."""
     if os.geteuid() != 0:
         return "building the image's user and capability-bearing interpreter needs root"
-    for tool in ("useradd", "userdel", "groupadd", "groupdel", "setcap"):
+    for tool in ("useradd", "userdel", "groupadd", "groupdel"):
         if shutil.which(tool) is None:
-            return f"no {tool} here (passwd, libcap2-bin)"
-    return None
+            return f"no {tool} here (Debian's passwd)"
+    from services import ensure  # (imported here: this file also runs as the container's wrapper)
+
+    return ensure("setcap")  # libcap2-bin, installed if missing
 
 
 class ImageUser:

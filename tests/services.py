@@ -23,7 +23,7 @@ import pytest
 HOST = "127.0.0.1"
 REPO = Path(__file__).resolve().parents[1]
 NGINX_CONF = REPO / "deploy" / "nginx" / "nginx.conf"
-PACKAGES = {"redis-server": "redis-server", "nginx": "nginx"}
+PACKAGES = {"redis-server": "redis-server", "nginx": "nginx", "setcap": "libcap2-bin"}
 
 
 def free_port() -> int:
@@ -41,17 +41,25 @@ def _apt(*args: str) -> str:
     return (done.stderr or done.stdout).strip()[-300:]
 
 
-def installed(*binaries: str) -> None:
-    """Make sure the binaries exist (apt-get install, after apt-get update if needed), or skip saying why."""
+def ensure(*binaries: str) -> str | None:
+    """Make sure the binaries exist (apt-get install, after apt-get update if needed); None, or why not."""
     missing = [b for b in binaries if shutil.which(b) is None]
     if not missing:
-        return
+        return None
     packages = [PACKAGES[b] for b in missing]
     said = _apt("install", "-y", "-qq", *packages)
     if not all(shutil.which(b) for b in missing):
         said = _apt("update", "-qq") + "\n" + _apt("install", "-y", "-qq", *packages)
     if not all(shutil.which(b) for b in missing):
-        pytest.skip(f"apt-get could not install {' '.join(packages)}: {said}")
+        return f"apt-get could not install {' '.join(packages)}: {said}"
+    return None
+
+
+def installed(*binaries: str) -> None:
+    """Make sure the binaries exist, or skip the calling test saying why."""
+    why = ensure(*binaries)
+    if why:
+        pytest.skip(why)
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
