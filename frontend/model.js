@@ -410,8 +410,27 @@ function gradChanges(model, i) {
   return out;
 }
 
-/** The state of a node at a step: "absent" when not alive (not yet created, or gone). */
+/**
+ * The state of a node at a step: "absent" when not alive (not yet created, or gone). Pure: the
+ * graph, its hooks and the inspector each ask for every node of a step, so the last few steps'
+ * answers are kept (shared objects; callers only read them).
+ */
 export function nodeStatus(model, step, id) {
+  if (!step) return computeStatus(model, step, id);
+  let known = statusCache.find((c) => c.step === step && c.model === model);
+  if (!known) {
+    known = { model, step, byId: new Map() };
+    statusCache.unshift(known);
+    statusCache.length = Math.min(statusCache.length, 4);
+  }
+  let st = known.byId.get(id);
+  if (st === undefined) known.byId.set(id, (st = computeStatus(model, step, id)));
+  return st;
+}
+
+const statusCache = []; // [{model, step, byId}], most recent first
+
+function computeStatus(model, step, id) {
   const s = step ? step.state.get(id) : null;
   if (!s) return { alive: false, dropped: step ? step.dropped.includes(id) : false };
   const node = model.nodes[id];
