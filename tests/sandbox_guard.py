@@ -126,6 +126,22 @@ def guard_fixture(memory_mb: int, pids: int):
     return guard
 
 
+def write_attempts(targets: list[str], own: str) -> str:
+    """Snippet code that tries to write each of ``targets`` (printing the errno it gets, or
+    "wrote" when it can), then writes ``own`` and lists its working directory."""
+    return (
+        "import os\n"
+        f"for path in {targets!r}:\n"
+        "    try:\n"
+        "        open(path, 'w').write('pwned')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as e:\n"
+        "        print(type(e).__name__, e.errno)\n"
+        f"open({own!r}, 'w').write('mine')\n"
+        "print(os.getcwd(), os.listdir('.'))\n"
+    )
+
+
 def settle(sb, timeout: float = 10.0) -> dict:
     """Wait until every slot is free again (its last child reaped) and has its spare; returns health().
 

@@ -28,7 +28,7 @@ from container import (
     wrapper,
 )
 from gradstep.sandbox import capabilities
-from sandbox_guard import Guard, guard_fixture, guard_unavailable
+from sandbox_guard import Guard, guard_fixture, guard_unavailable, write_attempts
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -261,17 +261,7 @@ def test_a_snippet_cannot_read_a_file_only_the_server_user_may_read(image_server
 def test_a_snippet_cannot_write_outside_its_work_dir(image_server, private_dir):
     marker = f"nonroot-write-{os.getpid()}"
     targets = [str(private_dir / "open" / marker), f"/var/tmp/{marker}", f"/dev/shm/{marker}"]
-    code = (
-        f"for path in {targets!r}:\n"
-        "    try:\n"
-        "        open(path, 'w').write('pwned')\n"
-        "        print('wrote', path)\n"
-        "    except OSError as e:\n"
-        "        print(type(e).__name__, e.errno)\n"
-        f"open({marker!r}, 'w').write('mine')  # its own work dir\n"
-        "import os\n"
-        "print(os.getcwd(), os.listdir('.'))\n"
-    )
+    code = write_attempts(targets, marker)  # then one file in its own work dir
     assert lines(image_server, code) == ["OSError 30"] * 3 + [f"/tmp ['{marker}']"]  # EROFS
     for path in [*targets, f"/tmp/{marker}"]:
         assert not os.path.exists(path), path

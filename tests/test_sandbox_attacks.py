@@ -23,7 +23,15 @@ import gradstep.sandbox
 import orjson
 import pytest
 from gradstep.sandbox import Sandbox, SandboxConfig
-from sandbox_guard import Guard, files_owned_by, guard_fixture, guard_unavailable, mount_points, settle
+from sandbox_guard import (
+    Guard,
+    files_owned_by,
+    guard_fixture,
+    guard_unavailable,
+    mount_points,
+    settle,
+    write_attempts,
+)
 
 pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
 
@@ -235,17 +243,7 @@ def test_writing_outside_the_work_dir_fails(both, guard, mounts_before):
     kind, sb = both
     marker = f"gradstep-attack-{os.getpid()}-{kind}"
     targets = [f"/var/tmp/{marker}", f"/dev/shm/{marker}", str(REPO / marker), str(REPO / "server" / marker)]
-    code = (
-        "import os\n"
-        f"for path in {targets!r}:\n"
-        "    try:\n"
-        "        open(path, 'w').write('pwned')\n"
-        "        print('wrote', path)\n"
-        "    except OSError as e:\n"
-        "        print(type(e).__name__, e.errno)\n"
-        f"open('/tmp/{marker}', 'w').write('mine')  # its own private /tmp\n"
-        "print(os.getcwd(), os.listdir('.'))\n"
-    )
+    code = write_attempts(targets, f"/tmp/{marker}")  # then one file in its own private /tmp
     _, trace = attack(sb, code, guard, mounts_before)
     lines = trace["stdout"].splitlines()
     # EROFS: read-only mounts; ENOENT: the repo is an empty tmpfs (server/ is not there), or
