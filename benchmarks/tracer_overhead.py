@@ -59,13 +59,18 @@ def recording(code: str) -> None:
     record(code, explain=False)
 
 
+def warm_up(freeze: bool = True) -> None:
+    torch.set_num_threads(1)
+    plain(SNIPPET)  # warm every path (lazy imports, allocator)
+    record(SNIPPET)
+    if freeze:
+        gc.collect()
+        gc.freeze()  # as the sandbox's zygote does before it forks a child per run
+
+
 def _count_runs(mode: str, runs: int) -> None:
     """The process callgrind counts: the warm-up of main(), then ``runs`` runs of one kind."""
-    torch.set_num_threads(1)
-    plain(SNIPPET)
-    record(SNIPPET)
-    gc.collect()
-    gc.freeze()
+    warm_up()
     for _ in range(runs):
         plain(SNIPPET) if mode == "plain" else recording(SNIPPET)
 
@@ -108,12 +113,7 @@ def main() -> None:
         return _count_runs(args.count_runs[0], int(args.count_runs[1]))
     if args.instructions:
         return count_instructions()
-    torch.set_num_threads(1)
-    plain(SNIPPET)  # warm every path (lazy imports, allocator)
-    record(SNIPPET)
-    if not args.no_freeze:
-        gc.collect()
-        gc.freeze()  # as the sandbox's zygote does before it forks a child per run
+    warm_up(freeze=not args.no_freeze)
     runs = {"plain": plain, "traced": recording, "traced + narration": record}
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in runs}
     for _ in range(args.repeat):  # interleave, so machine noise hits all alike
