@@ -43,19 +43,25 @@ ARTIFACTS = Path(
 )
 HAVE_CHROMIUM = Path(CHROMIUM).exists()
 
-# The step a stepper shows and, per drawn node, its data-* state and grad texts (page.evaluate).
-GRAPH_STATE = """() => {
+# A drawn node element's data-* state and grad texts (a JS function expression, for probes).
+NODE_STATE = """(el) => ({
+    op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
+    executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
+    grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
+})"""
+
+# The step a stepper shows and, per drawn node, its NODE_STATE (page.evaluate).
+GRAPH_STATE = (
+    """() => {
+    const nodeState = """
+    + NODE_STATE
+    + """;
     const root = document.querySelector('.gs-stepper');
     const nodes = {};
-    for (const el of document.querySelectorAll('[data-node-id]')) {
-      nodes[el.dataset.nodeId] = {
-        op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
-        executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
-        grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
-      };
-    }
+    for (const el of document.querySelectorAll('[data-node-id]')) nodes[el.dataset.nodeId] = nodeState(el);
     return { step: Number(root.dataset.step), steps: Number(root.dataset.steps), nodes };
 }"""
+)
 
 # mark a browser test module with `pytestmark = needs_chromium`
 needs_chromium = pytest.mark.skipif(not HAVE_CHROMIUM, reason=f"no Chromium at {CHROMIUM}")

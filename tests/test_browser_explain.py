@@ -13,7 +13,7 @@ import json
 from collections import Counter
 
 import pytest
-from browser_support import Page, fmt_grad, needs_chromium
+from browser_support import NODE_STATE, Page, fmt_grad, needs_chromium
 from test_browser import assert_step_matches
 
 pytestmark = needs_chromium
@@ -76,16 +76,15 @@ def side_state(app, side: str) -> dict:
     marks as differing (per kind)."""
     return app.page.evaluate(
         """(side) => {
+          const nodeState = """
+        + NODE_STATE
+        + """;
           const col = document.querySelector(`.gs-cmp-col[data-side="${side}"]`);
           const root = col.querySelector('.gs-stepper');
           const nodes = {};
           const diff = {};
           for (const el of col.querySelectorAll('[data-node-id]')) {
-            nodes[el.dataset.nodeId] = {
-              op: el.dataset.op, freed: el.dataset.freed, stale: el.dataset.stale,
-              executed: el.dataset.executed, failed: el.dataset.failed, alive: el.dataset.alive,
-              grads: Object.fromEntries([...el.querySelectorAll('[data-grad-for]')].map(g => [g.dataset.gradFor, g.textContent])),
-            };
+            nodes[el.dataset.nodeId] = nodeState(el);
             for (const k of (el.dataset.diff || '').split(' ').filter(Boolean)) (diff[k] ||= []).push(el.dataset.nodeId);
           }
           return { step: Number(root.dataset.step), steps: Number(root.dataset.steps), shown: col.dataset.step,
