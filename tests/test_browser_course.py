@@ -96,22 +96,23 @@ def test_page_buttons_step_the_server_stepper(lesson, server):
     assert graph_state(frame)["step"] == len(trace["steps"]) - 2
 
 
-def test_page_sizes_the_server_stepper_to_the_height_it_reports(lesson):
-    frame = frame_of(lesson, "first")
+def wait_sized(lesson, frame_id: str, height_js: str):
+    """Wait until the iframe `frame_id` is as tall as its page measures itself with `height_js`."""
+    frame = frame_of(lesson, frame_id)
     lesson.page.wait_for_function(
-        "(h) => document.getElementById('first').clientHeight === h",
-        arg=frame.evaluate("Math.ceil(document.documentElement.getBoundingClientRect().height)"),
+        f"(h) => document.getElementById('{frame_id}').clientHeight === h",
+        arg=frame.evaluate(height_js),
         timeout=10_000,
     )
+    return frame
+
+
+def test_page_sizes_the_server_stepper_to_the_height_it_reports(lesson):
+    wait_sized(lesson, "first", "Math.ceil(document.documentElement.getBoundingClientRect().height)")
 
 
 def test_page_sizes_the_static_export_to_the_height_it_reports(lesson):
-    frame = frame_of(lesson, "second")
-    lesson.page.wait_for_function(
-        "(h) => document.getElementById('second').clientHeight === h",
-        arg=frame.evaluate("Math.ceil(document.documentElement.scrollHeight)"),
-        timeout=10_000,
-    )
+    frame = wait_sized(lesson, "second", "Math.ceil(document.documentElement.scrollHeight)")
     assert frame.evaluate("document.documentElement.scrollHeight <= window.innerHeight")  # nothing cut off
 
 
