@@ -10,7 +10,8 @@ itself, bounding and ambient included, whoever started the server.
 from __future__ import annotations
 
 import ctypes
-import os
+
+from gradstep.sandbox.libc import check, libc, prctl
 
 SETS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")  # as /proc/<pid>/status names them
 # What the zygote needs to confine its children (see docs/deploy.md): unshare and the mounts,
@@ -21,9 +22,6 @@ PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 _VERSION_3 = 0x20080522  # _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 
 
 class _Header(ctypes.Structure):
@@ -36,12 +34,6 @@ class _Data(ctypes.Structure):
         ("permitted", ctypes.c_uint32),
         ("inheritable", ctypes.c_uint32),
     ]
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"{what}: {os.strerror(e)}")
 
 
 def status(pid: int | str = "self") -> dict[str, int]:
@@ -67,21 +59,22 @@ def drop_bounding() -> None:
     bounding = status()["CapBnd"]
     for cap in range(bounding.bit_length()):
         if bounding >> cap & 1:
-            _check(
-                _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0),
-                f"clearing the capability bounding set (it needs CAP_SETPCAP), capability {cap}",
+            prctl(
+                PR_CAPBSET_DROP,
+                cap,
+                what=f"clearing the capability bounding set (it needs CAP_SETPCAP), capability {cap}",
             )
 
 
 def clear_ambient() -> None:
-    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clearing the ambient set")
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, what="clearing the ambient set")
 
 
 def clear() -> None:
     """Empty the effective, permitted and inheritable sets (always allowed: it only drops)."""
     header = _Header(_VERSION_3, 0)
     data = (_Data * 2)()
-    _check(_libc.capset(ctypes.byref(header), data), "capset")
+    check(libc.capset(ctypes.byref(header), data), "capset")
 
 
 def left() -> dict[str, str]:

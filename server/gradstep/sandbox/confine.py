@@ -19,18 +19,15 @@ import struct
 import time
 
 from gradstep.sandbox import capabilities
+from gradstep.sandbox.libc import check as _check
+from gradstep.sandbox.libc import libc as _libc
+from gradstep.sandbox.libc import prctl
 
 try:
     import pyseccomp
 except Exception as e:  # not installed, or no libseccomp: the seccomp layer reports itself unavailable
     pyseccomp = None
     _NO_SECCOMP = f"pyseccomp is not usable: {type(e).__name__}: {e}"
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
-_libc.unshare.argtypes = (ctypes.c_int,)
-_libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
-_libc.syscall.restype = ctypes.c_long
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
@@ -77,13 +74,6 @@ class LayerFailed(Exception):
         self.layer = layer
 
 
-def _check(result: int, what: str) -> int:
-    if result < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"{what}: {os.strerror(e)}")
-    return result
-
-
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     enc = lambda s: s.encode() if s is not None else None  # noqa: E731
     _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
@@ -101,10 +91,6 @@ def _mount_setattr(path: str, set_: int = 0, clear: int = 0, recursive: bool = F
         ctypes.c_size_t(ctypes.sizeof(attr)),
     )
     _check(res, f"mount_setattr {path}")
-
-
-def prctl(option: int, value: int) -> None:
-    _check(_libc.prctl(option, value, 0, 0, 0), f"prctl {option}")
 
 
 def _under(path: str, parent: str) -> bool:
