@@ -76,7 +76,6 @@ export function createViewer(el, options = {}) {
   const slider = h("input", { type: "range", min: 0, max: 0, value: 0, step: 1, class: "gs-slider", "aria-label": "Step" });
   slider.addEventListener("input", () => go(Number(slider.value)));
   const timeline = h("ol", { class: "gs-timeline", "aria-label": "Timeline of steps" });
-  const caption = h("div", { class: "gs-caption" });
   stepperEl.append(
     h("div", { class: "gs-controls" }, bFirst, bPrev, bPlay, bNext, bLast, counter, slider),
     timeline,
