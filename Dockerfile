@@ -34,7 +34,14 @@ COPY pyproject.toml README.md ./
 COPY server ./server
 COPY snippets ./snippets
 COPY frontend ./frontend
-RUN pip install . && rm -rf /srv/gradstep/server /srv/gradstep/build
+# gcc builds the tracer's C node reader (optional in pyproject.toml: without it the tracer reads
+# nodes in Python, slower); the import check makes a failed build fail the image instead.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && pip install . \
+ && python -c "import gradstep.tracer._nodes" \
+ && apt-get purge -y --auto-remove gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/* /srv/gradstep/server /srv/gradstep/build
 
 # The user, and the interpreter copy that carries the sandbox's capabilities (root-owned, mode
 # 0750: only gradstep and root can run it; any other python in the image has none).

@@ -8,7 +8,7 @@ PYTHON  ?= python3
 
 .PHONY: install browser serve test frontend format schema bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml server/gradstep/tracer/_nodes.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH) numpy
 	$(PY) -m pip install -q -e '.[test]'

@@ -16,6 +16,11 @@ import torch
 
 from gradstep.tracer.names import Names
 
+try:
+    from gradstep.tracer import _nodes
+except ImportError:  # not built (no compiler at install): the same records, from Python
+    _nodes = None
+
 _UNSEQUENCED = 2**64 - 1  # AccumulateGrad nodes carry UINT64_MAX as sequence number
 FREED_MARK = "backward through the graph a second time"
 STALE_MARK = "modified by an inplace operation"
@@ -88,6 +93,7 @@ class SeqRanges:
 
 class Graph:
     def __init__(self, seq_base: int, max_nodes: int):
+        self.native = _nodes  # the C reader of new nodes, when built (else _info below)
         self.seq_base = seq_base
         self.max_nodes = max_nodes
         self.full = False  # max_nodes reached: new nodes are no longer recorded
@@ -131,29 +137,29 @@ class Graph:
         # Ids in creation order (sequence number; AccumulateGrad, which has none, by
         # first sight): readers see the graph in the order the snippet built it.
         order = sorted(new, key=_creation_key)
-        admitted = [node for node in order if self._admit(node)]
+        first = len(self.table)
+        room = max(self.max_nodes - first, 0)
+        if len(order) > room:
+            self.full = True  # the node cap: later nodes are not recorded
+            del order[room:]
+        if not order:
+            return
+        if self.first_new is None:
+            self.first_new = first
+        nids = range(first, first + len(order))
+        ids.update(zip(order, nids, strict=True))
+        self.objs.update(zip(nids, order, strict=True))
+        nexts = [new[node] for node in order]
+        if self.native is not None:
+            self.native.read_new(self, of, of.data_index(), order, nexts, ids, first, step, line, grad_graph)
+            return
         table, children = self.table, self.children
-        for node in admitted:
-            nid = ids[node]
-            kids = [ids[c] for c, _ in new[node] if c is not None and c in ids]
+        for nid, node, node_nexts in zip(nids, order, nexts, strict=True):
+            kids = [ids[c] for c, _ in node_nexts if c is not None and c in ids]
             info = self._info(node, nid, step, line, grad_graph, of)
             info["next"] = kids
-            table[nid] = info
-            children[nid] = kids
-
-    def _admit(self, node: Any) -> bool:
-        """Give ``node`` the next id, unless the node cap is reached."""
-        nid = len(self.table)
-        if nid >= self.max_nodes:
-            self.full = True
-            return False
-        if self.first_new is None:
-            self.first_new = nid
-        self.ids[node] = nid
-        self.objs[nid] = node
-        self.table.append(None)  # filled when the node is visited, before discover returns
-        self.children.append(None)
-        return True
+            table.append(info)
+            children.append(kids)
 
     def _info(self, node: Any, nid: int, step: int, line: int | None, grad_graph: bool, of: Names) -> dict:
         op, slots = _type_slots(type(node))
@@ -364,3 +370,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, torch.SymInt | torch.SymFloat):
         return int(value) if isinstance(value, torch.SymInt) else float(value)
     return repr(value)
+
+
+if _nodes is not None:
+    _nodes.setup(_TENSOR, _SLOTS, _type_slots, _jsonable, _describe, _DTYPES, dtype_name)

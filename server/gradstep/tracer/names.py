@@ -39,15 +39,19 @@ class Names:
         entry = self.tensors.get(id(t))
         return entry[1][0] if entry else None
 
-    def name_of_data(self, t: torch.Tensor) -> str | None:
-        """The named tensor with the same data as ``t`` (a saved tensor is often a new object)."""
+    def data_index(self) -> dict:
+        """Data address -> {(shape, dtype): first name} of the named tensors."""
         by_data = self._by_data
         if by_data is None:
             by_data = self._by_data = {}
             for obj, names in self.tensors.values():
                 by_data.setdefault(obj.data_ptr(), {}).setdefault((tuple(obj.shape), obj.dtype), names[0])
+        return by_data
+
+    def name_of_data(self, t: torch.Tensor) -> str | None:
+        """The named tensor with the same data as ``t`` (a saved tensor is often a new object)."""
         # most saved tensors are intermediates no name holds: one lookup by address settles them
-        same_address = by_data.get(t.data_ptr())
+        same_address = self.data_index().get(t.data_ptr())
         return same_address and same_address.get((tuple(t.shape), t.dtype))
 
 

@@ -1,0 +1,464 @@
+/* Reading newly discovered autograd nodes into the trace's node table, in C.
+ *
+ * This is the tracer's hottest loop: a 24-layer transformer has ~1800 nodes and
+ * ~2700 saved slots, and in Python the bookkeeping around each torch call costs
+ * several times the call itself. graph.py's Graph._info is the reference: this
+ * module produces the same records, field for field and in the same key order
+ * (tests/test_tracer_native.py compares whole traces), and falls back to the
+ * Python helpers for everything rare (lists of tensors, unusual saved values).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define UNSEQUENCED 0xFFFFFFFFFFFFFFFFULL /* AccumulateGrad's sequence number */
+
+/* Set once by setup(): torch.Tensor, graph.py's caches and its fallbacks. */
+static PyObject *Tensor, *SlotCache, *type_slots, *jsonable, *describe, *DtypeNames, *dtype_name;
+
+static PyObject *s_id, *s_op, *s_step, *s_seq, *s_line, *s_tensor, *s_module, *s_grad_graph, *s_saved,
+    *s_next, *s_name, *s_kind, *s_value, *s_shape, *s_dtype, *s_bytes, *s_of, *s_tensors,
+    *s_sequence_nr, *s_variable, *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_mark_unreadable,
+    *s_seq_base, *s_lines, *s_modules, *s_starts, *s_values, *s_table, *s_children, *s_tensor_slots,
+    *s_storages, *s_accumulators;
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+    PyObject *objs[7];
+    if (!PyArg_UnpackTuple(args, "setup", 7, 7, &objs[0], &objs[1], &objs[2], &objs[3], &objs[4], &objs[5],
+                           &objs[6]))
+        return NULL;
+    PyObject **slots[7] = {&Tensor, &SlotCache, &type_slots, &jsonable, &describe, &DtypeNames, &dtype_name};
+    for (int i = 0; i < 7; i++) {
+        PyObject *old = *slots[i];
+        Py_INCREF(objs[i]);
+        *slots[i] = objs[i];
+        Py_XDECREF(old);
+    }
+    Py_RETURN_NONE;
+}
+
+/* SeqRanges.lookup: the value current when ``seq`` was handed out, or NULL (no error) for none. */
+static PyObject *seq_lookup(PyObject *starts, PyObject *values, unsigned long long seq) {
+    Py_ssize_t lo = 0, hi = PyList_GET_SIZE(starts);
+    while (lo < hi) { /* bisect_right */
+        Py_ssize_t mid = (lo + hi) / 2;
+        unsigned long long s = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(starts, mid));
+        if (s == (unsigned long long)-1 && PyErr_Occurred())
+            return NULL;
+        if (seq < s)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (lo == 0 || lo - 1 >= PyList_GET_SIZE(values))
+        return NULL;
+    return PyList_GET_ITEM(values, lo - 1); /* borrowed */
+}
+
+static int is_plain(PyObject *v) {
+    return PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyBool_Check(v) || PyUnicode_CheckExact(v);
+}
+
+/* A saved value that is neither None nor a tensor: sizes and strides (tuples of ints) here, the
+ * rest through graph.py's _jsonable. Returns a new reference. */
+static PyObject *json_value(PyObject *v) {
+    if (is_plain(v))
+        return Py_NewRef(v);
+    if (PyTuple_CheckExact(v) || PyList_CheckExact(v)) {
+        PyObject *seq = PySequence_Fast(v, "");
+        if (!seq)
+            return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        PyObject **items = PySequence_Fast_ITEMS(seq);
+        int plain = 1;
+        for (Py_ssize_t i = 0; i < n && plain; i++)
+            plain = is_plain(items[i]);
+        PyObject *out = plain ? PySequence_List(seq) : NULL;
+        Py_DECREF(seq);
+        if (plain)
+            return out;
+    }
+    return PyObject_CallOneArg(jsonable, v);
+}
+
+static int set_new(PyObject *d, PyObject *key, PyObject *value) { /* steals value */
+    if (!value)
+        return -1;
+    int r = PyDict_SetItem(d, key, value);
+    Py_DECREF(value);
+    return r;
+}
+
+/* The name of a snippet tensor with the same data, shape and dtype, or NULL (no error). */
+static PyObject *name_of_data(PyObject *index, PyObject *ptr, PyObject *shape, PyObject *dtype) {
+    PyObject *same = PyDict_GetItemWithError(index, ptr);
+    if (!same || !PyDict_Check(same))
+        return NULL;
+    PyObject *shape_t = PyList_AsTuple(shape);
+    if (!shape_t)
+        return NULL;
+    PyObject *key = PyTuple_Pack(2, shape_t, dtype);
+    Py_DECREF(shape_t);
+    if (!key)
+        return NULL;
+    PyObject *name = PyDict_GetItemWithError(same, key);
+    Py_DECREF(key);
+    return name; /* borrowed */
+}
+
+/* One saved tensor's entry: {name, kind, shape, dtype, bytes[, of]}; adds (address, bytes) to storages. */
+static PyObject *tensor_entry(PyObject *label, PyObject *value, PyObject *storages, PyObject *index) {
+    PyObject *entry = NULL, *st = NULL, *nbytes = NULL, *ptr = NULL, *shape = NULL, *dtype = NULL;
+    PyObject *dname = NULL, *data_ptr = NULL;
+    st = PyObject_CallMethodNoArgs(value, s_untyped_storage);
+    if (!st)
+        goto done;
+    nbytes = PyObject_CallMethodNoArgs(st, s_nbytes);
+    ptr = nbytes ? PyObject_CallMethodNoArgs(st, s_data_ptr) : NULL;
+    if (!ptr)
+        goto done;
+    PyObject *pair = PyTuple_Pack(2, ptr, nbytes);
+    if (!pair || PyList_Append(storages, pair) < 0) {
+        Py_XDECREF(pair);
+        goto done;
+    }
+    Py_DECREF(pair);
+    PyObject *size = PyObject_GetAttr(value, s_shape);
+    if (!size)
+        goto done;
+    shape = PySequence_List(size);
+    Py_DECREF(size);
+    dtype = shape ? PyObject_GetAttr(value, s_dtype) : NULL;
+    if (!dtype)
+        goto done;
+    dname = PyDict_GetItemWithError(DtypeNames, dtype);
+    if (dname)
+        Py_INCREF(dname);
+    else if (PyErr_Occurred() || !(dname = PyObject_CallOneArg(dtype_name, dtype)))
+        goto done;
+    entry = PyDict_New();
+    if (!entry || PyDict_SetItem(entry, s_name, label) < 0 || PyDict_SetItem(entry, s_kind, s_tensor) < 0 ||
+        PyDict_SetItem(entry, s_shape, shape) < 0 || PyDict_SetItem(entry, s_dtype, dname) < 0 ||
+        PyDict_SetItem(entry, s_bytes, nbytes) < 0)
+        goto fail;
+    /* most saved tensors are intermediates no name holds: one lookup by address settles them */
+    data_ptr = PyObject_CallMethodNoArgs(value, s_data_ptr);
+    if (!data_ptr)
+        goto fail;
+    PyObject *name = name_of_data(index, data_ptr, shape, dtype);
+    if (PyErr_Occurred())
+        goto fail;
+    if (name && PyObject_IsTrue(name) == 1 && PyDict_SetItem(entry, s_of, name) < 0)
+        goto fail;
+    goto done;
+fail:
+    Py_CLEAR(entry);
+done:
+    Py_XDECREF(st);
+    Py_XDECREF(nbytes);
+    Py_XDECREF(ptr);
+    Py_XDECREF(shape);
+    Py_XDECREF(dtype);
+    Py_XDECREF(dname);
+    Py_XDECREF(data_ptr);
+    return entry;
+}
+
+/* {name, kind[, value]}: ``value`` is stolen; NULL for no value key (and no error). */
+static PyObject *entry3(PyObject *label, PyObject *kind, PyObject *value) {
+    if (!value && PyErr_Occurred())
+        return NULL;
+    PyObject *e = PyDict_New();
+    if (!e || PyDict_SetItem(e, s_name, label) < 0 || PyDict_SetItem(e, s_kind, kind) < 0 ||
+        (value && PyDict_SetItem(e, s_value, value) < 0)) {
+        Py_XDECREF(e);
+        e = NULL;
+    }
+    Py_XDECREF(value);
+    return e;
+}
+
+typedef struct {
+    PyObject *graph, *of, *of_tensors, *of_modules, *index, *step, *line, *grad_graph;
+    PyObject *lines_starts, *lines_values, *mod_starts, *mod_values, *tensor_slots, *storages_of,
+        *accumulators;
+    unsigned long long seq_base;
+} Ctx;
+
+/* The saved values of one node into ``saved``; slots holding tensors into ``held``. 0 or -1. */
+static int read_saved(Ctx *c, PyObject *node, PyObject *nid, PyObject *slots, PyObject *saved,
+                      PyObject *held, PyObject *storages) {
+    Py_ssize_t n = PyTuple_GET_SIZE(slots);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *slot = PyTuple_GET_ITEM(slots, i); /* _Slot(label, attr, as_tensor, as_tensors) */
+        PyObject *label = PyTuple_GET_ITEM(slot, 0), *attr = PyTuple_GET_ITEM(slot, 1);
+        PyObject *value = PyObject_GetAttr(node, attr);
+        PyObject *entry = NULL, *kind_slot = NULL;
+        if (!value) {
+            if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
+                return -1;
+            /* Unreadable when first seen (modified in place on the line that built it, or
+             * freed by a call not seen): a slot without metadata. */
+            PyObject *etype, *exc, *tb;
+            PyErr_Fetch(&etype, &exc, &tb);
+            PyErr_NormalizeException(&etype, &exc, &tb);
+            PyObject *msg = exc ? PyObject_Str(exc) : NULL;
+            Py_XDECREF(etype);
+            Py_XDECREF(exc);
+            Py_XDECREF(tb);
+            if (!msg)
+                return -1;
+            kind_slot = PyTuple_GET_ITEM(slot, 2);
+            entry = entry3(label, s_tensor, NULL);
+            int bad = !entry || PyList_Append(saved, entry) < 0 || PyList_Append(held, kind_slot) < 0;
+            Py_XDECREF(entry);
+            PyObject *r = bad ? NULL : PyObject_CallMethodObjArgs(c->graph, s_mark_unreadable, nid, kind_slot, msg, NULL);
+            Py_DECREF(msg);
+            if (!r)
+                return -1;
+            Py_DECREF(r);
+            continue;
+        }
+        if (value == Py_None) {
+            Py_DECREF(value);
+            continue; /* a slot this call did not need */
+        }
+        if (is_plain(value)) {
+            entry = entry3(label, s_value, Py_NewRef(value));
+        } else if (PyObject_TypeCheck(value, (PyTypeObject *)Tensor)) {
+            entry = tensor_entry(label, value, storages, c->index);
+            kind_slot = PyTuple_GET_ITEM(slot, 2);
+        } else if ((PyList_CheckExact(value) || PyTuple_CheckExact(value)) && PySequence_Size(value) > 0 &&
+                   PyObject_TypeCheck(PySequence_Fast_GET_ITEM(value, 0), (PyTypeObject *)Tensor)) {
+            entry = PyObject_CallFunctionObjArgs(describe, label, s_tensors, value, storages, c->of, NULL);
+            kind_slot = PyTuple_GET_ITEM(slot, 3);
+        } else {
+            entry = entry3(label, s_value, json_value(value));
+        }
+        Py_DECREF(value);
+        if (!entry)
+            return -1;
+        int r = PyList_Append(saved, entry);
+        Py_DECREF(entry);
+        if (r < 0 || (kind_slot && PyList_Append(held, kind_slot) < 0))
+            return -1;
+    }
+    return 0;
+}
+
+/* Graph._info for one node: a new reference to its record, or NULL. */
+static PyObject *node_info(Ctx *c, PyObject *node, PyObject *nid) {
+    PyObject *type = (PyObject *)Py_TYPE(node);
+    PyObject *op_slots = PyDict_GetItemWithError(SlotCache, type);
+    if (op_slots)
+        Py_INCREF(op_slots);
+    else if (PyErr_Occurred() || !(op_slots = PyObject_CallOneArg(type_slots, type)))
+        return NULL;
+    PyObject *op = PyTuple_GET_ITEM(op_slots, 0), *slots = PyTuple_GET_ITEM(op_slots, 1);
+    PyObject *info = PyDict_New(), *saved = NULL, *held = NULL, *storages = NULL;
+    PyObject *seq_obj = PyObject_CallMethodNoArgs(node, s_sequence_nr);
+    if (!info || !seq_obj)
+        goto fail;
+    unsigned long long seq = PyLong_AsUnsignedLongLong(seq_obj);
+    if (seq == (unsigned long long)-1 && PyErr_Occurred())
+        goto fail;
+    if (PyDict_SetItem(info, s_id, nid) < 0 || PyDict_SetItem(info, s_op, op) < 0 ||
+        PyDict_SetItem(info, s_step, c->step) < 0)
+        goto fail;
+    if (seq == UNSEQUENCED) {
+        PyObject *var = PyObject_GetAttr(node, s_variable);
+        if (!var)
+            goto fail;
+        PyObject *key = PyLong_FromVoidPtr(var);
+        Py_DECREF(var); /* the node keeps it alive */
+        if (!key)
+            goto fail;
+        PyObject *entry = PyDict_GetItemWithError(c->of_tensors, key); /* (tensor, [names]) */
+        PyObject *name = entry ? PyList_GET_ITEM(PyTuple_GET_ITEM(entry, 1), 0) : Py_None;
+        int bad = PyErr_Occurred() || PyDict_SetItem(info, s_seq, Py_None) < 0 ||
+                  PyDict_SetItem(info, s_line, c->line) < 0 || PyDict_SetItem(info, s_tensor, name) < 0 ||
+                  PyDict_SetItem(c->accumulators, key, nid) < 0;
+        Py_DECREF(key);
+        if (bad)
+            goto fail;
+    } else {
+        if (set_new(info, s_seq, PyLong_FromUnsignedLongLong(seq - c->seq_base)) < 0)
+            goto fail;
+        PyObject *line = seq_lookup(c->lines_starts, c->lines_values, seq);
+        if (PyErr_Occurred())
+            goto fail;
+        if (!line || PyObject_IsTrue(line) != 1)
+            line = c->line;
+        if (PyDict_SetItem(info, s_line, line) < 0)
+            goto fail;
+        PyObject *module = seq_lookup(c->mod_starts, c->mod_values, seq); /* (id, class name) */
+        if (PyErr_Occurred())
+            goto fail;
+        if (module && module != Py_None) {
+            PyObject *path = PyDict_GetItemWithError(c->of_modules, PyTuple_GET_ITEM(module, 0));
+            if (PyErr_Occurred())
+                goto fail;
+            if (!path || PyObject_IsTrue(path) != 1)
+                path = PyTuple_GET_ITEM(module, 1);
+            if (PyDict_SetItem(info, s_module, path) < 0)
+                goto fail;
+        }
+    }
+    if (c->grad_graph == Py_True && PyDict_SetItem(info, s_grad_graph, Py_True) < 0)
+        goto fail;
+    saved = PyList_New(0);
+    if (!saved || PyDict_SetItem(info, s_saved, saved) < 0)
+        goto fail;
+    if (PyTuple_GET_SIZE(slots)) {
+        held = PyList_New(0);
+        storages = PyList_New(0);
+        if (!held || !storages || read_saved(c, node, nid, slots, saved, held, storages) < 0)
+            goto fail;
+        if (PyList_GET_SIZE(held) &&
+            (PyDict_SetItem(c->tensor_slots, nid, held) < 0 || PyDict_SetItem(c->storages_of, nid, storages) < 0))
+            goto fail;
+    }
+    Py_DECREF(op_slots);
+    Py_DECREF(seq_obj);
+    Py_DECREF(saved);
+    Py_XDECREF(held);
+    Py_XDECREF(storages);
+    return info;
+fail:
+    Py_XDECREF(op_slots);
+    Py_XDECREF(seq_obj);
+    Py_XDECREF(info);
+    Py_XDECREF(saved);
+    Py_XDECREF(held);
+    Py_XDECREF(storages);
+    return NULL;
+}
+
+static PyObject *attr_of(PyObject *obj, PyObject *name, PyObject **keep) {
+    /* a borrowed-like attribute: the new reference is parked in ``keep`` for release */
+    *keep = PyObject_GetAttr(obj, name);
+    return *keep;
+}
+
+/* read_new(graph, of, index, nodes, nexts, ids, first_id, step, line, grad_graph)
+ *
+ * Appends the records of ``nodes`` (new, in id order from ``first_id``, each already in ``ids``)
+ * to graph.table and their children's ids to graph.children, as Graph.discover's Python path. */
+static PyObject *read_new(PyObject *self, PyObject *args) {
+    PyObject *graph, *of, *index, *nodes, *nexts, *ids, *step, *line, *grad_graph;
+    Py_ssize_t first_id;
+    if (!PyArg_ParseTuple(args, "OOO!O!O!O!nOOO", &graph, &of, &PyDict_Type, &index, &PyList_Type, &nodes,
+                          &PyList_Type, &nexts, &PyDict_Type, &ids, &first_id, &step, &line, &grad_graph))
+        return NULL;
+    if (!Tensor) {
+        PyErr_SetString(PyExc_RuntimeError, "_nodes.setup() was not called");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(nodes);
+    if (PyList_GET_SIZE(nexts) != n) {
+        PyErr_SetString(PyExc_ValueError, "nodes and nexts differ in length");
+        return NULL;
+    }
+    Ctx c = {.graph = graph, .of = of, .index = index, .step = step, .line = line, .grad_graph = grad_graph};
+    PyObject *keep[12] = {0}, *result = NULL;
+    PyObject *lines = attr_of(graph, s_lines, &keep[0]), *mods = attr_of(graph, s_modules, &keep[1]);
+    PyObject *table = attr_of(graph, s_table, &keep[2]), *children = attr_of(graph, s_children, &keep[3]);
+    PyObject *base = attr_of(graph, s_seq_base, &keep[4]);
+    if (!lines || !mods || !table || !children || !base || !PyList_Check(table) || !PyList_Check(children))
+        goto done;
+    c.seq_base = PyLong_AsUnsignedLongLong(base);
+    if (PyErr_Occurred())
+        goto done;
+    c.lines_starts = attr_of(lines, s_starts, &keep[5]);
+    c.lines_values = attr_of(lines, s_values, &keep[6]);
+    c.mod_starts = attr_of(mods, s_starts, &keep[7]);
+    c.mod_values = attr_of(mods, s_values, &keep[8]);
+    c.tensor_slots = attr_of(graph, s_tensor_slots, &keep[9]);
+    c.storages_of = attr_of(graph, s_storages, &keep[10]);
+    c.accumulators = attr_of(graph, s_accumulators, &keep[11]);
+    if (PyErr_Occurred())
+        goto done;
+    PyObject *t = PyObject_GetAttr(of, s_tensors), *m = PyObject_GetAttr(of, s_modules);
+    c.of_tensors = t;
+    c.of_modules = m;
+    if (!t || !m || !PyDict_Check(t) || !PyDict_Check(m) || !PyList_Check(c.lines_starts) ||
+        !PyList_Check(c.lines_values) || !PyList_Check(c.mod_starts) || !PyList_Check(c.mod_values) ||
+        !PyDict_Check(c.tensor_slots) || !PyDict_Check(c.storages_of) || !PyDict_Check(c.accumulators)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "unexpected graph or names layout");
+        Py_XDECREF(t);
+        Py_XDECREF(m);
+        goto done;
+    }
+    if (PyList_GET_SIZE(table) != first_id || PyList_GET_SIZE(children) != first_id) {
+        PyErr_SetString(PyExc_ValueError, "first_id is not the table's length");
+    } else {
+        Py_ssize_t i = 0;
+        for (; i < n; i++) {
+            PyObject *node = PyList_GET_ITEM(nodes, i), *next = PyList_GET_ITEM(nexts, i);
+            PyObject *nid = PyLong_FromSsize_t(first_id + i), *kids = PyList_New(0), *info = NULL;
+            if (!nid || !kids || !PyTuple_Check(next))
+                goto node_fail;
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(next); k++) { /* next_functions: (node, input_nr) */
+                PyObject *child = PyTuple_GET_ITEM(PyTuple_GET_ITEM(next, k), 0);
+                if (child == Py_None)
+                    continue;
+                PyObject *kid = PyDict_GetItemWithError(ids, child);
+                if (kid ? PyList_Append(kids, kid) < 0 : PyErr_Occurred() != NULL)
+                    goto node_fail;
+            }
+            info = node_info(&c, node, nid);
+            if (!info || PyDict_SetItem(info, s_next, kids) < 0 || PyList_Append(table, info) < 0)
+                goto node_fail;
+            if (PyList_Append(children, kids) < 0)
+                goto node_fail;
+            Py_DECREF(nid);
+            Py_DECREF(kids);
+            Py_DECREF(info);
+            continue;
+        node_fail:
+            Py_XDECREF(nid);
+            Py_XDECREF(kids);
+            Py_XDECREF(info);
+            break;
+        }
+        if (i == n)
+            result = Py_NewRef(Py_None);
+    }
+    Py_DECREF(t);
+    Py_DECREF(m);
+done:
+    for (int k = 0; k < 12; k++)
+        Py_XDECREF(keep[k]);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS, "setup(Tensor, slot_cache, type_slots, jsonable, describe, dtype_names, dtype_name)"},
+    {"read_new", read_new, METH_VARARGS, "Append new nodes' records to the graph's table (Graph._info in C)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "_nodes", .m_doc = "Autograd node records, in C.", .m_size = -1, .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__nodes(void) {
+    struct {
+        PyObject **slot;
+        const char *text;
+    } names[] = {
+        {&s_id, "id"}, {&s_op, "op"}, {&s_step, "step"}, {&s_seq, "seq"}, {&s_line, "line"},
+        {&s_tensor, "tensor"}, {&s_module, "module"}, {&s_grad_graph, "grad_graph"}, {&s_saved, "saved"},
+        {&s_next, "next"}, {&s_name, "name"}, {&s_kind, "kind"}, {&s_value, "value"}, {&s_shape, "shape"},
+        {&s_dtype, "dtype"}, {&s_bytes, "bytes"}, {&s_of, "of"}, {&s_tensors, "tensors"},
+        {&s_sequence_nr, "_sequence_nr"}, {&s_variable, "variable"}, {&s_untyped_storage, "untyped_storage"},
+        {&s_nbytes, "nbytes"}, {&s_data_ptr, "data_ptr"}, {&s_mark_unreadable, "_mark_unreadable"},
+        {&s_seq_base, "seq_base"}, {&s_lines, "lines"}, {&s_modules, "modules"}, {&s_starts, "starts"},
+        {&s_values, "values"}, {&s_table, "table"}, {&s_children, "children"},
+        {&s_tensor_slots, "tensor_slots"}, {&s_storages, "storages"}, {&s_accumulators, "_accumulators"},
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text)))
+            return NULL;
+    return PyModule_Create(&module);
+}
