@@ -395,6 +395,58 @@ def test_custom_module_submodule_attribute_gets_its_path():
     assert ops["SumBackward0"] is None
 
 
+def test_a_module_whose_forward_raises_is_left_for_the_nodes_after_it():
+    code = _code(
+        """
+        import torch
+        import torch.nn as nn
+        class Picky(nn.Module):
+            def forward(self, x):
+                y = x.exp()
+                raise ValueError("no")
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.picky = Picky()
+            def forward(self, x):
+                try:
+                    self.picky(x)
+                except ValueError:
+                    pass
+                return x.sin()
+        net = Net()
+        x = torch.ones(2, requires_grad=True)
+        out = net(x)
+        loss = out.sum()
+        """
+    )
+    tr = record(code)
+    ops = {n["op"]: n.get("module") for n in tr["nodes"] if n["op"] != "AccumulateGrad"}
+    assert tr["status"] == "ok"
+    assert ops == {"ExpBackward0": "net.picky", "SinBackward0": "net", "SumBackward0": None}
+
+
+def test_the_snippets_own_module_hooks_run_as_untraced():
+    code = _code(
+        """
+        import torch
+        import torch.nn as nn
+        calls = []
+        lin = nn.Linear(2, 2)
+        lin.register_forward_pre_hook(lambda m, args: calls.append("pre"))
+        lin.register_forward_hook(lambda m, args, out: calls.append("post"))
+        h = nn.modules.module.register_module_forward_hook(lambda m, args, out: calls.append("global"))
+        out = lin(torch.ones(1, 2)).sum()
+        h.remove()
+        print(calls)
+        """
+    )
+    plain_out = _plain(code)[1]
+    tr = record(code)
+    assert tr["stdout"] == plain_out == "['pre', 'global', 'post']\n"
+    assert {n.get("module") for n in tr["nodes"] if n["op"] == "AddmmBackward0"} == {"lin"}
+
+
 # ---------------------------------------------------------------- 5. create_graph
 
 CREATE_GRAPH = _code(
