@@ -19,7 +19,8 @@ static PyObject *s_id, *s_op, *s_step, *s_seq, *s_line, *s_tensor, *s_module, *s
     *s_next, *s_name, *s_kind, *s_value, *s_shape, *s_dtype, *s_bytes, *s_of, *s_tensors,
     *s_sequence_nr, *s_variable, *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_mark_unreadable,
     *s_seq_base, *s_lines, *s_modules, *s_starts, *s_values, *s_table, *s_children, *s_tensor_slots,
-    *s_storages, *s_accumulators;
+    *s_storages, *s_accumulators, *s_freed, *s_stale, *s_stale_saved, *s_order, *s_failed, *s_executed,
+    *s_vars, *s_objs;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *objs[7];
@@ -432,9 +433,281 @@ done:
     return result;
 }
 
+/* states(live, freed, stale, run, failed, vars_of, plain): a step's node states, as
+ * recorder.node_states. Nodes with nothing to say share one {"id": n} dict across steps. */
+static PyObject *states(PyObject *self, PyObject *args) {
+    PyObject *live, *freed, *stale, *run, *failed, *vars_of, *plain;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!", &PyList_Type, &live, &PySet_Type, &freed, &PyDict_Type, &stale,
+                          &PyDict_Type, &run, &failed, &PyDict_Type, &vars_of, &PyDict_Type, &plain))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(live);
+    PyObject *out = PyList_New(n);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *nid = PyList_GET_ITEM(live, i), *state = NULL;
+        int is_freed = PySet_Contains(freed, nid);
+        PyObject *names = PyDict_GetItemWithError(stale, nid);
+        PyObject *order = names || !PyErr_Occurred() ? PyDict_GetItemWithError(run, nid) : NULL;
+        PyObject *vars = order || !PyErr_Occurred() ? PyDict_GetItemWithError(vars_of, nid) : NULL;
+        if (is_freed < 0 || PyErr_Occurred())
+            goto fail;
+        int has_vars = vars ? PyObject_IsTrue(vars) : 0;
+        if (has_vars < 0)
+            goto fail;
+        if (!is_freed && !names && !order && !vars) {
+            state = PyDict_GetItemWithError(plain, nid);
+            if (state)
+                Py_INCREF(state);
+            else if (PyErr_Occurred() || !(state = PyDict_New()) || PyDict_SetItem(state, s_id, nid) < 0 ||
+                     PyDict_SetItem(plain, nid, state) < 0)
+                goto state_fail;
+        } else {
+            state = PyDict_New();
+            if (!state || PyDict_SetItem(state, s_id, nid) < 0 ||
+                (is_freed && PyDict_SetItem(state, s_freed, Py_True) < 0))
+                goto state_fail;
+            if (names) {
+                if (PyDict_SetItem(state, s_stale, Py_True) < 0 ||
+                    set_new(state, s_stale_saved, PySequence_List(names)) < 0) /* a copy: later steps add */
+                    goto state_fail;
+            }
+            if (order) {
+                int is_failed = failed != Py_None ? PyObject_RichCompareBool(nid, failed, Py_EQ) : 0;
+                if (is_failed < 0 || PyDict_SetItem(state, s_order, order) < 0 ||
+                    PyDict_SetItem(state, is_failed ? s_failed : s_executed, Py_True) < 0)
+                    goto state_fail;
+            }
+            if (has_vars && PyDict_SetItem(state, s_vars, vars) < 0)
+                goto state_fail;
+        }
+        PyList_SET_ITEM(out, i, state);
+        continue;
+    state_fail:
+        Py_XDECREF(state);
+    fail:
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* new_edges(live, first_new, children): [[id, child], ...] of the live nodes from first_new on. */
+static PyObject *new_edges(PyObject *self, PyObject *args) {
+    PyObject *live, *children;
+    Py_ssize_t first_new;
+    if (!PyArg_ParseTuple(args, "O!nO!", &PyList_Type, &live, &first_new, &PyList_Type, &children))
+        return NULL;
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < PyList_GET_SIZE(live); i++) {
+        PyObject *nid = PyList_GET_ITEM(live, i);
+        Py_ssize_t id = PyLong_AsSsize_t(nid);
+        if (id == -1 && PyErr_Occurred())
+            goto fail;
+        if (id < first_new)
+            continue;
+        if (id >= PyList_GET_SIZE(children) || !PyList_Check(PyList_GET_ITEM(children, id))) {
+            PyErr_SetString(PyExc_IndexError, "a live node without children");
+            goto fail;
+        }
+        PyObject *kids = PyList_GET_ITEM(children, id);
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(kids); k++) {
+            PyObject *edge = PyList_New(2);
+            if (!edge)
+                goto fail;
+            PyList_SET_ITEM(edge, 0, Py_NewRef(nid));
+            PyList_SET_ITEM(edge, 1, Py_NewRef(PyList_GET_ITEM(kids, k)));
+            int r = PyList_Append(out, edge);
+            Py_DECREF(edge);
+            if (r < 0)
+                goto fail;
+        }
+    }
+    return out;
+fail:
+    Py_XDECREF(out);
+    return NULL;
+}
+
+/* reachable(root_ids, children): the set of ids the roots reach through children. */
+static PyObject *reachable(PyObject *self, PyObject *args) {
+    PyObject *roots, *children;
+    if (!PyArg_ParseTuple(args, "OO!", &roots, &PyList_Type, &children))
+        return NULL;
+    PyObject *seen = PySet_New(NULL), *stack = PySequence_List(roots);
+    if (!seen || !stack)
+        goto fail;
+    while (PyList_GET_SIZE(stack)) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *nid = Py_NewRef(PyList_GET_ITEM(stack, top));
+        if (PyList_SetSlice(stack, top, top + 1, NULL) < 0) {
+            Py_DECREF(nid);
+            goto fail;
+        }
+        int known = PySet_Contains(seen, nid);
+        Py_ssize_t id = known == 0 ? PyLong_AsSsize_t(nid) : 0;
+        if (known < 0 || (id == -1 && PyErr_Occurred()) || (!known && PySet_Add(seen, nid) < 0)) {
+            Py_DECREF(nid);
+            goto fail;
+        }
+        Py_DECREF(nid);
+        if (known)
+            continue;
+        if (id < 0 || id >= PyList_GET_SIZE(children) || !PyList_Check(PyList_GET_ITEM(children, id))) {
+            PyErr_SetString(PyExc_IndexError, "a node without children");
+            goto fail;
+        }
+        PyObject *kids = PyList_GET_ITEM(children, id);
+        if (PyList_SetSlice(stack, PyList_GET_SIZE(stack), PyList_GET_SIZE(stack), kids) < 0)
+            goto fail;
+    }
+    Py_DECREF(stack);
+    return seen;
+fail:
+    Py_XDECREF(seen);
+    Py_XDECREF(stack);
+    return NULL;
+}
+
+/* saved_bytes(storages, freed): bytes of the saved tensors of nodes not freed, each storage once. */
+static PyObject *saved_bytes(PyObject *self, PyObject *args) {
+    PyObject *storages, *freed;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyDict_Type, &storages, &PySet_Type, &freed))
+        return NULL;
+    PyObject *seen = PyDict_New(), *nid, *entries, *total = NULL;
+    Py_ssize_t pos = 0;
+    if (!seen)
+        return NULL;
+    while (PyDict_Next(storages, &pos, &nid, &entries)) {
+        int is_freed = PySet_Contains(freed, nid);
+        if (is_freed < 0 || !PyList_Check(entries)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "storages: a list per node");
+            goto done;
+        }
+        if (is_freed)
+            continue;
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(entries); k++) {
+            PyObject *pair = PyList_GET_ITEM(entries, k); /* (address, bytes) */
+            if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
+                PyErr_SetString(PyExc_TypeError, "storages: (address, bytes) pairs");
+                goto done;
+            }
+            if (PyDict_SetItem(seen, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) < 0)
+                goto done;
+        }
+    }
+    total = PyLong_FromLong(0);
+    PyObject *value;
+    pos = 0;
+    while (total && PyDict_Next(seen, &pos, &nid, &value)) {
+        PyObject *sum = PyNumber_Add(total, value);
+        Py_DECREF(total);
+        total = sum;
+    }
+done:
+    Py_DECREF(seen);
+    return total;
+}
+
+/* check_stale(graph, mark_freed, freed_mark): Graph.check_stale's loop. Reading a saved
+ * tensor raises once it was modified in place (or freed); graph._mark_unreadable sorts which. */
+static PyObject *check_stale(PyObject *self, PyObject *args) {
+    PyObject *graph, *freed_mark;
+    int mark_freed;
+    if (!PyArg_ParseTuple(args, "OpU", &graph, &mark_freed, &freed_mark))
+        return NULL;
+    PyObject *slots_of = PyObject_GetAttr(graph, s_tensor_slots), *freed = PyObject_GetAttr(graph, s_freed);
+    PyObject *objs = PyObject_GetAttr(graph, s_objs), *stale = PyObject_GetAttr(graph, s_stale);
+    PyObject *result = NULL, *nid, *slots, *snapshot = NULL;
+    if (!slots_of || !freed || !objs || !stale || !PyDict_Check(slots_of) || !PyDict_Check(objs) ||
+        !PyDict_Check(stale)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "unexpected graph layout");
+        goto done;
+    }
+    snapshot = PyDict_Items(slots_of); /* _mark_unreadable may change the graph's dicts */
+    if (!snapshot)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(snapshot); i++) {
+        PyObject *item = PyList_GET_ITEM(snapshot, i);
+        nid = PyTuple_GET_ITEM(item, 0);
+        slots = PyTuple_GET_ITEM(item, 1);
+        int is_freed = PySet_Contains(freed, nid);
+        if (is_freed < 0)
+            goto done;
+        if (is_freed)
+            continue;
+        PyObject *node = PyDict_GetItemWithError(objs, nid);
+        if (!node) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, nid);
+            goto done;
+        }
+        Py_INCREF(node);
+        PyObject *done_names = PyDict_GetItemWithError(stale, nid); /* the same list as it grows */
+        Py_XINCREF(done_names);
+        int bad = PyErr_Occurred() != NULL || !PyList_Check(slots);
+        for (Py_ssize_t k = 0; !bad && k < PyList_GET_SIZE(slots); k++) {
+            PyObject *slot = PyList_GET_ITEM(slots, k); /* _Saved(label, attr, raw, kind) */
+            PyObject *label = PyTuple_GET_ITEM(slot, 0), *attr = PyTuple_GET_ITEM(slot, 1);
+            int skip = done_names ? PySequence_Contains(done_names, label) : 0;
+            if (skip) {
+                bad = skip < 0;
+                continue;
+            }
+            PyObject *value = PyObject_GetAttr(node, attr);
+            if (value) {
+                Py_DECREF(value);
+                continue;
+            }
+            if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+                bad = 1;
+                break;
+            }
+            PyObject *etype, *exc, *tb;
+            PyErr_Fetch(&etype, &exc, &tb);
+            PyErr_NormalizeException(&etype, &exc, &tb);
+            PyObject *msg = exc ? PyObject_Str(exc) : NULL;
+            Py_XDECREF(etype);
+            Py_XDECREF(exc);
+            Py_XDECREF(tb);
+            int is_freed_msg = msg ? PyUnicode_Find(msg, freed_mark, 0, PY_SSIZE_T_MAX, 1) >= 0 : 0;
+            if (!msg || PyErr_Occurred()) {
+                Py_XDECREF(msg);
+                bad = 1;
+                break;
+            }
+            if (mark_freed || !is_freed_msg) {
+                PyObject *r = PyObject_CallMethodObjArgs(graph, s_mark_unreadable, nid, slot, msg, NULL);
+                bad = r == NULL;
+                Py_XDECREF(r);
+            }
+            Py_DECREF(msg);
+        }
+        Py_DECREF(node);
+        Py_XDECREF(done_names);
+        if (bad)
+            goto done;
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(snapshot);
+    Py_XDECREF(slots_of);
+    Py_XDECREF(freed);
+    Py_XDECREF(objs);
+    Py_XDECREF(stale);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(Tensor, slot_cache, type_slots, jsonable, describe, dtype_names, dtype_name)"},
     {"read_new", read_new, METH_VARARGS, "Append new nodes' records to the graph's table (Graph._info in C)."},
+    {"states", states, METH_VARARGS, "A step's node states (recorder.node_states in C)."},
+    {"new_edges", new_edges, METH_VARARGS, "Edges of the live nodes from first_new on."},
+    {"reachable", reachable, METH_VARARGS, "Ids the roots reach (Graph.reachable in C)."},
+    {"check_stale", check_stale, METH_VARARGS, "Mark saved tensors modified in place (Graph.check_stale in C)."},
+    {"saved_bytes", saved_bytes, METH_VARARGS, "Bytes held by live saved tensors (Graph.saved_bytes in C)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -456,6 +729,8 @@ PyMODINIT_FUNC PyInit__nodes(void) {
         {&s_seq_base, "seq_base"}, {&s_lines, "lines"}, {&s_modules, "modules"}, {&s_starts, "starts"},
         {&s_values, "values"}, {&s_table, "table"}, {&s_children, "children"},
         {&s_tensor_slots, "tensor_slots"}, {&s_storages, "storages"}, {&s_accumulators, "_accumulators"},
+        {&s_freed, "freed"}, {&s_stale, "stale"}, {&s_stale_saved, "stale_saved"}, {&s_order, "order"},
+        {&s_failed, "failed"}, {&s_executed, "executed"}, {&s_vars, "vars"}, {&s_objs, "objs"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text)))

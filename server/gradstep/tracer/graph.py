@@ -260,6 +260,9 @@ class Graph:
 
     def check_stale(self, mark_freed: bool = True) -> None:
         """Has any live saved tensor been modified in place since it was saved?"""
+        if self.native is not None:
+            self.native.check_stale(self, mark_freed, FREED_MARK)
+            return
         stale = self.stale
         for nid, slots in self.tensor_slots.items():
             if nid in self.freed:
@@ -288,6 +291,8 @@ class Graph:
     # -- liveness ------------------------------------------------------------
 
     def reachable(self, root_ids: Iterable[int]) -> set[int]:
+        if self.native is not None:
+            return self.native.reachable(root_ids, self.children)
         seen: set[int] = set()
         stack = list(root_ids)
         children = self.children
@@ -310,6 +315,8 @@ class Graph:
             self.stale.pop(nid, None)
 
     def saved_bytes(self) -> int:
+        if self.native is not None:
+            return self.native.saved_bytes(self.storages, self.freed)
         seen: dict[int, int] = {}
         freed = self.freed
         for nid, entries in self.storages.items():

@@ -560,44 +560,20 @@ class Recorder:
                 vars_of.setdefault(nid, []).extend(tnames)
 
         run = run or {}
-        freed, stale = graph.freed, graph.stale
-        special = freed | stale.keys() | run.keys() | vars_of.keys()
-        plain = self._plain_states
-        states = []
-        for nid in live:
-            if nid in special:  # inlined: this runs for every node after every backward
-                state: dict[str, Any] = {"id": nid}
-                if nid in freed:
-                    state["freed"] = True
-                if nid in stale:
-                    state["stale"] = True
-                    state["stale_saved"] = list(stale[nid])  # a copy: later steps may add to it
-                order = run.get(nid)
-                if order is not None:
-                    state["order"] = order
-                    state["failed" if nid == failed else "executed"] = True
-                v = vars_of.get(nid)
-                if v:
-                    state["vars"] = v
-                states.append(state)
-            else:
-                state = plain.get(nid)
-                if state is None:
-                    state = plain[nid] = {"id": nid}
-                states.append(state)
+        native = graph.native
+        node_states = native.states if native is not None else _node_states
+        states = node_states(live, graph.freed, graph.stale, run, failed, vars_of, self._plain_states)
         # The edges this step added (its new nodes' edges): the whole graph of a step
         # is the table's `next` of its nodes, and where gradient flowed follows from
         # `executed` and `order`; repeating either in every step would double the trace.
         edges = []
-        children = graph.children
         if graph.first_new is not None:
-            for nid in live:
-                if nid >= graph.first_new:
-                    edges.extend([[nid, k] for k in children[nid]])
+            new_edges = native.new_edges if native is not None else _new_edges
+            edges = new_edges(live, graph.first_new, graph.children)
             graph.first_new = None
         for nid in dropped:
             states.append({"id": nid, "dropped": True})
-            plain.pop(nid, None)
+            self._plain_states.pop(nid, None)
 
         grads = self.grads.records([t.grad if (t.is_leaf or t.retains_grad) else None for t, _ in shown])
         tensors = []
@@ -691,6 +667,51 @@ class Recorder:
             "line": line,
             "traceback": "\n".join(text).rstrip(),
         }
+
+
+def _node_states(
+    live: list[int],
+    freed: set[int],
+    stale: dict[int, list[str]],
+    run: dict[int, int],
+    failed: int | None,
+    vars_of: dict[int, list[str]],
+    plain: dict[int, dict],
+) -> list[dict]:
+    """A step's node states (the C reader's ``states`` does the same); nodes with nothing
+    to say share one ``{"id": n}`` across steps."""
+    special = freed | stale.keys() | run.keys() | vars_of.keys()
+    states = []
+    for nid in live:
+        if nid in special:  # inlined: this runs for every node after every backward
+            state: dict[str, Any] = {"id": nid}
+            if nid in freed:
+                state["freed"] = True
+            if nid in stale:
+                state["stale"] = True
+                state["stale_saved"] = list(stale[nid])  # a copy: later steps may add to it
+            order = run.get(nid)
+            if order is not None:
+                state["order"] = order
+                state["failed" if nid == failed else "executed"] = True
+            v = vars_of.get(nid)
+            if v:
+                state["vars"] = v
+            states.append(state)
+        else:
+            state = plain.get(nid)
+            if state is None:
+                state = plain[nid] = {"id": nid}
+            states.append(state)
+    return states
+
+
+def _new_edges(live: list[int], first_new: int, children: list[list[int]]) -> list[list[int]]:
+    edges = []
+    for nid in live:
+        if nid >= first_new:
+            edges.extend([[nid, k] for k in children[nid]])
+    return edges
 
 
 def _roots(names, extra_roots) -> tuple[list, list[tuple[torch.Tensor, list[str]]]]:
