@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 import torch
-from gradstep.tracer import record
+from gradstep.tracer import graph, record
 
 SNIPPET = """
 import torch
@@ -57,6 +57,15 @@ def timed(fn, code: str) -> tuple[float, float]:
 
 def recording(code: str) -> None:
     record(code, explain=False)
+
+
+def recording_in_python(code: str) -> None:
+    """The same recording with graph.py's Python node reader instead of the C one."""
+    native, graph._nodes = graph._nodes, None
+    try:
+        record(code, explain=False)
+    finally:
+        graph._nodes = native
 
 
 def warm_up(freeze: bool = True) -> None:
@@ -115,6 +124,10 @@ def main() -> None:
         return count_instructions()
     warm_up(freeze=not args.no_freeze)
     runs = {"plain": plain, "traced": recording, "traced + narration": record}
+    if graph._nodes is not None:
+        runs["traced, Python reader"] = recording_in_python
+    else:
+        print("the C node reader (tracer/_nodes.c) is not built: tracing with the Python one")
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in runs}
     for _ in range(args.repeat):  # interleave, so machine noise hits all alike
         for name, fn in runs.items():
@@ -126,7 +139,7 @@ def main() -> None:
     for i, what in enumerate(("wall", "cpu ")):
         p = statistics.median(t[i] for t in times["plain"])
         line = f"{what}  plain {p * 1e3:6.1f} ms"
-        for name in ("traced", "traced + narration"):
+        for name in list(runs)[1:]:
             t = statistics.median(x[i] for x in times[name])
             line += f"  {name} {t * 1e3:6.1f} ms ({t / p:.2f}x)"
         print(line + "  (target <= 1.30x traced)")

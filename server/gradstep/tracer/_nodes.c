@@ -20,7 +20,7 @@ static PyObject *s_id, *s_op, *s_step, *s_seq, *s_line, *s_tensor, *s_module, *s
     *s_sequence_nr, *s_variable, *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_mark_unreadable,
     *s_seq_base, *s_lines, *s_modules, *s_starts, *s_values, *s_table, *s_children, *s_tensor_slots,
     *s_storages, *s_accumulators, *s_freed, *s_stale, *s_stale_saved, *s_order, *s_failed, *s_executed,
-    *s_vars, *s_objs;
+    *s_vars, *s_objs, *s_grad_fn, *s_requires_grad, *s_is_leaf, *s_retains_grad, *s_node, *s_grad;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *objs[7];
@@ -700,6 +700,110 @@ done:
     return result;
 }
 
+/* tensor_records(shown, grads, leaf_ids, ids, last, now): the tensors of a step, as the
+ * Python loop in Recorder._take_snapshot. A tensor whose name, node, grad, flags and shape are
+ * as at the last step keeps its record; ``now`` maps id(tensor) -> (weakref, key, record). */
+static PyObject *tensor_records(PyObject *self, PyObject *args) {
+    PyObject *shown, *grads, *leaf_ids, *ids, *last, *now;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!", &PyList_Type, &shown, &PyList_Type, &grads, &PyList_Type,
+                          &leaf_ids, &PyDict_Type, &ids, &PyDict_Type, &last, &PyDict_Type, &now))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(shown);
+    if (PyList_GET_SIZE(grads) != n || PyList_GET_SIZE(leaf_ids) != n) {
+        PyErr_SetString(PyExc_ValueError, "shown, grads and leaf_ids differ in length");
+        return NULL;
+    }
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *pair = PyList_GET_ITEM(shown, i), *grad = PyList_GET_ITEM(grads, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyList_Check(PyTuple_GET_ITEM(pair, 1)) ||
+            !PyList_GET_SIZE(PyTuple_GET_ITEM(pair, 1))) {
+            PyErr_SetString(PyExc_TypeError, "shown: (tensor, [names]) pairs");
+            break;
+        }
+        PyObject *t = PyTuple_GET_ITEM(pair, 0), *name = PyList_GET_ITEM(PyTuple_GET_ITEM(pair, 1), 0);
+        PyObject *fn = NULL, *rg = NULL, *leaf = NULL, *retains = NULL, *dtype = NULL, *size = NULL;
+        PyObject *shape = NULL, *key = NULL, *tid = NULL, *rec = NULL, *ref = NULL, *entry = NULL;
+        PyObject *node = NULL; /* borrowed */
+        int ok = 0;
+        if (!(fn = PyObject_GetAttr(t, s_grad_fn)))
+            goto next;
+        if (fn == Py_None) {
+            node = PyList_GET_ITEM(leaf_ids, i);
+        } else {
+            node = PyDict_GetItemWithError(ids, fn);
+            if (!node && PyErr_Occurred())
+                goto next;
+            node = node ? node : Py_None;
+        }
+        if (!(rg = PyObject_GetAttr(t, s_requires_grad)) || !(leaf = PyObject_GetAttr(t, s_is_leaf)) ||
+            !(retains = PyObject_GetAttr(t, s_retains_grad)) || !(dtype = PyObject_GetAttr(t, s_dtype)) ||
+            !(size = PyObject_GetAttr(t, s_shape)) || !(shape = PySequence_List(size)))
+            goto next;
+        if (!(key = PyTuple_Pack(7, name, node, grad, rg, leaf, retains, dtype)) || !(tid = PyLong_FromVoidPtr(t)))
+            goto next;
+        PyObject *prev = PyDict_GetItemWithError(last, tid); /* (weakref, key, record) */
+        if (!prev && PyErr_Occurred())
+            goto next;
+        int alive = prev && PyTuple_Check(prev) && PyTuple_GET_SIZE(prev) == 3 &&
+                    PyWeakref_GetObject(PyTuple_GET_ITEM(prev, 0)) == t;
+        if (alive) {
+            int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(prev, 1), key, Py_EQ);
+            if (same < 0)
+                goto next;
+            if (same) {
+                PyObject *old_shape = PyDict_GetItemWithError(PyTuple_GET_ITEM(prev, 2), s_shape);
+                if (!old_shape && PyErr_Occurred())
+                    goto next;
+                same = old_shape ? PyObject_RichCompareBool(old_shape, shape, Py_EQ) : 0;
+                if (same < 0)
+                    goto next;
+                if (same)
+                    rec = Py_NewRef(PyTuple_GET_ITEM(prev, 2));
+            }
+            ref = Py_NewRef(PyTuple_GET_ITEM(prev, 0));
+        } else if (!(ref = PyWeakref_NewRef(t, NULL))) {
+            goto next;
+        }
+        if (!rec) {
+            PyObject *dname = PyDict_GetItemWithError(DtypeNames, dtype);
+            if (dname)
+                Py_INCREF(dname);
+            else if (PyErr_Occurred() || !(dname = PyObject_CallOneArg(dtype_name, dtype)))
+                goto next;
+            rec = PyDict_New();
+            int bad = !rec || PyDict_SetItem(rec, s_name, name) < 0 || PyDict_SetItem(rec, s_shape, shape) < 0 ||
+                      PyDict_SetItem(rec, s_dtype, dname) < 0 || PyDict_SetItem(rec, s_requires_grad, rg) < 0 ||
+                      PyDict_SetItem(rec, s_is_leaf, leaf) < 0 || PyDict_SetItem(rec, s_node, node) < 0 ||
+                      PyDict_SetItem(rec, s_grad, grad) < 0;
+            Py_DECREF(dname);
+            int retains_true = bad ? -1 : PyObject_IsTrue(retains);
+            if (bad || retains_true < 0 || (retains_true && PyDict_SetItem(rec, s_retains_grad, Py_True) < 0))
+                goto next;
+        }
+        if (!(entry = PyTuple_Pack(3, ref, key, rec)) || PyDict_SetItem(now, tid, entry) < 0 ||
+            PyList_Append(out, rec) < 0)
+            goto next;
+        ok = 1;
+    next:
+        Py_XDECREF(fn);
+        Py_XDECREF(rg);
+        Py_XDECREF(leaf);
+        Py_XDECREF(retains);
+        Py_XDECREF(dtype);
+        Py_XDECREF(size);
+        Py_XDECREF(shape);
+        Py_XDECREF(key);
+        Py_XDECREF(tid);
+        Py_XDECREF(rec);
+        Py_XDECREF(ref);
+        Py_XDECREF(entry);
+        if (!ok)
+            Py_CLEAR(out);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(Tensor, slot_cache, type_slots, jsonable, describe, dtype_names, dtype_name)"},
     {"read_new", read_new, METH_VARARGS, "Append new nodes' records to the graph's table (Graph._info in C)."},
@@ -707,6 +811,7 @@ static PyMethodDef methods[] = {
     {"new_edges", new_edges, METH_VARARGS, "Edges of the live nodes from first_new on."},
     {"reachable", reachable, METH_VARARGS, "Ids the roots reach (Graph.reachable in C)."},
     {"check_stale", check_stale, METH_VARARGS, "Mark saved tensors modified in place (Graph.check_stale in C)."},
+    {"tensor_records", tensor_records, METH_VARARGS, "A step's tensor records (the snapshot's loop in C)."},
     {"saved_bytes", saved_bytes, METH_VARARGS, "Bytes held by live saved tensors (Graph.saved_bytes in C)."},
     {NULL, NULL, 0, NULL},
 };
@@ -731,6 +836,8 @@ PyMODINIT_FUNC PyInit__nodes(void) {
         {&s_tensor_slots, "tensor_slots"}, {&s_storages, "storages"}, {&s_accumulators, "_accumulators"},
         {&s_freed, "freed"}, {&s_stale, "stale"}, {&s_stale_saved, "stale_saved"}, {&s_order, "order"},
         {&s_failed, "failed"}, {&s_executed, "executed"}, {&s_vars, "vars"}, {&s_objs, "objs"},
+        {&s_grad_fn, "grad_fn"}, {&s_requires_grad, "requires_grad"}, {&s_is_leaf, "is_leaf"},
+        {&s_retains_grad, "retains_grad"}, {&s_node, "node"}, {&s_grad, "grad"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text)))

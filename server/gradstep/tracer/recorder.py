@@ -576,32 +576,9 @@ class Recorder:
             self._plain_states.pop(nid, None)
 
         grads = self.grads.records([t.grad if (t.is_leaf or t.retains_grad) else None for t, _ in shown])
-        tensors = []
-        last = self._tensor_recs
         now: dict[int, tuple] = {}
-        for (t, tnames), grad, leaf_id in zip(shown, grads, leaf_ids, strict=True):
-            fn = t.grad_fn
-            node = ids.get(fn) if fn is not None else leaf_id
-            # A tensor whose name, node, grad and flags are as at the last step keeps its
-            # record (most tensors between two forward lines): no new dict per step.
-            key = (tnames[0], node, grad, t.requires_grad, t.is_leaf, t.retains_grad, t.dtype)
-            prev = last.get(id(t))
-            if prev is not None and prev[0]() is t and prev[1] == key and prev[2]["shape"] == list(t.shape):
-                rec = prev[2]
-            else:
-                rec = {
-                    "name": tnames[0],
-                    "shape": list(t.shape),
-                    "dtype": dtype_name(t.dtype),
-                    "requires_grad": t.requires_grad,
-                    "is_leaf": t.is_leaf,
-                    "node": node,
-                    "grad": grad,
-                }
-                if t.retains_grad:
-                    rec["retains_grad"] = True
-            now[id(t)] = (prev[0] if prev is not None and prev[0]() is t else weakref.ref(t), key, rec)
-            tensors.append(rec)
+        tensor_records = native.tensor_records if native is not None else _tensor_records
+        tensors = tensor_records(shown, grads, leaf_ids, ids, self._tensor_recs, now)
         self._tensor_recs = now
         if returned is not None:
             step["returned"] = self.grads.records(returned)
@@ -621,8 +598,8 @@ class Recorder:
         if root_ids != self._last_roots:  # edges never change: same roots, same live set
             self._live = sorted(graph.reachable(root_ids))
             self._last_roots = root_ids
-        live_set = self._live_set(self._live)
-        return self._live, [nid for nid in graph.objs if nid not in live_set]
+        gone = graph.objs.keys() - self._live_set(self._live)  # usually none: no Python loop then
+        return self._live, [nid for nid in graph.objs if nid in gone] if gone else []
 
     def _release(self) -> None:
         """Let go of graphs a deleted or rebound name no longer reaches (no step)."""
@@ -704,6 +681,46 @@ def _node_states(
                 state = plain[nid] = {"id": nid}
             states.append(state)
     return states
+
+
+def _tensor_records(
+    shown: list[tuple[torch.Tensor, list[str]]],
+    grads: list[dict | None],
+    leaf_ids: list[int | None],
+    ids: dict,
+    last: dict[int, tuple],
+    now: dict[int, tuple],
+) -> list[dict]:
+    """A step's tensor records (the C reader's ``tensor_records`` does the same).
+
+    A tensor whose name, node, grad and flags are as at the last step keeps its record
+    (most tensors between two forward lines): no new dict per step. ``now`` gets
+    id(tensor) -> (weakref, what its record says, record) for the next step.
+    """
+    tensors = []
+    for (t, tnames), grad, leaf_id in zip(shown, grads, leaf_ids, strict=True):
+        fn = t.grad_fn
+        node = ids.get(fn) if fn is not None else leaf_id
+        key = (tnames[0], node, grad, t.requires_grad, t.is_leaf, t.retains_grad, t.dtype)
+        prev = last.get(id(t))
+        alive = prev is not None and prev[0]() is t
+        if alive and prev[1] == key and prev[2]["shape"] == list(t.shape):
+            rec = prev[2]
+        else:
+            rec = {
+                "name": tnames[0],
+                "shape": list(t.shape),
+                "dtype": dtype_name(t.dtype),
+                "requires_grad": t.requires_grad,
+                "is_leaf": t.is_leaf,
+                "node": node,
+                "grad": grad,
+            }
+            if t.retains_grad:
+                rec["retains_grad"] = True
+        now[id(t)] = (prev[0] if alive else weakref.ref(t), key, rec)
+        tensors.append(rec)
+    return tensors
 
 
 def _new_edges(live: list[int], first_new: int, children: list[list[int]]) -> list[list[int]]:
