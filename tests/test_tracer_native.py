@@ -7,6 +7,7 @@ PyTorch, so agreement carries those checks over to the reader actually in use.
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -142,3 +143,32 @@ def test_same_trace_for_random_graphs(code):
     finally:
         graph._nodes = saved
     assert native == python
+
+
+@needs_native
+def test_plain_trace_data_is_taken_out_of_the_garbage_collectors_sight():
+    step = {"nodes": [{"id": 1, "saved": [{"shape": [2, 3]}]}], "edges": [[1, 0]], "t": (1, "a")}
+    assert gc.is_tracked(step["nodes"])
+    assert graph._nodes.untrack(step) is True
+    assert not any(map(gc.is_tracked, (step, step["nodes"], step["nodes"][0]["saved"], step["edges"][0])))
+
+
+@needs_native
+def test_a_container_holding_a_live_object_or_a_cycle_stays_tracked():
+    class Live:
+        pass
+
+    holder = {"fine": [1, 2], "live": [Live()]}
+    cycle: list = []
+    cycle.append(cycle)
+    assert graph._nodes.untrack(holder) is False
+    assert gc.is_tracked(holder) and gc.is_tracked(holder["live"]) and not gc.is_tracked(holder["fine"])
+    assert graph._nodes.untrack(cycle) is False
+    assert gc.is_tracked(cycle)
+
+
+@needs_native
+def test_recorded_steps_and_nodes_are_untracked():
+    trace = record(TRANSFORMER, explain=False)
+    assert not any(gc.is_tracked(step) for step in trace["steps"])
+    assert not any(gc.is_tracked(node) for node in trace["nodes"])

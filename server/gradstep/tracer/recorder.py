@@ -589,6 +589,8 @@ class Recorder:
         step["saved_bytes"] = graph.saved_bytes()
         step["stdout"] = self.out.since_last_step()
         step["warnings"] = self.warnings.since_last_step()
+        if native is not None:
+            native.untrack(step)  # plain data, no cycles: collections need not walk it again
         self.steps.append(step)
 
     def _liveness(self, roots: list) -> tuple[list[int], list[int]]:
