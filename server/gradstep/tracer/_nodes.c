@@ -783,7 +783,7 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
             !(retains = PyObject_GetAttr(t, s_retains_grad)) || !(dtype = PyObject_GetAttr(t, s_dtype)) ||
             !(size = PyObject_GetAttr(t, s_shape)) || !(shape = PySequence_List(size)))
             goto next;
-        if (!(key = PyTuple_Pack(7, name, node, grad, rg, leaf, retains, dtype)) || !(tid = PyLong_FromVoidPtr(t)))
+        if (!(key = PyTuple_Pack(6, name, node, rg, leaf, retains, dtype)) || !(tid = PyLong_FromVoidPtr(t)))
             goto next;
         PyObject *prev = PyDict_GetItemWithError(last, tid); /* (weakref, key, record) */
         if (!prev && PyErr_Occurred())
@@ -794,6 +794,10 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
             int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(prev, 1), key, Py_EQ);
             if (same < 0)
                 goto next;
+            if (same) { /* a grad record is the same object while the gradient is unchanged */
+                PyObject *old_grad = PyDict_GetItemWithError(PyTuple_GET_ITEM(prev, 2), s_grad);
+                same = old_grad == grad;
+            }
             if (same) {
                 PyObject *old_shape = PyDict_GetItemWithError(PyTuple_GET_ITEM(prev, 2), s_shape);
                 if (!old_shape && PyErr_Occurred())

@@ -703,10 +703,11 @@ def _tensor_records(
     for (t, tnames), grad, leaf_id in zip(shown, grads, leaf_ids, strict=True):
         fn = t.grad_fn
         node = ids.get(fn) if fn is not None else leaf_id
-        key = (tnames[0], node, grad, t.requires_grad, t.is_leaf, t.retains_grad, t.dtype)
+        key = (tnames[0], node, t.requires_grad, t.is_leaf, t.retains_grad, t.dtype)
         prev = last.get(id(t))
         alive = prev is not None and prev[0]() is t
-        if alive and prev[1] == key and prev[2]["shape"] == list(t.shape):
+        # a grad record is the same object while the gradient is unchanged (GradRecords)
+        if alive and prev[1] == key and prev[2]["grad"] is grad and prev[2]["shape"] == list(t.shape):
             rec = prev[2]
         else:
             rec = {
