@@ -55,6 +55,15 @@ static PyObject *seq_lookup(PyObject *starts, PyObject *values, unsigned long lo
     return PyList_GET_ITEM(values, lo - 1); /* borrowed */
 }
 
+/* A new list or tuple of plain values, out of the cyclic collector's sight from the start (see
+ * untrack_tree; a dict still becomes tracked when such a list goes into it, as CPython tracks a
+ * dict on inserting any container, so dicts are untracked once built). Passes NULL through. */
+static PyObject *untracked(PyObject *o) {
+    if (o && PyObject_IS_GC(o) && PyObject_GC_IsTracked(o))
+        PyObject_GC_UnTrack(o);
+    return o;
+}
+
 static int is_plain(PyObject *v) {
     return PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyBool_Check(v) || PyUnicode_CheckExact(v);
 }
@@ -73,7 +82,7 @@ static PyObject *json_value(PyObject *v) {
         int plain = 1;
         for (Py_ssize_t i = 0; i < n && plain; i++)
             plain = is_plain(items[i]);
-        PyObject *out = plain ? PySequence_List(seq) : NULL;
+        PyObject *out = plain ? untracked(PySequence_List(seq)) : NULL;
         Py_DECREF(seq);
         if (plain)
             return out;
@@ -126,7 +135,7 @@ static PyObject *tensor_entry(PyObject *label, PyObject *value, PyObject *storag
     PyObject *size = PyObject_GetAttr(value, s_shape);
     if (!size)
         goto done;
-    shape = PySequence_List(size);
+    shape = untracked(PySequence_List(size));
     Py_DECREF(size);
     dtype = shape ? PyObject_GetAttr(value, s_dtype) : NULL;
     if (!dtype)
@@ -306,7 +315,7 @@ static PyObject *node_info(Ctx *c, PyObject *node, PyObject *nid) {
     }
     if (c->grad_graph == Py_True && PyDict_SetItem(info, s_grad_graph, Py_True) < 0)
         goto fail;
-    saved = PyList_New(0);
+    saved = PyList_New(0); /* untracked with its entries, once they are in (untrack_tree) */
     if (!saved || PyDict_SetItem(info, s_saved, saved) < 0)
         goto fail;
     if (PyTuple_GET_SIZE(slots)) {
@@ -438,7 +447,7 @@ static PyObject *read_new(PyObject *self, PyObject *args) {
         Py_ssize_t i = 0;
         for (; i < n; i++) {
             PyObject *node = PyList_GET_ITEM(nodes, i), *next = PyList_GET_ITEM(nexts, i);
-            PyObject *nid = PyLong_FromSsize_t(first_id + i), *kids = PyList_New(0), *info = NULL;
+            PyObject *nid = PyLong_FromSsize_t(first_id + i), *kids = untracked(PyList_New(0)), *info = NULL;
             if (!nid || !kids || !PyTuple_Check(next))
                 goto node_fail;
             for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(next); k++) { /* next_functions: (node, input_nr) */
@@ -512,7 +521,7 @@ static PyObject *states(PyObject *self, PyObject *args) {
                 goto state_fail;
             if (names) {
                 if (PyDict_SetItem(state, s_stale, Py_True) < 0 ||
-                    set_new(state, s_stale_saved, PySequence_List(names)) < 0) /* a copy: later steps add */
+                    set_new(state, s_stale_saved, untracked(PySequence_List(names))) < 0) /* a copy: later steps add */
                     goto state_fail;
             }
             if (order) {
@@ -555,7 +564,7 @@ static PyObject *new_edges(PyObject *self, PyObject *args) {
         }
         PyObject *kids = PyList_GET_ITEM(children, id);
         for (Py_ssize_t k = 0; k < PyList_GET_SIZE(kids); k++) {
-            PyObject *edge = PyList_New(2);
+            PyObject *edge = untracked(PyList_New(2));
             if (!edge)
                 goto fail;
             PyList_SET_ITEM(edge, 0, Py_NewRef(nid));
@@ -781,7 +790,7 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
         }
         if (!(rg = PyObject_GetAttr(t, s_requires_grad)) || !(leaf = PyObject_GetAttr(t, s_is_leaf)) ||
             !(retains = PyObject_GetAttr(t, s_retains_grad)) || !(dtype = PyObject_GetAttr(t, s_dtype)) ||
-            !(size = PyObject_GetAttr(t, s_shape)) || !(shape = PySequence_List(size)))
+            !(size = PyObject_GetAttr(t, s_shape)) || !(shape = untracked(PySequence_List(size))))
             goto next;
         if (!(key = PyTuple_Pack(6, name, node, rg, leaf, retains, dtype)) || !(tid = PyLong_FromVoidPtr(t)))
             goto next;
