@@ -22,7 +22,7 @@ import torch
 from gradstep.tracer.graph import dtype_name
 
 SIGNIFICANT = 6  # digits kept for values and norms (float32 carries ~7)
-STACK_MAX = 4096  # elements: above this, a stacked copy costs more than the norm's own dispatch
+STACK_MAX = 4096  # elements: stacking bigger tensors copies more than it saves in dispatch
 _FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
 _HALVES = (torch.float16, torch.bfloat16)  # normed in float32
 _STRIDED = torch.strided
