@@ -6,6 +6,7 @@ every grad changed) for the working tree's grads.py and for the one of git REF (
 loaded side by side and measured in turns. Checks both give the same records, and prints the
 median of each and their ratio. Usage:
     python benchmarks/grad_records.py [--against REF] [--repeat N]
+    python benchmarks/grad_records.py --against 6e177ae~1   # vs one op per gradient, before batching
 """
 
 from __future__ import annotations
