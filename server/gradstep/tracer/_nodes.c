@@ -860,6 +860,171 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* roots(entries, extra_roots): recorder._roots in C. ``entries`` are Names.tensors' values,
+ * (tensor, [names]); returns (graph roots, the entries a step lists). */
+static PyObject *roots(PyObject *self, PyObject *args) {
+    PyObject *entries, *extra;
+    if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &entries, &extra))
+        return NULL;
+    PyObject *found = PySequence_List(extra), *shown = PyList_New(0), *key, *entry;
+    Py_ssize_t pos = 0;
+    if (!found || !shown)
+        goto fail;
+    while (PyDict_Next(entries, &pos, &key, &entry)) {
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
+            PyErr_SetString(PyExc_TypeError, "entries: (tensor, [names]) pairs");
+            goto fail;
+        }
+        PyObject *t = PyTuple_GET_ITEM(entry, 0), *fn = NULL, *grad = NULL, *gfn = NULL, *flag = NULL;
+        int ok = 0, retains = 0, show = 0;
+        if (!(fn = PyObject_GetAttr(t, s_grad_fn)))
+            goto next;
+        if (fn != Py_None && PyList_Append(found, fn) < 0)
+            goto next;
+        if (!(flag = PyObject_GetAttr(t, s_retains_grad)) || (retains = PyObject_IsTrue(flag)) < 0)
+            goto next;
+        /* .grad of a non-leaf that does not retain it is always None, and reading it warns */
+        if (fn == Py_None || retains) {
+            if (!(grad = PyObject_GetAttr(t, s_grad)))
+                goto next;
+            if (grad != Py_None) {
+                if (!(gfn = PyObject_GetAttr(grad, s_grad_fn)) || (gfn != Py_None && PyList_Append(found, gfn) < 0))
+                    goto next;
+            }
+        }
+        if (retains || (grad && grad != Py_None)) {
+            show = 1;
+        } else if (fn == Py_None) {
+            Py_CLEAR(flag);
+            if (!(flag = PyObject_GetAttr(t, s_requires_grad)) || (show = PyObject_IsTrue(flag)) < 0)
+                goto next;
+        }
+        if (show && PyList_Append(shown, entry) < 0)
+            goto next;
+        ok = 1;
+    next:
+        Py_XDECREF(fn);
+        Py_XDECREF(grad);
+        Py_XDECREF(gfn);
+        Py_XDECREF(flag);
+        if (!ok)
+            goto fail;
+    }
+    PyObject *out = PyTuple_Pack(2, found, shown);
+    Py_DECREF(found);
+    Py_DECREF(shown);
+    return out;
+fail:
+    Py_XDECREF(found);
+    Py_XDECREF(shown);
+    return NULL;
+}
+
+/* vars_of[nid] += names, as dict.setdefault(nid, []).extend(names). */
+static int add_vars(PyObject *vars_of, PyObject *nid, PyObject *names) {
+    PyObject *list = PyDict_GetItemWithError(vars_of, nid);
+    if (!list) {
+        if (PyErr_Occurred() || !(list = PyList_New(0)))
+            return -1;
+        int r = PyDict_SetItem(vars_of, nid, list);
+        Py_DECREF(list);
+        if (r < 0)
+            return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    return PyList_SetSlice(list, n, n, names);
+}
+
+/* step_names(entries, shown, ids, graph): the snapshot's per-tensor pass, in C. Returns
+ * (vars_of: node id -> variable names, leaf_ids: each shown tensor's AccumulateGrad id or None,
+ *  grads: each shown tensor's .grad where it can have one, else None). */
+static PyObject *step_names(PyObject *self, PyObject *args) {
+    PyObject *entries, *shown, *ids, *graph;
+    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyDict_Type, &entries, &PyList_Type, &shown, &PyDict_Type, &ids,
+                          &graph))
+        return NULL;
+    PyObject *vars_of = PyDict_New(), *leaf_ids = PyList_New(0), *grads = PyList_New(0), *out = NULL;
+    PyObject *accs = PyObject_GetAttr(graph, s_accumulators), *objs = PyObject_GetAttr(graph, s_objs);
+    PyObject *table = PyObject_GetAttr(graph, s_table), *key, *entry;
+    Py_ssize_t pos = 0;
+    if (!vars_of || !leaf_ids || !grads || !accs || !objs || !table || !PyDict_Check(accs) ||
+        !PyDict_Check(objs) || !PyList_Check(table))
+        goto done;
+    while (PyDict_Next(entries, &pos, &key, &entry)) { /* nodes the snippet's variables are the grad_fn of */
+        PyObject *fn = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 0), s_grad_fn);
+        if (!fn)
+            goto done;
+        PyObject *nid = fn != Py_None ? PyDict_GetItemWithError(ids, fn) : NULL;
+        Py_DECREF(fn);
+        if (PyErr_Occurred() || (nid && add_vars(vars_of, nid, PyTuple_GET_ITEM(entry, 1)) < 0))
+            goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(shown); i++) {
+        PyObject *item = PyList_GET_ITEM(shown, i);
+        PyObject *t = PyTuple_GET_ITEM(item, 0), *names = PyTuple_GET_ITEM(item, 1), *leaf_id = Py_None;
+        PyObject *tid = PyLong_FromVoidPtr(t);
+        if (!tid)
+            goto done;
+        PyObject *nid = PyDict_GetItemWithError(accs, tid); /* Graph.accumulator_id */
+        Py_DECREF(tid);
+        if (!nid && PyErr_Occurred())
+            goto done;
+        PyObject *node = nid ? PyDict_GetItemWithError(objs, nid) : NULL;
+        if (!node && PyErr_Occurred())
+            goto done;
+        if (node) {
+            PyObject *var = PyObject_GetAttr(node, s_variable);
+            if (!var)
+                goto done;
+            if (var == t)
+                leaf_id = nid;
+            Py_DECREF(var);
+        }
+        if (PyList_Append(leaf_ids, leaf_id) < 0)
+            goto done;
+        if (leaf_id != Py_None) {
+            /* a leaf's AccumulateGrad already carries the leaf's name (`tensor`): repeat it per
+             * step only when it differs (the leaf was renamed or has aliases) */
+            Py_ssize_t id = PyLong_AsSsize_t(leaf_id);
+            if (id == -1 && PyErr_Occurred())
+                goto done;
+            PyObject *info = id >= 0 && id < PyList_GET_SIZE(table) ? PyList_GET_ITEM(table, id) : NULL;
+            PyObject *own = info && PyDict_Check(info) ? PyDict_GetItemWithError(info, s_tensor) : NULL;
+            if (PyErr_Occurred())
+                goto done;
+            int same = 0;
+            if (own && PyList_GET_SIZE(names) == 1 &&
+                (same = PyObject_RichCompareBool(PyList_GET_ITEM(names, 0), own, Py_EQ)) < 0)
+                goto done;
+            if (!same && add_vars(vars_of, leaf_id, names) < 0)
+                goto done;
+        }
+        PyObject *flag = PyObject_GetAttr(t, s_is_leaf), *grad = NULL;
+        int can = flag ? PyObject_IsTrue(flag) : -1;
+        Py_XDECREF(flag);
+        if (can == 0) {
+            flag = PyObject_GetAttr(t, s_retains_grad);
+            can = flag ? PyObject_IsTrue(flag) : -1;
+            Py_XDECREF(flag);
+        }
+        if (can < 0 || !(grad = can ? PyObject_GetAttr(t, s_grad) : Py_NewRef(Py_None)))
+            goto done;
+        int r = PyList_Append(grads, grad);
+        Py_DECREF(grad);
+        if (r < 0)
+            goto done;
+    }
+    out = PyTuple_Pack(3, vars_of, leaf_ids, grads);
+done:
+    Py_XDECREF(vars_of);
+    Py_XDECREF(leaf_ids);
+    Py_XDECREF(grads);
+    Py_XDECREF(accs);
+    Py_XDECREF(objs);
+    Py_XDECREF(table);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(Tensor, slot_cache, type_slots, jsonable, describe, dtype_names, dtype_name)"},
     {"read_new", read_new, METH_VARARGS, "Append new nodes' records to the graph's table (Graph._info in C)."},
@@ -868,6 +1033,8 @@ static PyMethodDef methods[] = {
     {"new_edges", new_edges, METH_VARARGS, "Edges of the live nodes from first_new on."},
     {"reachable", reachable, METH_VARARGS, "Ids the roots reach (Graph.reachable in C)."},
     {"check_stale", check_stale, METH_VARARGS, "Mark saved tensors modified in place (Graph.check_stale in C)."},
+    {"roots", roots, METH_VARARGS, "Graph roots and the tensors a step lists (recorder._roots in C)."},
+    {"step_names", step_names, METH_VARARGS, "Variables per node, leaf ids and grads of a step's tensors."},
     {"tensor_records", tensor_records, METH_VARARGS, "A step's tensor records (the snapshot's loop in C)."},
     {"saved_bytes", saved_bytes, METH_VARARGS, "Bytes held by live saved tensors (Graph.saved_bytes in C)."},
     {NULL, NULL, 0, NULL},

@@ -537,7 +537,8 @@ class Recorder:
         index = len(self.steps)
         step["index"] = index
         names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
-        roots, shown = _roots(names, extra_roots)
+        native = graph.native
+        roots, shown = (native.roots if native is not None else _roots)(names.tensors, extra_roots)
         graph.discover(roots, index, step.get("line"), grad_graph, names)
         ids = graph.ids
         live, dropped = self._liveness(roots)
@@ -546,21 +547,10 @@ class Recorder:
         self.released = []
         graph.check_stale()
 
-        vars_of: dict[int, list[str]] = {}
-        for t, tnames in names.tensors.values():
-            fn = t.grad_fn
-            if fn is not None and fn in ids:
-                vars_of.setdefault(ids[fn], []).extend(tnames)
-        table = graph.table
-        leaf_ids = [graph.accumulator_id(t) for t, _ in shown]
-        for (_t, tnames), nid in zip(shown, leaf_ids, strict=True):
-            # a leaf's AccumulateGrad already carries the leaf's name (`tensor`): repeat
-            # it per step only when it differs (the leaf was renamed or has aliases)
-            if nid is not None and tnames != [table[nid]["tensor"]]:
-                vars_of.setdefault(nid, []).extend(tnames)
+        pass_names = native.step_names if native is not None else _step_names
+        vars_of, leaf_ids, grads_in = pass_names(names.tensors, shown, ids, graph)
 
         run = run or {}
-        native = graph.native
         node_states = native.states if native is not None else _node_states
         states = node_states(live, graph.freed, graph.stale, run, failed, vars_of, self._plain_states)
         # The edges this step added (its new nodes' edges): the whole graph of a step
@@ -575,7 +565,7 @@ class Recorder:
             states.append({"id": nid, "dropped": True})
             self._plain_states.pop(nid, None)
 
-        grads = self.grads.records([t.grad if (t.is_leaf or t.retains_grad) else None for t, _ in shown])
+        grads = self.grads.records(grads_in)
         now: dict[int, tuple] = {}
         tensor_records = native.tensor_records if native is not None else _tensor_records
         tensors = tensor_records(shown, grads, leaf_ids, ids, self._tensor_recs, now)
@@ -608,7 +598,8 @@ class Recorder:
         if not self.graph.objs or self._full():
             return
         names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
-        roots = _roots(names, ())[0]
+        native = self.graph.native
+        roots = (native.roots if native is not None else _roots)(names.tensors, ())[0]
         # nodes built but not shown yet (a folded loop) must be known, or what they reach looks dropped
         self.graph.discover(roots, len(self.steps), self.line, False, names)
         _live, dropped = self._liveness(roots)
@@ -734,11 +725,13 @@ def _new_edges(live: list[int], first_new: int, children: list[list[int]]) -> li
     return edges
 
 
-def _roots(names, extra_roots) -> tuple[list, list[tuple[torch.Tensor, list[str]]]]:
-    """Graph roots reachable from named tensors, and the tensors a step lists."""
+def _roots(entries: dict, extra_roots) -> tuple[list, list[tuple[torch.Tensor, list[str]]]]:
+    """Graph roots reachable from named tensors (``Names.tensors``), and the tensors a step
+    lists (the C reader's ``roots`` does the same)."""
     roots = list(extra_roots)
     shown: list[tuple[torch.Tensor, list[str]]] = []
-    for t, tnames in names.tensors.values():
+    for entry in entries.values():
+        t = entry[0]
         fn = t.grad_fn
         if fn is not None:
             roots.append(fn)
@@ -747,8 +740,27 @@ def _roots(names, extra_roots) -> tuple[list, list[tuple[torch.Tensor, list[str]
         if g is not None and g.grad_fn is not None:
             roots.append(g.grad_fn)
         if (t.requires_grad and fn is None) or t.retains_grad or g is not None:
-            shown.append((t, tnames))
+            shown.append(entry)
     return roots, shown
+
+
+def _step_names(entries: dict, shown: list, ids: dict, graph: Graph) -> tuple[dict, list, list]:
+    """The variables each node is the grad_fn of, each shown tensor's AccumulateGrad id,
+    and its .grad where it can have one (the C reader's ``step_names`` does the same)."""
+    vars_of: dict[int, list[str]] = {}
+    for t, tnames in entries.values():
+        fn = t.grad_fn
+        if fn is not None and fn in ids:
+            vars_of.setdefault(ids[fn], []).extend(tnames)
+    table = graph.table
+    leaf_ids = [graph.accumulator_id(t) for t, _ in shown]
+    for (_t, tnames), nid in zip(shown, leaf_ids, strict=True):
+        # a leaf's AccumulateGrad already carries the leaf's name (`tensor`): repeat
+        # it per step only when it differs (the leaf was renamed or has aliases)
+        if nid is not None and tnames != [table[nid]["tensor"]]:
+            vars_of.setdefault(nid, []).extend(tnames)
+    grads = [t.grad if (t.is_leaf or t.retains_grad) else None for t, _ in shown]
+    return vars_of, leaf_ids, grads
 
 
 def _tensors(value) -> list[torch.Tensor]:
