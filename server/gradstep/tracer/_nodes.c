@@ -20,7 +20,7 @@ static PyObject *s_id, *s_op, *s_step, *s_seq, *s_line, *s_tensor, *s_module, *s
     *s_sequence_nr, *s_variable, *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_mark_unreadable,
     *s_seq_base, *s_lines, *s_modules, *s_starts, *s_values, *s_table, *s_children, *s_tensor_slots,
     *s_storages, *s_accumulators, *s_freed, *s_stale, *s_stale_saved, *s_order, *s_failed, *s_executed,
-    *s_vars, *s_objs, *s_grad_fn, *s_requires_grad, *s_is_leaf, *s_retains_grad, *s_node, *s_grad;
+    *s_vars, *s_objs, *s_grad_fn, *s_requires_grad, *s_is_leaf, *s_retains_grad, *s_node, *s_grad, *s_next_functions;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *objs[7];
@@ -1025,6 +1025,104 @@ done:
     return out;
 }
 
+typedef struct {
+    unsigned long long seq;
+    Py_ssize_t first_sight;
+} Found;
+
+static int by_creation(const void *a, const void *b) {
+    const Found *x = a, *y = b;
+    if (x->seq != y->seq)
+        return x->seq < y->seq ? -1 : 1;
+    return x->first_sight < y->first_sight ? -1 : x->first_sight > y->first_sight;
+}
+
+/* walk(roots, ids): the nodes reachable from ``roots`` that ``ids`` does not know, in creation
+ * order (sequence number; AccumulateGrad, which has none, by first sight), with each one's
+ * next_functions: Graph.discover's walk in C. Returns (nodes, nexts). */
+static PyObject *walk(PyObject *self, PyObject *args) {
+    PyObject *roots_in, *ids;
+    if (!PyArg_ParseTuple(args, "OO!", &roots_in, &PyDict_Type, &ids))
+        return NULL;
+    PyObject *stack = PyList_New(0), *new = PyDict_New(), *seen = PyList_New(0), *out = NULL;
+    PyObject *roots_list = PySequence_List(roots_in);
+    Found *found = NULL;
+    if (!stack || !new || !seen || !roots_list)
+        goto done;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(roots_list); i++) {
+        PyObject *r = PyList_GET_ITEM(roots_list, i);
+        int known = r == Py_None ? 1 : PyDict_Contains(ids, r);
+        if (known < 0 || (!known && PyList_Append(stack, r) < 0))
+            goto done;
+    }
+    while (PyList_GET_SIZE(stack)) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *node = Py_NewRef(PyList_GET_ITEM(stack, top));
+        int bad = PyList_SetSlice(stack, top, top + 1, NULL) < 0;
+        int known = bad ? -1 : PyDict_Contains(new, node);
+        PyObject *nexts = known == 0 ? PyObject_GetAttr(node, s_next_functions) : NULL;
+        if (known == 0 && (!nexts || !PyTuple_Check(nexts) || PyDict_SetItem(new, node, nexts) < 0 ||
+                           PyList_Append(seen, node) < 0))
+            known = -1;
+        for (Py_ssize_t k = 0; known == 0 && k < PyTuple_GET_SIZE(nexts); k++) {
+            PyObject *edge = PyTuple_GET_ITEM(nexts, k);
+            PyObject *child = PyTuple_Check(edge) && PyTuple_GET_SIZE(edge) ? PyTuple_GET_ITEM(edge, 0) : Py_None;
+            if (child == Py_None)
+                continue;
+            int skip = PyDict_Contains(ids, child);
+            if (!skip)
+                skip = PyDict_Contains(new, child);
+            if (skip < 0 || (!skip && PyList_Append(stack, child) < 0))
+                known = -1;
+        }
+        Py_DECREF(node);
+        Py_XDECREF(nexts);
+        if (known < 0) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "next_functions: a tuple of (node, input_nr)");
+            goto done;
+        }
+    }
+    Py_ssize_t n = PyList_GET_SIZE(seen);
+    found = PyMem_Malloc(sizeof(Found) * (n ? n : 1));
+    if (!found) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *seq = PyObject_CallMethodNoArgs(PyList_GET_ITEM(seen, i), s_sequence_nr);
+        if (!seq)
+            goto done;
+        found[i].seq = PyLong_AsUnsignedLongLong(seq);
+        found[i].first_sight = i;
+        Py_DECREF(seq);
+        if (PyErr_Occurred())
+            goto done;
+    }
+    qsort(found, n, sizeof(Found), by_creation);
+    PyObject *nodes = PyList_New(n), *nexts_out = PyList_New(n);
+    if (!nodes || !nexts_out) {
+        Py_XDECREF(nodes);
+        Py_XDECREF(nexts_out);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *node = PyList_GET_ITEM(seen, found[i].first_sight);
+        PyList_SET_ITEM(nodes, i, Py_NewRef(node));
+        PyList_SET_ITEM(nexts_out, i, Py_NewRef(PyDict_GetItem(new, node)));
+    }
+    out = PyTuple_Pack(2, nodes, nexts_out);
+    Py_DECREF(nodes);
+    Py_DECREF(nexts_out);
+done:
+    PyMem_Free(found);
+    Py_XDECREF(stack);
+    Py_XDECREF(new);
+    Py_XDECREF(seen);
+    Py_XDECREF(roots_list);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(Tensor, slot_cache, type_slots, jsonable, describe, dtype_names, dtype_name)"},
     {"read_new", read_new, METH_VARARGS, "Append new nodes' records to the graph's table (Graph._info in C)."},
@@ -1033,6 +1131,7 @@ static PyMethodDef methods[] = {
     {"new_edges", new_edges, METH_VARARGS, "Edges of the live nodes from first_new on."},
     {"reachable", reachable, METH_VARARGS, "Ids the roots reach (Graph.reachable in C)."},
     {"check_stale", check_stale, METH_VARARGS, "Mark saved tensors modified in place (Graph.check_stale in C)."},
+    {"walk", walk, METH_VARARGS, "New nodes reachable from the roots, in creation order, with their edges."},
     {"roots", roots, METH_VARARGS, "Graph roots and the tensors a step lists (recorder._roots in C)."},
     {"step_names", step_names, METH_VARARGS, "Variables per node, leaf ids and grads of a step's tensors."},
     {"tensor_records", tensor_records, METH_VARARGS, "A step's tensor records (the snapshot's loop in C)."},
@@ -1062,6 +1161,7 @@ PyMODINIT_FUNC PyInit__nodes(void) {
         {&s_failed, "failed"}, {&s_executed, "executed"}, {&s_vars, "vars"}, {&s_objs, "objs"},
         {&s_grad_fn, "grad_fn"}, {&s_requires_grad, "requires_grad"}, {&s_is_leaf, "is_leaf"},
         {&s_retains_grad, "retains_grad"}, {&s_node, "node"}, {&s_grad, "grad"},
+        {&s_next_functions, "next_functions"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text)))

@@ -121,22 +121,12 @@ class Graph:
         ``of`` names the snippet's tensors, to say which one a saved tensor is.
         """
         ids = self.ids
-        new: dict[Any, tuple] = {}  # node -> its next_functions, for nodes not seen before
-        stack = [r for r in roots if r is not None and r not in ids]
-        while stack:
-            node = stack.pop()
-            if node in new:
-                continue
-            nexts = node.next_functions
-            new[node] = nexts
-            for child, _ in nexts:
-                if child is not None and child not in ids and child not in new:
-                    stack.append(child)
-        if not new:
+        if self.native is not None:
+            order, nexts = self.native.walk(roots, ids)
+        else:
+            order, nexts = _walk(roots, ids)
+        if not order:
             return
-        # Ids in creation order (sequence number; AccumulateGrad, which has none, by
-        # first sight): readers see the graph in the order the snippet built it.
-        order = sorted(new, key=_creation_key)
         first = len(self.table)
         room = max(self.max_nodes - first, 0)
         if len(order) > room:
@@ -149,7 +139,7 @@ class Graph:
         nids = range(first, first + len(order))
         ids.update(zip(order, nids, strict=True))
         self.objs.update(zip(nids, order, strict=True))
-        nexts = [new[node] for node in order]
+        del nexts[len(order) :]
         if self.native is not None:
             self.native.read_new(self, of, of.data_index(), order, nexts, ids, first, step, line, grad_graph)
             return
@@ -335,6 +325,25 @@ _DTYPES: dict[torch.dtype, str] = {}
 
 def _creation_key(node: Any) -> int:
     return node._sequence_nr()
+
+
+def _walk(roots: Iterable[Any], ids: dict) -> tuple[list, list[tuple]]:
+    """The nodes ``roots`` reach that ``ids`` does not know, in creation order (sequence
+    number; AccumulateGrad, which has none, by first sight), and each one's next_functions.
+    Edges of a known node never change, so the walk stops at known nodes."""
+    new: dict[Any, tuple] = {}  # node -> its next_functions, for nodes not seen before
+    stack = [r for r in roots if r is not None and r not in ids]
+    while stack:
+        node = stack.pop()
+        if node in new:
+            continue
+        nexts = node.next_functions
+        new[node] = nexts
+        for child, _ in nexts:
+            if child is not None and child not in ids and child not in new:
+                stack.append(child)
+    order = sorted(new, key=_creation_key)
+    return order, [new[node] for node in order]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
