@@ -20,7 +20,7 @@ static PyObject *s_id, *s_op, *s_step, *s_seq, *s_line, *s_tensor, *s_module, *s
     *s_sequence_nr, *s_variable, *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_mark_unreadable,
     *s_seq_base, *s_lines, *s_modules, *s_starts, *s_values, *s_table, *s_children, *s_tensor_slots,
     *s_storages, *s_accumulators, *s_freed, *s_stale, *s_stale_saved, *s_order, *s_failed, *s_executed,
-    *s_vars, *s_objs, *s_grad_fn, *s_requires_grad, *s_is_leaf, *s_retains_grad, *s_node, *s_grad, *s_next_functions;
+    *s_vars, *s_objs, *s_grad_fn, *s_requires_grad, *s_is_leaf, *s_retains_grad, *s_node, *s_grad, *s_next_functions, *s_data;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *objs[7];
@@ -1123,6 +1123,100 @@ done:
     return out;
 }
 
+/* ids_of(nodes, ids): the ids of the known nodes among ``nodes``, in order (unknown ones left out). */
+static PyObject *ids_of(PyObject *self, PyObject *args) {
+    PyObject *nodes, *ids;
+    if (!PyArg_ParseTuple(args, "OO!", &nodes, &PyDict_Type, &ids))
+        return NULL;
+    PyObject *seq = PySequence_Fast(nodes, "nodes: a sequence"), *out = PyList_New(0);
+    for (Py_ssize_t i = 0; seq && out && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *nid = PyDict_GetItemWithError(ids, PySequence_Fast_GET_ITEM(seq, i));
+        if ((!nid && PyErr_Occurred()) || (nid && PyList_Append(out, nid) < 0))
+            Py_CLEAR(out);
+    }
+    Py_XDECREF(seq);
+    if (!seq)
+        Py_CLEAR(out);
+    return out;
+}
+
+/* check_freed(graph, nids): Graph.check_freed in C. After a backward that did not retain its
+ * graph: did it release these nodes' saved tensors? A SavedTensor handle's data is None once
+ * freed; list and custom-Function saves read through a stale handle, so those are re-read. */
+static PyObject *check_freed(PyObject *self, PyObject *args) {
+    PyObject *graph, *nids;
+    if (!PyArg_ParseTuple(args, "OO!", &graph, &PyList_Type, &nids))
+        return NULL;
+    PyObject *slots_of = PyObject_GetAttr(graph, s_tensor_slots), *freed = PyObject_GetAttr(graph, s_freed);
+    PyObject *objs = PyObject_GetAttr(graph, s_objs), *result = NULL;
+    if (!slots_of || !freed || !objs || !PyDict_Check(slots_of) || !PySet_Check(freed) || !PyDict_Check(objs)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "unexpected graph layout");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nids); i++) {
+        PyObject *nid = PyList_GET_ITEM(nids, i);
+        PyObject *slots = PyDict_GetItemWithError(slots_of, nid);
+        if (!slots && PyErr_Occurred())
+            goto done;
+        if (!slots || !PyList_Check(slots) || !PyList_GET_SIZE(slots))
+            continue;
+        int is_freed = PySet_Contains(freed, nid);
+        if (is_freed < 0)
+            goto done;
+        if (is_freed)
+            continue;
+        PyObject *node = PyDict_GetItemWithError(objs, nid);
+        if (!node) {
+            if (!PyErr_Occurred())
+                PyErr_SetObject(PyExc_KeyError, nid);
+            goto done;
+        }
+        /* a release frees every slot of the node at once: the first tells */
+        PyObject *slot = PyList_GET_ITEM(slots, 0); /* _Saved(label, attr, raw, kind) */
+        PyObject *raw = PyTuple_GET_ITEM(slot, 2), *kind = PyTuple_GET_ITEM(slot, 3);
+        int plain_tensor = raw != Py_None ? PyUnicode_CompareWithASCIIString(kind, "tensor") == 0 : 0;
+        if (plain_tensor) {
+            PyObject *handle = PyObject_GetAttr(node, raw), *data = NULL;
+            if (!handle || !(data = PyObject_GetAttr(handle, s_data))) {
+                Py_XDECREF(handle);
+                goto done;
+            }
+            int gone = data == Py_None;
+            Py_DECREF(handle);
+            Py_DECREF(data);
+            if (gone && PySet_Add(freed, nid) < 0)
+                goto done;
+            continue;
+        }
+        PyObject *value = PyObject_GetAttr(node, PyTuple_GET_ITEM(slot, 1));
+        if (value) {
+            Py_DECREF(value);
+            continue;
+        }
+        if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
+            goto done;
+        PyObject *etype, *exc, *tb;
+        PyErr_Fetch(&etype, &exc, &tb);
+        PyErr_NormalizeException(&etype, &exc, &tb);
+        PyObject *msg = exc ? PyObject_Str(exc) : NULL;
+        Py_XDECREF(etype);
+        Py_XDECREF(exc);
+        Py_XDECREF(tb);
+        PyObject *r = msg ? PyObject_CallMethodObjArgs(graph, s_mark_unreadable, nid, slot, msg, NULL) : NULL;
+        Py_XDECREF(msg);
+        if (!r)
+            goto done;
+        Py_DECREF(r);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(slots_of);
+    Py_XDECREF(freed);
+    Py_XDECREF(objs);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(Tensor, slot_cache, type_slots, jsonable, describe, dtype_names, dtype_name)"},
     {"read_new", read_new, METH_VARARGS, "Append new nodes' records to the graph's table (Graph._info in C)."},
@@ -1131,6 +1225,8 @@ static PyMethodDef methods[] = {
     {"new_edges", new_edges, METH_VARARGS, "Edges of the live nodes from first_new on."},
     {"reachable", reachable, METH_VARARGS, "Ids the roots reach (Graph.reachable in C)."},
     {"check_stale", check_stale, METH_VARARGS, "Mark saved tensors modified in place (Graph.check_stale in C)."},
+    {"ids_of", ids_of, METH_VARARGS, "Ids of the known nodes among the given ones, in order."},
+    {"check_freed", check_freed, METH_VARARGS, "Mark nodes whose saved tensors a backward released."},
     {"walk", walk, METH_VARARGS, "New nodes reachable from the roots, in creation order, with their edges."},
     {"roots", roots, METH_VARARGS, "Graph roots and the tensors a step lists (recorder._roots in C)."},
     {"step_names", step_names, METH_VARARGS, "Variables per node, leaf ids and grads of a step's tensors."},
@@ -1161,7 +1257,7 @@ PyMODINIT_FUNC PyInit__nodes(void) {
         {&s_failed, "failed"}, {&s_executed, "executed"}, {&s_vars, "vars"}, {&s_objs, "objs"},
         {&s_grad_fn, "grad_fn"}, {&s_requires_grad, "requires_grad"}, {&s_is_leaf, "is_leaf"},
         {&s_retains_grad, "retains_grad"}, {&s_node, "node"}, {&s_grad, "grad"},
-        {&s_next_functions, "next_functions"},
+        {&s_next_functions, "next_functions"}, {&s_data, "data"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text)))

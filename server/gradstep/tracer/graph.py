@@ -233,6 +233,9 @@ class Graph:
 
     def check_freed(self, nids: Iterable[int]) -> None:
         """After a backward: did it release these nodes' saved tensors?"""
+        if self.native is not None:
+            self.native.check_freed(self, nids if isinstance(nids, list) else list(nids))
+            return
         for nid in nids:
             slots = self.tensor_slots.get(nid)
             if not slots or nid in self.freed:
@@ -267,6 +270,12 @@ class Graph:
                 except RuntimeError as e:
                     if mark_freed or FREED_MARK not in str(e):
                         self._mark_unreadable(nid, slot, str(e))
+
+    def ids_of(self, nodes: Iterable[Any]) -> list[int]:
+        """Ids of the known nodes among ``nodes``, in their order."""
+        if self.native is not None:
+            return self.native.ids_of(nodes, self.ids)
+        return [nid for nid in map(self.ids.get, nodes) if nid is not None]
 
     def accumulator_id(self, leaf: torch.Tensor) -> int | None:
         """Id of the live AccumulateGrad node of ``leaf``, if the graph has one."""

@@ -474,9 +474,10 @@ class Recorder:
         unusable_before = call.unusable_before
         graph = self.graph
         ids = graph.ids
-        order = [ids.get(n) for n in order_box[0]] if order_box else []
-        skipped = {ids.get(n) for n in input_nodes if n not in ran}  # captured, never run
-        order = [nid for nid in order if nid is not None and nid not in skipped]
+        order = graph.ids_of(order_box[0]) if order_box else []
+        skipped = {ids[n] for n in input_nodes if n not in ran and n in ids}  # captured, never run
+        if skipped:
+            order = [nid for nid in order if nid not in skipped]
         failed = None
         if error is not None and order:
             # The engine stops at the first node it cannot run: one freed before this
@@ -508,7 +509,7 @@ class Recorder:
         if kind == "grad" and error is None and result is not None:
             extra_roots += [g.grad_fn for g in result if g is not None and g.grad_fn is not None]
             returned = list(result)
-        run = {nid: i for i, nid in enumerate(order)}
+        run = dict(zip(order, range(len(order)), strict=True))
         if failed is not None:
             run[failed] = len(order)
         self._snapshot(step, extra_roots, run=run, failed=failed, grad_graph=create_graph, returned=returned)
