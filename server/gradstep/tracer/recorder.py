@@ -67,14 +67,10 @@ class _Call:
     unusable_before: set[int]  # freed or stale before the call
 
 
-_MODULE_MUTATORS = (
-    "__setattr__",
-    "__delattr__",
-    "register_parameter",
-    "register_buffer",
-    "register_module",
-    "add_module",
-)
+_MODULE_MUTATORS = ("register_parameter", "register_buffer", "register_module", "add_module")
+# Setting these two on nn.Module makes CPython re-slot every Module subclass (~1 ms per run,
+# twice): they are wrapped once per process instead and tell the running recorder, if any.
+_MODULE_SLOT_MUTATORS = ("__setattr__", "__delattr__")
 
 
 def _touching(method, index: ModuleIndex):
@@ -84,6 +80,32 @@ def _touching(method, index: ModuleIndex):
         return method(*args, **kwargs)
 
     return touching
+
+
+class _SlotWatch:
+    """The process-wide wrappers of nn.Module's __setattr__/__delattr__ (see _MODULE_SLOT_MUTATORS)."""
+
+    index: ModuleIndex | None = None  # the running recorder's, None when nothing is traced
+    installed = False
+
+    @classmethod
+    def install(cls) -> None:
+        if cls.installed:
+            return
+        for name in _MODULE_SLOT_MUTATORS:
+            setattr(torch.nn.Module, name, cls._touching(getattr(torch.nn.Module, name)))
+        cls.installed = True
+
+    @classmethod
+    def _touching(cls, method):
+        @functools.wraps(method)
+        def touching(*args, **kwargs):
+            index = cls.index
+            if index is not None:
+                index.generation += 1
+            return method(*args, **kwargs)
+
+        return touching
 
 
 def _guarded(method):
@@ -191,6 +213,8 @@ class Recorder:
         for m in _MODULE_MUTATORS:
             setattr(module_cls, m, _touching(patched[m], self.module_index))
         module_cls._call_impl = self._module_call(patched["_call_impl"])
+        _SlotWatch.install()
+        watching, _SlotWatch.index = _SlotWatch.index, self.module_index
         torch.autograd.backward = self._wrap(orig_backward, "backward")
         torch.autograd.grad = self._wrap(orig_grad, "grad")
         sys.stdout = sys.stderr = self.out
@@ -202,6 +226,7 @@ class Recorder:
             torch.autograd.backward, torch.autograd.grad = orig_backward, orig_grad
             for m, orig in patched.items():
                 setattr(module_cls, m, orig)
+            _SlotWatch.index = watching
 
     def _result(self, status: str, error: dict | None) -> dict:
         if self.out.dropped:
