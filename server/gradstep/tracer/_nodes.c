@@ -662,12 +662,14 @@ done:
     return total;
 }
 
-/* check_stale(graph, mark_freed, freed_mark): Graph.check_stale's loop. Reading a saved
- * tensor raises once it was modified in place (or freed); graph._mark_unreadable sorts which. */
+/* check_stale(graph, mark_freed, freed_mark, below): Graph.check_stale's loop, over the nodes
+ * with ids below ``below``. Reading a saved tensor raises once it was modified in place (or
+ * freed); graph._mark_unreadable sorts which. */
 static PyObject *check_stale(PyObject *self, PyObject *args) {
     PyObject *graph, *freed_mark;
     int mark_freed;
-    if (!PyArg_ParseTuple(args, "OpU", &graph, &mark_freed, &freed_mark))
+    Py_ssize_t below;
+    if (!PyArg_ParseTuple(args, "OpUn", &graph, &mark_freed, &freed_mark, &below))
         return NULL;
     PyObject *slots_of = PyObject_GetAttr(graph, s_tensor_slots), *freed = PyObject_GetAttr(graph, s_freed);
     PyObject *objs = PyObject_GetAttr(graph, s_objs), *stale = PyObject_GetAttr(graph, s_stale);
@@ -685,6 +687,11 @@ static PyObject *check_stale(PyObject *self, PyObject *args) {
         PyObject *item = PyList_GET_ITEM(snapshot, i);
         nid = PyTuple_GET_ITEM(item, 0);
         slots = PyTuple_GET_ITEM(item, 1);
+        Py_ssize_t id = PyLong_AsSsize_t(nid);
+        if (id == -1 && PyErr_Occurred())
+            goto done;
+        if (id >= below)
+            continue;
         int is_freed = PySet_Contains(freed, nid);
         if (is_freed < 0)
             goto done;

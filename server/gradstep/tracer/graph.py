@@ -251,14 +251,18 @@ class Graph:
                 except RuntimeError as e:
                     self._mark_unreadable(nid, slot, str(e))
 
-    def check_stale(self, mark_freed: bool = True) -> None:
-        """Has any live saved tensor been modified in place since it was saved?"""
+    def check_stale(self, mark_freed: bool = True, below: int | None = None) -> None:
+        """Has any live saved tensor been modified in place since it was saved?
+
+        ``below``: check only nodes with smaller ids (those from it on were read just now).
+        """
+        below = len(self.table) if below is None else below
         if self.native is not None:
-            self.native.check_stale(self, mark_freed, FREED_MARK)
+            self.native.check_stale(self, mark_freed, FREED_MARK, below)
             return
         stale = self.stale
         for nid, slots in self.tensor_slots.items():
-            if nid in self.freed:
+            if nid in self.freed or nid >= below:
                 continue
             node = self.objs[nid]
             done = stale.get(nid, ())

@@ -565,13 +565,14 @@ class Recorder:
         names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
         native = graph.native
         roots, shown = (native.roots if native is not None else _roots)(names.tensors, extra_roots)
+        known = len(graph.table)  # nodes from here on are read by this discovery: none is stale yet
         graph.discover(roots, index, step.get("line"), grad_graph, names)
         ids = graph.ids
         live, dropped = self._liveness(roots)
         graph.drop(dropped)
         dropped = self.released + dropped  # shown once as dropped, then gone
         self.released = []
-        graph.check_stale()
+        graph.check_stale(below=known)
 
         pass_names = native.step_names if native is not None else _step_names
         vars_of, leaf_ids, grads_in = pass_names(names.tensors, shown, ids, graph)
