@@ -1224,6 +1224,43 @@ done:
     return result;
 }
 
+/* data_index(entries): Names.data_index in C. Data address -> {(shape, dtype): first name} of
+ * the named tensors (``entries`` are Names.tensors' values, (tensor, [names])). */
+static PyObject *data_index(PyObject *self, PyObject *args) {
+    PyObject *entries;
+    if (!PyArg_ParseTuple(args, "O!", &PyDict_Type, &entries))
+        return NULL;
+    PyObject *index = PyDict_New(), *key, *entry;
+    Py_ssize_t pos = 0;
+    while (index && PyDict_Next(entries, &pos, &key, &entry)) {
+        PyObject *t = PyTuple_GET_ITEM(entry, 0), *name = PyList_GET_ITEM(PyTuple_GET_ITEM(entry, 1), 0);
+        PyObject *ptr = PyObject_CallMethodNoArgs(t, s_data_ptr), *size = PyObject_GetAttr(t, s_shape);
+        PyObject *dtype = PyObject_GetAttr(t, s_dtype), *shape = size ? PySequence_Tuple(size) : NULL;
+        PyObject *by_kind = NULL, *kind = shape && dtype ? PyTuple_Pack(2, shape, dtype) : NULL;
+        int ok = kind && ptr;
+        if (ok) {
+            by_kind = PyDict_GetItemWithError(index, ptr);
+            if (by_kind)
+                Py_INCREF(by_kind);
+            else if (PyErr_Occurred() || !(by_kind = PyDict_New()) || PyDict_SetItem(index, ptr, by_kind) < 0)
+                ok = 0;
+        }
+        if (ok) {
+            PyObject *had = PyDict_SetDefault(by_kind, kind, name); /* the first name stays */
+            ok = had != NULL;
+        }
+        Py_XDECREF(ptr);
+        Py_XDECREF(size);
+        Py_XDECREF(dtype);
+        Py_XDECREF(shape);
+        Py_XDECREF(kind);
+        Py_XDECREF(by_kind);
+        if (!ok)
+            Py_CLEAR(index);
+    }
+    return index;
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(Tensor, slot_cache, type_slots, jsonable, describe, dtype_names, dtype_name)"},
     {"read_new", read_new, METH_VARARGS, "Append new nodes' records to the graph's table (Graph._info in C)."},
@@ -1234,6 +1271,7 @@ static PyMethodDef methods[] = {
     {"check_stale", check_stale, METH_VARARGS, "Mark saved tensors modified in place (Graph.check_stale in C)."},
     {"ids_of", ids_of, METH_VARARGS, "Ids of the known nodes among the given ones, in order."},
     {"check_freed", check_freed, METH_VARARGS, "Mark nodes whose saved tensors a backward released."},
+    {"data_index", data_index, METH_VARARGS, "Data address -> {(shape, dtype): name} of named tensors."},
     {"walk", walk, METH_VARARGS, "New nodes reachable from the roots, in creation order, with their edges."},
     {"roots", roots, METH_VARARGS, "Graph roots and the tensors a step lists (recorder._roots in C)."},
     {"step_names", step_names, METH_VARARGS, "Variables per node, leaf ids and grads of a step's tensors."},

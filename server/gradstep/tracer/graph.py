@@ -141,7 +141,8 @@ class Graph:
         self.objs.update(zip(nids, order, strict=True))
         del nexts[len(order) :]
         if self.native is not None:
-            self.native.read_new(self, of, of.data_index(), order, nexts, ids, first, step, line, grad_graph)
+            index = of.data_index(self.native.data_index)
+            self.native.read_new(self, of, index, order, nexts, ids, first, step, line, grad_graph)
             return
         table, children = self.table, self.children
         for nid, node, node_nexts in zip(nids, order, nexts, strict=True):
