@@ -126,7 +126,7 @@ static PyObject *tensor_entry(PyObject *label, PyObject *value, PyObject *storag
     ptr = nbytes ? PyObject_CallMethodNoArgs(st, s_data_ptr) : NULL;
     if (!ptr)
         goto done;
-    PyObject *pair = PyTuple_Pack(2, ptr, nbytes);
+    PyObject *pair = untracked(PyTuple_Pack(2, ptr, nbytes));
     if (!pair || PyList_Append(storages, pair) < 0) {
         Py_XDECREF(pair);
         goto done;
@@ -319,8 +319,9 @@ static PyObject *node_info(Ctx *c, PyObject *node, PyObject *nid) {
     if (!saved || PyDict_SetItem(info, s_saved, saved) < 0)
         goto fail;
     if (PyTuple_GET_SIZE(slots)) {
-        held = PyList_New(0);
-        storages = PyList_New(0);
+        /* the graph's own bookkeeping: strings and ints, no cycle; the collector need not walk it */
+        held = untracked(PyList_New(0));
+        storages = untracked(PyList_New(0));
         if (!held || !storages || read_saved(c, node, nid, slots, saved, held, storages) < 0)
             goto fail;
         if (PyList_GET_SIZE(held) &&
