@@ -760,34 +760,39 @@ done:
     return result;
 }
 
-/* tensor_records(shown, grads, leaf_ids, ids, last, now): the tensors of a step, as the
- * Python loop in Recorder._take_snapshot. A tensor whose name, node, grad, flags and shape are
- * as at the last step keeps its record; ``now`` maps id(tensor) -> (weakref, key, record). */
+/* tensor_records(shown, facts, grads, leaf_ids, ids, last, now): the tensors of a step, as
+ * recorder._tensor_records, from what roots() read of each tensor. A tensor whose name, node,
+ * grad, flags and shape are as at the last step keeps its record; ``now`` maps id(tensor) ->
+ * (weakref, key, record). */
 static PyObject *tensor_records(PyObject *self, PyObject *args) {
-    PyObject *shown, *grads, *leaf_ids, *ids, *last, *now;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!", &PyList_Type, &shown, &PyList_Type, &grads, &PyList_Type,
-                          &leaf_ids, &PyDict_Type, &ids, &PyDict_Type, &last, &PyDict_Type, &now))
+    PyObject *shown, *facts, *grads, *leaf_ids, *ids, *last, *now;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!", &PyList_Type, &shown, &PyList_Type, &facts, &PyList_Type,
+                          &grads, &PyList_Type, &leaf_ids, &PyDict_Type, &ids, &PyDict_Type, &last, &PyDict_Type,
+                          &now))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(shown);
-    if (PyList_GET_SIZE(grads) != n || PyList_GET_SIZE(leaf_ids) != n) {
-        PyErr_SetString(PyExc_ValueError, "shown, grads and leaf_ids differ in length");
+    if (PyList_GET_SIZE(facts) != n || PyList_GET_SIZE(grads) != n || PyList_GET_SIZE(leaf_ids) != n) {
+        PyErr_SetString(PyExc_ValueError, "shown, facts, grads and leaf_ids differ in length");
         return NULL;
     }
     PyObject *out = PyList_New(0);
     for (Py_ssize_t i = 0; out && i < n; i++) {
         PyObject *pair = PyList_GET_ITEM(shown, i), *grad = PyList_GET_ITEM(grads, i);
+        PyObject *fact = PyList_GET_ITEM(facts, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyList_Check(PyTuple_GET_ITEM(pair, 1)) ||
-            !PyList_GET_SIZE(PyTuple_GET_ITEM(pair, 1))) {
-            PyErr_SetString(PyExc_TypeError, "shown: (tensor, [names]) pairs");
+            !PyList_GET_SIZE(PyTuple_GET_ITEM(pair, 1)) || !PyTuple_Check(fact) || PyTuple_GET_SIZE(fact) != 7) {
+            PyErr_SetString(PyExc_TypeError, "shown: (tensor, [names]) pairs; facts: 7-tuples");
+            Py_CLEAR(out);
             break;
         }
         PyObject *t = PyTuple_GET_ITEM(pair, 0), *name = PyList_GET_ITEM(PyTuple_GET_ITEM(pair, 1), 0);
-        PyObject *fn = NULL, *rg = NULL, *leaf = NULL, *retains = NULL, *dtype = NULL, *size = NULL;
-        PyObject *shape = NULL, *key = NULL, *tid = NULL, *rec = NULL, *ref = NULL, *entry = NULL;
+        /* (grad_fn, grad, requires_grad, is_leaf, retains_grad, dtype, shape), borrowed */
+        PyObject *fn = PyTuple_GET_ITEM(fact, 0), *rg = PyTuple_GET_ITEM(fact, 2);
+        PyObject *leaf = PyTuple_GET_ITEM(fact, 3), *retains = PyTuple_GET_ITEM(fact, 4);
+        PyObject *dtype = PyTuple_GET_ITEM(fact, 5), *shape = PyTuple_GET_ITEM(fact, 6);
+        PyObject *key = NULL, *tid = NULL, *rec = NULL, *ref = NULL, *entry = NULL;
         PyObject *node = NULL; /* borrowed */
         int ok = 0;
-        if (!(fn = PyObject_GetAttr(t, s_grad_fn)))
-            goto next;
         if (fn == Py_None) {
             node = PyList_GET_ITEM(leaf_ids, i);
         } else {
@@ -796,10 +801,6 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
                 goto next;
             node = node ? node : Py_None;
         }
-        if (!(rg = PyObject_GetAttr(t, s_requires_grad)) || !(leaf = PyObject_GetAttr(t, s_is_leaf)) ||
-            !(retains = PyObject_GetAttr(t, s_retains_grad)) || !(dtype = PyObject_GetAttr(t, s_dtype)) ||
-            !(size = PyObject_GetAttr(t, s_shape)) || !(shape = untracked(PySequence_List(size))))
-            goto next;
         if (!(key = PyTuple_Pack(6, name, node, rg, leaf, retains, dtype)) || !(tid = PyLong_FromVoidPtr(t)))
             goto next;
         PyObject *prev = PyDict_GetItemWithError(last, tid); /* (weakref, key, record) */
@@ -850,13 +851,6 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
             goto next;
         ok = 1;
     next:
-        Py_XDECREF(fn);
-        Py_XDECREF(rg);
-        Py_XDECREF(leaf);
-        Py_XDECREF(retains);
-        Py_XDECREF(dtype);
-        Py_XDECREF(size);
-        Py_XDECREF(shape);
         Py_XDECREF(key);
         Py_XDECREF(tid);
         Py_XDECREF(rec);
@@ -868,64 +862,78 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* roots(entries, extra_roots): recorder._roots in C. ``entries`` are Names.tensors' values,
- * (tensor, [names]); returns (graph roots, the entries a step lists). */
+/* roots(entries, extra_roots): recorder._roots in C, one pass over the named tensors
+ * (``entries`` are Names.tensors' values, (tensor, [names])). Returns (graph roots, the entries
+ * a step lists, each entry's grad_fn, and per listed entry (grad_fn, grad, requires_grad, is_leaf,
+ * retains_grad, dtype, shape)). */
 static PyObject *roots(PyObject *self, PyObject *args) {
     PyObject *entries, *extra;
     if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &entries, &extra))
         return NULL;
-    PyObject *found = PySequence_List(extra), *shown = PyList_New(0), *key, *entry;
+    PyObject *found = PySequence_List(extra), *shown = PyList_New(0), *fns = PyList_New(0);
+    PyObject *facts = PyList_New(0), *key, *entry, *out = NULL;
     Py_ssize_t pos = 0;
-    if (!found || !shown)
-        goto fail;
+    if (!found || !shown || !fns || !facts)
+        goto done;
     while (PyDict_Next(entries, &pos, &key, &entry)) {
         if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2) {
             PyErr_SetString(PyExc_TypeError, "entries: (tensor, [names]) pairs");
-            goto fail;
+            goto done;
         }
-        PyObject *t = PyTuple_GET_ITEM(entry, 0), *fn = NULL, *grad = NULL, *gfn = NULL, *flag = NULL;
-        int ok = 0, retains = 0, show = 0;
-        if (!(fn = PyObject_GetAttr(t, s_grad_fn)))
+        PyObject *t = PyTuple_GET_ITEM(entry, 0), *fn = NULL, *grad = NULL, *gfn = NULL, *retains = NULL;
+        PyObject *rg = NULL, *leaf = NULL, *dtype = NULL, *size = NULL, *shape = NULL, *fact = NULL;
+        int ok = 0, is_retaining = 0, show = 0;
+        if (!(fn = PyObject_GetAttr(t, s_grad_fn)) || PyList_Append(fns, fn) < 0)
             goto next;
         if (fn != Py_None && PyList_Append(found, fn) < 0)
             goto next;
-        if (!(flag = PyObject_GetAttr(t, s_retains_grad)) || (retains = PyObject_IsTrue(flag)) < 0)
+        if (!(retains = PyObject_GetAttr(t, s_retains_grad)) || (is_retaining = PyObject_IsTrue(retains)) < 0)
             goto next;
         /* .grad of a non-leaf that does not retain it is always None, and reading it warns */
-        if (fn == Py_None || retains) {
-            if (!(grad = PyObject_GetAttr(t, s_grad)))
+        grad = fn == Py_None || is_retaining ? PyObject_GetAttr(t, s_grad) : Py_NewRef(Py_None);
+        if (!grad)
+            goto next;
+        if (grad != Py_None) {
+            if (!(gfn = PyObject_GetAttr(grad, s_grad_fn)) || (gfn != Py_None && PyList_Append(found, gfn) < 0))
                 goto next;
-            if (grad != Py_None) {
-                if (!(gfn = PyObject_GetAttr(grad, s_grad_fn)) || (gfn != Py_None && PyList_Append(found, gfn) < 0))
-                    goto next;
-            }
         }
-        if (retains || (grad && grad != Py_None)) {
+        if (is_retaining || grad != Py_None) {
             show = 1;
         } else if (fn == Py_None) {
-            Py_CLEAR(flag);
-            if (!(flag = PyObject_GetAttr(t, s_requires_grad)) || (show = PyObject_IsTrue(flag)) < 0)
+            if (!(rg = PyObject_GetAttr(t, s_requires_grad)) || (show = PyObject_IsTrue(rg)) < 0)
                 goto next;
         }
-        if (show && PyList_Append(shown, entry) < 0)
-            goto next;
+        if (show) {
+            if ((!rg && !(rg = PyObject_GetAttr(t, s_requires_grad))) || !(leaf = PyObject_GetAttr(t, s_is_leaf)) ||
+                !(dtype = PyObject_GetAttr(t, s_dtype)) || !(size = PyObject_GetAttr(t, s_shape)) ||
+                !(shape = untracked(PySequence_List(size))))
+                goto next;
+            if (!(fact = PyTuple_Pack(7, fn, grad, rg, leaf, retains, dtype, shape)) ||
+                PyList_Append(shown, entry) < 0 || PyList_Append(facts, fact) < 0)
+                goto next;
+        }
         ok = 1;
     next:
         Py_XDECREF(fn);
         Py_XDECREF(grad);
         Py_XDECREF(gfn);
-        Py_XDECREF(flag);
+        Py_XDECREF(retains);
+        Py_XDECREF(rg);
+        Py_XDECREF(leaf);
+        Py_XDECREF(dtype);
+        Py_XDECREF(size);
+        Py_XDECREF(shape);
+        Py_XDECREF(fact);
         if (!ok)
-            goto fail;
+            goto done;
     }
-    PyObject *out = PyTuple_Pack(2, found, shown);
-    Py_DECREF(found);
-    Py_DECREF(shown);
-    return out;
-fail:
+    out = PyTuple_Pack(4, found, shown, fns, facts);
+done:
     Py_XDECREF(found);
     Py_XDECREF(shown);
-    return NULL;
+    Py_XDECREF(fns);
+    Py_XDECREF(facts);
+    return out;
 }
 
 /* vars_of[nid] += names, as dict.setdefault(nid, []).extend(names). */
@@ -943,32 +951,33 @@ static int add_vars(PyObject *vars_of, PyObject *nid, PyObject *names) {
     return PyList_SetSlice(list, n, n, names);
 }
 
-/* step_names(entries, shown, ids, graph): the snapshot's per-tensor pass, in C. Returns
- * (vars_of: node id -> variable names, leaf_ids: each shown tensor's AccumulateGrad id or None,
- *  grads: each shown tensor's .grad where it can have one, else None). */
+/* step_names(entries, fns, shown, facts, ids, graph): the snapshot's per-tensor pass, in C, from
+ * what roots() read. Returns (vars_of: node id -> variable names, leaf_ids: each shown tensor's
+ * AccumulateGrad id or None, grads: each shown tensor's .grad where it can have one, else None). */
 static PyObject *step_names(PyObject *self, PyObject *args) {
-    PyObject *entries, *shown, *ids, *graph;
-    if (!PyArg_ParseTuple(args, "O!O!O!O", &PyDict_Type, &entries, &PyList_Type, &shown, &PyDict_Type, &ids,
-                          &graph))
+    PyObject *entries, *fns, *shown, *facts, *ids, *graph;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O", &PyDict_Type, &entries, &PyList_Type, &fns, &PyList_Type, &shown,
+                          &PyList_Type, &facts, &PyDict_Type, &ids, &graph))
         return NULL;
+    if (PyList_GET_SIZE(fns) != PyDict_GET_SIZE(entries) || PyList_GET_SIZE(facts) != PyList_GET_SIZE(shown)) {
+        PyErr_SetString(PyExc_ValueError, "fns/entries or facts/shown differ in length");
+        return NULL;
+    }
     PyObject *vars_of = PyDict_New(), *leaf_ids = PyList_New(0), *grads = PyList_New(0), *out = NULL;
     PyObject *accs = PyObject_GetAttr(graph, s_accumulators), *objs = PyObject_GetAttr(graph, s_objs);
     PyObject *table = PyObject_GetAttr(graph, s_table), *key, *entry;
-    Py_ssize_t pos = 0;
+    Py_ssize_t pos = 0, i = 0;
     if (!vars_of || !leaf_ids || !grads || !accs || !objs || !table || !PyDict_Check(accs) ||
         !PyDict_Check(objs) || !PyList_Check(table))
         goto done;
     while (PyDict_Next(entries, &pos, &key, &entry)) { /* nodes the snippet's variables are the grad_fn of */
-        PyObject *fn = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 0), s_grad_fn);
-        if (!fn)
-            goto done;
+        PyObject *fn = PyList_GET_ITEM(fns, i++);
         PyObject *nid = fn != Py_None ? PyDict_GetItemWithError(ids, fn) : NULL;
-        Py_DECREF(fn);
         if (PyErr_Occurred() || (nid && add_vars(vars_of, nid, PyTuple_GET_ITEM(entry, 1)) < 0))
             goto done;
     }
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(shown); i++) {
-        PyObject *item = PyList_GET_ITEM(shown, i);
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(shown); k++) {
+        PyObject *item = PyList_GET_ITEM(shown, k);
         PyObject *t = PyTuple_GET_ITEM(item, 0), *names = PyTuple_GET_ITEM(item, 1), *leaf_id = Py_None;
         PyObject *tid = PyLong_FromVoidPtr(t);
         if (!tid)
@@ -1007,19 +1016,13 @@ static PyObject *step_names(PyObject *self, PyObject *args) {
             if (!same && add_vars(vars_of, leaf_id, names) < 0)
                 goto done;
         }
-        PyObject *flag = PyObject_GetAttr(t, s_is_leaf), *grad = NULL;
-        int can = flag ? PyObject_IsTrue(flag) : -1;
-        Py_XDECREF(flag);
-        if (can == 0) {
-            flag = PyObject_GetAttr(t, s_retains_grad);
-            can = flag ? PyObject_IsTrue(flag) : -1;
-            Py_XDECREF(flag);
-        }
-        if (can < 0 || !(grad = can ? PyObject_GetAttr(t, s_grad) : Py_NewRef(Py_None)))
+        /* a leaf (no grad_fn) or a retaining non-leaf: the .grad roots() read, else None */
+        PyObject *fact = PyList_GET_ITEM(facts, k);
+        if (!PyTuple_Check(fact) || PyTuple_GET_SIZE(fact) != 7) {
+            PyErr_SetString(PyExc_TypeError, "facts: 7-tuples");
             goto done;
-        int r = PyList_Append(grads, grad);
-        Py_DECREF(grad);
-        if (r < 0)
+        }
+        if (PyList_Append(grads, PyTuple_GET_ITEM(fact, 1)) < 0)
             goto done;
     }
     out = PyTuple_Pack(3, vars_of, leaf_ids, grads);

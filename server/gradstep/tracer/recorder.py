@@ -558,7 +558,9 @@ class Recorder:
         step["index"] = index
         names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
         native = graph.native
-        roots, shown = (native.roots if native is not None else _roots)(names.tensors, extra_roots)
+        roots, shown, fns, facts = (native.roots if native is not None else _roots)(
+            names.tensors, extra_roots
+        )
         known = len(graph.table)  # nodes from here on are read by this discovery: none is stale yet
         graph.discover(roots, index, step.get("line"), grad_graph, names)
         ids = graph.ids
@@ -569,7 +571,7 @@ class Recorder:
         graph.check_stale(below=known)
 
         pass_names = native.step_names if native is not None else _step_names
-        vars_of, leaf_ids, grads_in = pass_names(names.tensors, shown, ids, graph)
+        vars_of, leaf_ids, grads_in = pass_names(names.tensors, fns, shown, facts, ids, graph)
 
         run = run or {}
         node_states = native.states if native is not None else _node_states
@@ -589,7 +591,7 @@ class Recorder:
         grads = self.grads.records(grads_in)
         now: dict[int, tuple] = {}
         tensor_records = native.tensor_records if native is not None else _tensor_records
-        tensors = tensor_records(shown, grads, leaf_ids, ids, self._tensor_recs, now)
+        tensors = tensor_records(shown, facts, grads, leaf_ids, ids, self._tensor_recs, now)
         self._tensor_recs = now
         if returned is not None:
             step["returned"] = self.grads.records(returned)
@@ -699,39 +701,41 @@ def _node_states(
 
 def _tensor_records(
     shown: list[tuple[torch.Tensor, list[str]]],
+    facts: list[tuple],
     grads: list[dict | None],
     leaf_ids: list[int | None],
     ids: dict,
     last: dict[int, tuple],
     now: dict[int, tuple],
 ) -> list[dict]:
-    """A step's tensor records (the C reader's ``tensor_records`` does the same).
+    """A step's tensor records, from what ``_roots`` read of each tensor (the C reader's
+    ``tensor_records`` does the same).
 
     A tensor whose name, node, grad and flags are as at the last step keeps its record
     (most tensors between two forward lines): no new dict per step. ``now`` gets
     id(tensor) -> (weakref, what its record says, record) for the next step.
     """
     tensors = []
-    for (t, tnames), grad, leaf_id in zip(shown, grads, leaf_ids, strict=True):
-        fn = t.grad_fn
+    for (t, tnames), fact, grad, leaf_id in zip(shown, facts, grads, leaf_ids, strict=True):
+        fn, _, requires_grad, is_leaf, retains_grad, dtype, shape = fact
         node = ids.get(fn) if fn is not None else leaf_id
-        key = (tnames[0], node, t.requires_grad, t.is_leaf, t.retains_grad, t.dtype)
+        key = (tnames[0], node, requires_grad, is_leaf, retains_grad, dtype)
         prev = last.get(id(t))
         alive = prev is not None and prev[0]() is t
         # a grad record is the same object while the gradient is unchanged (GradRecords)
-        if alive and prev[1] == key and prev[2]["grad"] is grad and prev[2]["shape"] == list(t.shape):
+        if alive and prev[1] == key and prev[2]["grad"] is grad and prev[2]["shape"] == shape:
             rec = prev[2]
         else:
             rec = {
                 "name": tnames[0],
-                "shape": list(t.shape),
-                "dtype": dtype_name(t.dtype),
-                "requires_grad": t.requires_grad,
-                "is_leaf": t.is_leaf,
+                "shape": shape,
+                "dtype": dtype_name(dtype),
+                "requires_grad": requires_grad,
+                "is_leaf": is_leaf,
                 "node": node,
                 "grad": grad,
             }
-            if t.retains_grad:
+            if retains_grad:
                 rec["retains_grad"] = True
         now[id(t)] = (prev[0] if alive else weakref.ref(t), key, rec)
         tensors.append(rec)
@@ -746,31 +750,39 @@ def _new_edges(live: list[int], first_new: int, children: list[list[int]]) -> li
     return edges
 
 
-def _roots(entries: dict, extra_roots) -> tuple[list, list[tuple[torch.Tensor, list[str]]]]:
-    """Graph roots reachable from named tensors (``Names.tensors``), and the tensors a step
-    lists (the C reader's ``roots`` does the same)."""
+def _roots(entries: dict, extra_roots) -> tuple[list, list, list, list[tuple]]:
+    """One pass over the named tensors (``Names.tensors``): graph roots, the tensors a step
+    lists, each entry's grad_fn, and for each listed tensor what its record needs,
+    (grad_fn, .grad, requires_grad, is_leaf, retains_grad, dtype, shape), read once (the C
+    reader's ``roots`` does the same)."""
     roots = list(extra_roots)
     shown: list[tuple[torch.Tensor, list[str]]] = []
+    fns: list = []
+    facts: list[tuple] = []
     for entry in entries.values():
         t = entry[0]
         fn = t.grad_fn
+        fns.append(fn)
         if fn is not None:
             roots.append(fn)
+        retains = t.retains_grad
         # .grad of a non-leaf that does not retain it is always None, and reading it warns
-        g = t.grad if (fn is None or t.retains_grad) else None
+        g = t.grad if (fn is None or retains) else None
         if g is not None and g.grad_fn is not None:
             roots.append(g.grad_fn)
-        if (t.requires_grad and fn is None) or t.retains_grad or g is not None:
+        if retains or g is not None or (fn is None and t.requires_grad):
             shown.append(entry)
-    return roots, shown
+            facts.append((fn, g, t.requires_grad, t.is_leaf, retains, t.dtype, list(t.shape)))
+    return roots, shown, fns, facts
 
 
-def _step_names(entries: dict, shown: list, ids: dict, graph: Graph) -> tuple[dict, list, list]:
+def _step_names(
+    entries: dict, fns: list, shown: list, facts: list[tuple], ids: dict, graph: Graph
+) -> tuple[dict, list, list]:
     """The variables each node is the grad_fn of, each shown tensor's AccumulateGrad id,
     and its .grad where it can have one (the C reader's ``step_names`` does the same)."""
     vars_of: dict[int, list[str]] = {}
-    for t, tnames in entries.values():
-        fn = t.grad_fn
+    for (_t, tnames), fn in zip(entries.values(), fns, strict=True):
         if fn is not None and fn in ids:
             vars_of.setdefault(ids[fn], []).extend(tnames)
     table = graph.table
@@ -780,7 +792,8 @@ def _step_names(entries: dict, shown: list, ids: dict, graph: Graph) -> tuple[di
         # it per step only when it differs (the leaf was renamed or has aliases)
         if nid is not None and tnames != [table[nid]["tensor"]]:
             vars_of.setdefault(nid, []).extend(tnames)
-    grads = [t.grad if (t.is_leaf or t.retains_grad) else None for t, _ in shown]
+    # a leaf (no grad_fn) or a retaining non-leaf: the .grad _roots read, else None
+    grads = [fact[1] for fact in facts]
     return vars_of, leaf_ids, grads
 
 
