@@ -68,6 +68,21 @@ static int is_plain(PyObject *v) {
     return PyLong_CheckExact(v) || PyFloat_CheckExact(v) || PyBool_Check(v) || PyUnicode_CheckExact(v);
 }
 
+/* The message of the exception being raised (a RuntimeError from reading a saved value), which is
+ * cleared: a new reference, or NULL with an error set. */
+static PyObject *raised_message(void) {
+    PyObject *etype, *exc, *tb;
+    PyErr_Fetch(&etype, &exc, &tb);
+    PyErr_NormalizeException(&etype, &exc, &tb);
+    PyObject *msg = exc ? PyObject_Str(exc) : NULL;
+    Py_XDECREF(etype);
+    Py_XDECREF(exc);
+    Py_XDECREF(tb);
+    if (!msg && !PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "an exception without a value");
+    return msg;
+}
+
 /* A saved value that is neither None nor a tensor: sizes and strides (tuples of ints) here, the
  * rest through graph.py's _jsonable. Returns a new reference. */
 static PyObject *json_value(PyObject *v) {
@@ -208,13 +223,7 @@ static int read_saved(Ctx *c, PyObject *node, PyObject *nid, PyObject *slots, Py
                 return -1;
             /* Unreadable when first seen (modified in place on the line that built it, or
              * freed by a call not seen): a slot without metadata. */
-            PyObject *etype, *exc, *tb;
-            PyErr_Fetch(&etype, &exc, &tb);
-            PyErr_NormalizeException(&etype, &exc, &tb);
-            PyObject *msg = exc ? PyObject_Str(exc) : NULL;
-            Py_XDECREF(etype);
-            Py_XDECREF(exc);
-            Py_XDECREF(tb);
+            PyObject *msg = raised_message();
             if (!msg)
                 return -1;
             kind_slot = PyTuple_GET_ITEM(slot, 2);
@@ -725,13 +734,7 @@ static PyObject *check_stale(PyObject *self, PyObject *args) {
                 bad = 1;
                 break;
             }
-            PyObject *etype, *exc, *tb;
-            PyErr_Fetch(&etype, &exc, &tb);
-            PyErr_NormalizeException(&etype, &exc, &tb);
-            PyObject *msg = exc ? PyObject_Str(exc) : NULL;
-            Py_XDECREF(etype);
-            Py_XDECREF(exc);
-            Py_XDECREF(tb);
+            PyObject *msg = raised_message();
             int is_freed_msg = msg ? PyUnicode_Find(msg, freed_mark, 0, PY_SSIZE_T_MAX, 1) >= 0 : 0;
             if (!msg || PyErr_Occurred()) {
                 Py_XDECREF(msg);
@@ -1207,13 +1210,7 @@ static PyObject *check_freed(PyObject *self, PyObject *args) {
         }
         if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
             goto done;
-        PyObject *etype, *exc, *tb;
-        PyErr_Fetch(&etype, &exc, &tb);
-        PyErr_NormalizeException(&etype, &exc, &tb);
-        PyObject *msg = exc ? PyObject_Str(exc) : NULL;
-        Py_XDECREF(etype);
-        Py_XDECREF(exc);
-        Py_XDECREF(tb);
+        PyObject *msg = raised_message();
         PyObject *r = msg ? PyObject_CallMethodObjArgs(graph, s_mark_unreadable, nid, slot, msg, NULL) : NULL;
         Py_XDECREF(msg);
         if (!r)
