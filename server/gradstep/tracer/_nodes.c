@@ -1,11 +1,12 @@
-/* Reading newly discovered autograd nodes into the trace's node table, in C.
+/* The tracer's hot loops, in C: reading newly discovered autograd nodes into the node table,
+ * and the per-step passes over every live node and every named tensor.
  *
- * This is the tracer's hottest loop: a 24-layer transformer has ~1800 nodes and
- * ~2700 saved slots, and in Python the bookkeeping around each torch call costs
- * several times the call itself. graph.py's Graph._info is the reference: this
- * module produces the same records, field for field and in the same key order
- * (tests/test_tracer_native.py compares whole traces), and falls back to the
- * Python helpers for everything rare (lists of tensors, unusual saved values).
+ * A 24-layer transformer has ~1800 nodes, ~2700 saved slots and ~300 named tensors, and in
+ * Python the bookkeeping around each torch call costs several times the call itself. Each
+ * function here has a Python twin in graph.py or recorder.py (named in its comment), which is
+ * the reference and the fallback when this module is not built: the same records, field for
+ * field and in the same key order (tests/test_tracer_native.py compares whole traces). Rare
+ * cases (lists of saved tensors, unusual saved values) are handed back to the Python helpers.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,6 +63,23 @@ static PyObject *untracked(PyObject *o) {
     if (o && PyObject_IS_GC(o) && PyObject_GC_IsTracked(o))
         PyObject_GC_UnTrack(o);
     return o;
+}
+
+/* Does weak reference ``ref`` still point at ``obj``? */
+static int refers_to(PyObject *ref, PyObject *obj) {
+    if (!PyWeakref_Check(ref))
+        return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *target = NULL;
+    if (PyWeakref_GetRef(ref, &target) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_XDECREF(target); /* only compared: obj is alive, held by the caller */
+    return target == obj;
+#else
+    return PyWeakref_GetObject(ref) == obj;
+#endif
 }
 
 static int is_plain(PyObject *v) {
@@ -683,20 +701,21 @@ static PyObject *check_stale(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *slots_of = PyObject_GetAttr(graph, s_tensor_slots), *freed = PyObject_GetAttr(graph, s_freed);
     PyObject *objs = PyObject_GetAttr(graph, s_objs), *stale = PyObject_GetAttr(graph, s_stale);
-    PyObject *result = NULL, *nid, *slots, *snapshot = NULL;
+    PyObject *result = NULL, *nid, *slots;
     if (!slots_of || !freed || !objs || !stale || !PyDict_Check(slots_of) || !PyDict_Check(objs) ||
         !PyDict_Check(stale)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "unexpected graph layout");
         goto done;
     }
-    snapshot = PyDict_Items(slots_of); /* _mark_unreadable may change the graph's dicts */
-    if (!snapshot)
-        goto done;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(snapshot); i++) {
-        PyObject *item = PyList_GET_ITEM(snapshot, i);
-        nid = PyTuple_GET_ITEM(item, 0);
-        slots = PyTuple_GET_ITEM(item, 1);
+    /* Nothing called from here changes tensor_slots (_mark_unreadable writes freed and stale);
+     * its size is checked anyway, so a change could only stop tracing, never misread memory. */
+    Py_ssize_t pos = 0, size = PyDict_GET_SIZE(slots_of);
+    while (PyDict_Next(slots_of, &pos, &nid, &slots)) {
+        if (PyDict_GET_SIZE(slots_of) != size) {
+            PyErr_SetString(PyExc_RuntimeError, "the graph's saved slots changed while checked");
+            goto done;
+        }
         Py_ssize_t id = PyLong_AsSsize_t(nid);
         if (id == -1 && PyErr_Occurred())
             goto done;
@@ -714,6 +733,8 @@ static PyObject *check_stale(PyObject *self, PyObject *args) {
             goto done;
         }
         Py_INCREF(node);
+        Py_INCREF(nid);
+        Py_INCREF(slots);
         PyObject *done_names = PyDict_GetItemWithError(stale, nid); /* the same list as it grows */
         Py_XINCREF(done_names);
         int bad = PyErr_Occurred() != NULL || !PyList_Check(slots);
@@ -749,13 +770,18 @@ static PyObject *check_stale(PyObject *self, PyObject *args) {
             Py_DECREF(msg);
         }
         Py_DECREF(node);
+        Py_DECREF(nid);
+        Py_DECREF(slots);
         Py_XDECREF(done_names);
         if (bad)
             goto done;
     }
+    if (PyDict_GET_SIZE(slots_of) != size) {
+        PyErr_SetString(PyExc_RuntimeError, "the graph's saved slots changed while checked");
+        goto done;
+    }
     result = Py_NewRef(Py_None);
 done:
-    Py_XDECREF(snapshot);
     Py_XDECREF(slots_of);
     Py_XDECREF(freed);
     Py_XDECREF(objs);
@@ -810,7 +836,7 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
         if (!prev && PyErr_Occurred())
             goto next;
         int alive = prev && PyTuple_Check(prev) && PyTuple_GET_SIZE(prev) == 3 &&
-                    PyWeakref_GetObject(PyTuple_GET_ITEM(prev, 0)) == t;
+                    refers_to(PyTuple_GET_ITEM(prev, 0), t);
         if (alive) {
             int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(prev, 1), key, Py_EQ);
             if (same < 0)
