@@ -93,7 +93,7 @@ class SeqRanges:
 
 class Graph:
     def __init__(self, seq_base: int, max_nodes: int):
-        self.native = _nodes  # the C reader of new nodes, when built (else _info below)
+        self.native = _nodes  # the C versions of the loops below (tracer/_nodes.c), when built
         self.seq_base = seq_base
         self.max_nodes = max_nodes
         self.full = False  # max_nodes reached: new nodes are no longer recorded
