@@ -559,6 +559,26 @@ def test_tracing_does_not_keep_a_deleted_graph_alive():
     assert tr["stdout"] == expected
 
 
+def test_tracing_does_not_keep_a_deleted_models_parameters_alive():
+    code = _code(
+        """
+        import weakref
+        import torch
+        from torch import nn
+        models = []
+        for i in range(3):
+            m = nn.Linear(3, 3)
+            out = m(torch.ones(1, 3)).sum()
+            models.append(weakref.ref(m.weight))
+        del m, out
+        print("freed:", [r() is None for r in models])
+        """
+    )
+    _, expected = _plain(code)
+    assert expected == "freed: [True, True, True]\n"
+    assert record(code)["stdout"] == expected
+
+
 def test_a_finished_recording_frees_the_snippets_objects_as_a_plain_run_does():
     code = _code(
         """

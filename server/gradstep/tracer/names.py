@@ -85,6 +85,7 @@ class ModuleIndex:
     def __init__(self) -> None:
         self.generation = 0
         self._walks: dict[tuple[int, str], tuple[int, weakref.ref, list, list]] = {}
+        self._self = weakref.ref(self)  # for the walks' weakref callbacks, without a cycle
 
     def touch(self, *args, **kwargs) -> None:
         self.generation += 1
@@ -98,8 +99,23 @@ class ModuleIndex:
         _walk_module(found, name, module)
         tensors = [(tnames[0], t) for t, tnames in found.tensors.values()]
         modules = list(found.modules.items())
-        self._walks[key] = (self.generation, weakref.ref(module), tensors, modules)
+        # A walk holds the module's parameters: it goes with the module, or tracing would
+        # keep the parameters of a deleted model alive where plain torch frees them.
+        self._walks[key] = (self.generation, weakref.ref(module, _forget(self._self, key)), tensors, modules)
         return tensors, modules
+
+    def clear(self) -> None:
+        self._walks.clear()
+
+
+def _forget(index_ref: weakref.ref, key: tuple[int, str]):
+    def forget(module_ref: weakref.ref) -> None:
+        index = index_ref()
+        hit = index._walks.get(key) if index is not None else None
+        if hit is not None and hit[1] is module_ref:
+            del index._walks[key]
+
+    return forget
 
 
 def scan(namespaces: Iterable[dict], index: ModuleIndex | None = None) -> Names:

@@ -195,6 +195,7 @@ class Recorder:
         self.globals.clear()
         self.graph.objs.clear()
         self.graph.ids.clear()
+        self.module_index.clear()
         self.warnings.close()
 
     @_guarded
