@@ -131,6 +131,14 @@ static int set_new(PyObject *d, PyObject *key, PyObject *value) { /* steals valu
     return r;
 }
 
+/* graph.py's name for a dtype ("float32"): a new reference, or NULL with an error set. */
+static PyObject *dtype_label(PyObject *dtype) {
+    PyObject *name = PyDict_GetItemWithError(DtypeNames, dtype);
+    if (name)
+        return Py_NewRef(name);
+    return PyErr_Occurred() ? NULL : PyObject_CallOneArg(dtype_name, dtype);
+}
+
 /* The name of a snippet tensor with the same data, shape and dtype, or NULL (no error). */
 static PyObject *name_of_data(PyObject *index, PyObject *ptr, PyObject *shape, PyObject *dtype) {
     PyObject *same = PyDict_GetItemWithError(index, ptr);
@@ -173,10 +181,7 @@ static PyObject *tensor_entry(PyObject *label, PyObject *value, PyObject *storag
     dtype = shape ? PyObject_GetAttr(value, s_dtype) : NULL;
     if (!dtype)
         goto done;
-    dname = PyDict_GetItemWithError(DtypeNames, dtype);
-    if (dname)
-        Py_INCREF(dname);
-    else if (PyErr_Occurred() || !(dname = PyObject_CallOneArg(dtype_name, dtype)))
+    if (!(dname = dtype_label(dtype)))
         goto done;
     entry = PyDict_New();
     if (!entry || PyDict_SetItem(entry, s_name, label) < 0 || PyDict_SetItem(entry, s_kind, s_tensor) < 0 ||
@@ -690,6 +695,42 @@ done:
     return total;
 }
 
+/* Reads saved ``slot`` (a _Saved) of node ``nid``. Reading raises a RuntimeError once the
+ * node was freed or the saved tensor modified in place: graph._mark_unreadable sorts which,
+ * except for a freed one when ``keep_freed`` is 0 and ``freed_mark`` is in the message.
+ * 0, or -1 with an error set (any other error). */
+static int read_or_mark(PyObject *graph, PyObject *node, PyObject *nid, PyObject *slot, int keep_freed,
+                        PyObject *freed_mark) {
+    PyObject *value = PyObject_GetAttr(node, PyTuple_GET_ITEM(slot, 1));
+    if (value) {
+        Py_DECREF(value);
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
+        return -1;
+    PyObject *msg = raised_message();
+    if (!msg)
+        return -1;
+    /* PyUnicode_Find: the position, -1 when absent, -2 on error */
+    Py_ssize_t at = keep_freed ? -1 : PyUnicode_Find(msg, freed_mark, 0, PY_SSIZE_T_MAX, 1);
+    PyObject *r = at == -1 ? PyObject_CallMethodObjArgs(graph, s_mark_unreadable, nid, slot, msg, NULL) : NULL;
+    Py_DECREF(msg);
+    if (at >= 0) /* freed, and the caller asked to leave freed ones alone */
+        return 0;
+    if (!r)
+        return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* The live node object of id ``nid`` (borrowed), or NULL with an error set. */
+static PyObject *node_of(PyObject *objs, PyObject *nid) {
+    PyObject *node = PyDict_GetItemWithError(objs, nid);
+    if (!node && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, nid);
+    return node;
+}
+
 /* check_stale(graph, mark_freed, freed_mark, below): Graph.check_stale's loop, over the nodes
  * with ids below ``below``. Reading a saved tensor raises once it was modified in place (or
  * freed); graph._mark_unreadable sorts which. */
@@ -726,12 +767,9 @@ static PyObject *check_stale(PyObject *self, PyObject *args) {
             goto done;
         if (is_freed)
             continue;
-        PyObject *node = PyDict_GetItemWithError(objs, nid);
-        if (!node) {
-            if (!PyErr_Occurred())
-                PyErr_SetObject(PyExc_KeyError, nid);
+        PyObject *node = node_of(objs, nid);
+        if (!node)
             goto done;
-        }
         Py_INCREF(node);
         Py_INCREF(nid);
         Py_INCREF(slots);
@@ -740,34 +778,13 @@ static PyObject *check_stale(PyObject *self, PyObject *args) {
         int bad = PyErr_Occurred() != NULL || !PyList_Check(slots);
         for (Py_ssize_t k = 0; !bad && k < PyList_GET_SIZE(slots); k++) {
             PyObject *slot = PyList_GET_ITEM(slots, k); /* _Saved(label, attr, raw, kind) */
-            PyObject *label = PyTuple_GET_ITEM(slot, 0), *attr = PyTuple_GET_ITEM(slot, 1);
+            PyObject *label = PyTuple_GET_ITEM(slot, 0);
             int skip = done_names ? PySequence_Contains(done_names, label) : 0;
             if (skip) {
                 bad = skip < 0;
                 continue;
             }
-            PyObject *value = PyObject_GetAttr(node, attr);
-            if (value) {
-                Py_DECREF(value);
-                continue;
-            }
-            if (!PyErr_ExceptionMatches(PyExc_RuntimeError)) {
-                bad = 1;
-                break;
-            }
-            PyObject *msg = raised_message();
-            int is_freed_msg = msg ? PyUnicode_Find(msg, freed_mark, 0, PY_SSIZE_T_MAX, 1) >= 0 : 0;
-            if (!msg || PyErr_Occurred()) {
-                Py_XDECREF(msg);
-                bad = 1;
-                break;
-            }
-            if (mark_freed || !is_freed_msg) {
-                PyObject *r = PyObject_CallMethodObjArgs(graph, s_mark_unreadable, nid, slot, msg, NULL);
-                bad = r == NULL;
-                Py_XDECREF(r);
-            }
-            Py_DECREF(msg);
+            bad = read_or_mark(graph, node, nid, slot, mark_freed, freed_mark) < 0;
         }
         Py_DECREF(node);
         Py_DECREF(nid);
@@ -860,10 +877,8 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
             goto next;
         }
         if (!rec) {
-            PyObject *dname = PyDict_GetItemWithError(DtypeNames, dtype);
-            if (dname)
-                Py_INCREF(dname);
-            else if (PyErr_Occurred() || !(dname = PyObject_CallOneArg(dtype_name, dtype)))
+            PyObject *dname = dtype_label(dtype);
+            if (!dname)
                 goto next;
             rec = PyDict_New();
             int bad = !rec || PyDict_SetItem(rec, s_name, name) < 0 || PyDict_SetItem(rec, s_shape, shape) < 0 ||
@@ -1206,12 +1221,9 @@ static PyObject *check_freed(PyObject *self, PyObject *args) {
             goto done;
         if (is_freed)
             continue;
-        PyObject *node = PyDict_GetItemWithError(objs, nid);
-        if (!node) {
-            if (!PyErr_Occurred())
-                PyErr_SetObject(PyExc_KeyError, nid);
+        PyObject *node = node_of(objs, nid);
+        if (!node)
             goto done;
-        }
         /* a release frees every slot of the node at once: the first tells */
         PyObject *slot = PyList_GET_ITEM(slots, 0); /* _Saved(label, attr, raw, kind) */
         PyObject *raw = PyTuple_GET_ITEM(slot, 2), *kind = PyTuple_GET_ITEM(slot, 3);
@@ -1229,19 +1241,8 @@ static PyObject *check_freed(PyObject *self, PyObject *args) {
                 goto done;
             continue;
         }
-        PyObject *value = PyObject_GetAttr(node, PyTuple_GET_ITEM(slot, 1));
-        if (value) {
-            Py_DECREF(value);
-            continue;
-        }
-        if (!PyErr_ExceptionMatches(PyExc_RuntimeError))
-            goto done;
-        PyObject *msg = raised_message();
-        PyObject *r = msg ? PyObject_CallMethodObjArgs(graph, s_mark_unreadable, nid, slot, msg, NULL) : NULL;
-        Py_XDECREF(msg);
-        if (!r)
-            goto done;
-        Py_DECREF(r);
+        if (read_or_mark(graph, node, nid, slot, 1, NULL) < 0)
+            goto done; /* list and custom-Function saves read through a stale handle: re-read */
     }
     result = Py_NewRef(Py_None);
 done:
