@@ -20,6 +20,7 @@ import inspect
 import re
 import sys
 import traceback
+import types
 import weakref
 from collections import Counter
 from dataclasses import dataclass
@@ -140,6 +141,8 @@ class Recorder:
         self.seq_base = _seq_nr()
         self.seq_last = self.seq_base
         self.graph = Graph(self.seq_base, limits.max_nodes)
+        # the per-step passes: tracer/_nodes.c's when built, else their Python twins below
+        self.passes = self.graph.native if self.graph.native is not None else _PYTHON_PASSES
         self.line: int | None = None  # snippet line executing now
         self.line_runs: Counter[int | None] = Counter()
         self.folded = 0  # forward line executions waiting in a folded loop step
@@ -558,10 +561,8 @@ class Recorder:
         index = len(self.steps)
         step["index"] = index
         names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
-        native = graph.native
-        roots, shown, fns, facts = (native.roots if native is not None else _roots)(
-            names.tensors, extra_roots
-        )
+        passes = self.passes
+        roots, shown, fns, facts = passes.roots(names.tensors, extra_roots)
         known = len(graph.table)  # nodes from here on are read by this discovery: none is stale yet
         graph.discover(roots, index, step.get("line"), grad_graph, names)
         ids = graph.ids
@@ -571,19 +572,16 @@ class Recorder:
         self.released = []
         graph.check_stale(below=known)
 
-        pass_names = native.step_names if native is not None else _step_names
-        vars_of, leaf_ids, grads_in = pass_names(names.tensors, fns, shown, facts, ids, graph)
+        vars_of, leaf_ids, grads_in = passes.step_names(names.tensors, fns, shown, facts, ids, graph)
 
         run = run or {}
-        node_states = native.states if native is not None else _node_states
-        states = node_states(live, graph.freed, graph.stale, run, failed, vars_of, self._plain_states)
+        states = passes.states(live, graph.freed, graph.stale, run, failed, vars_of, self._plain_states)
         # The edges this step added (its new nodes' edges): the whole graph of a step
         # is the table's `next` of its nodes, and where gradient flowed follows from
         # `executed` and `order`; repeating either in every step would double the trace.
         edges = []
         if graph.first_new is not None:
-            new_edges = native.new_edges if native is not None else _new_edges
-            edges = new_edges(live, graph.first_new, graph.children)
+            edges = passes.new_edges(live, graph.first_new, graph.children)
             graph.first_new = None
         for nid in dropped:
             states.append({"id": nid, "dropped": True})
@@ -591,8 +589,7 @@ class Recorder:
 
         grads = self.grads.records(grads_in)
         now: dict[int, tuple] = {}
-        tensor_records = native.tensor_records if native is not None else _tensor_records
-        tensors = tensor_records(shown, facts, grads, leaf_ids, ids, self._tensor_recs, now)
+        tensors = passes.tensor_records(shown, facts, grads, leaf_ids, ids, self._tensor_recs, now)
         self._tensor_recs = now
         if returned is not None:
             step["returned"] = self.grads.records(returned)
@@ -603,8 +600,8 @@ class Recorder:
         step["saved_bytes"] = graph.saved_bytes()
         step["stdout"] = self.out.since_last_step()
         step["warnings"] = self.warnings.since_last_step()
-        if native is not None:
-            native.untrack(step)  # plain data, no cycles: collections need not walk it again
+        if graph.native is not None:
+            graph.native.untrack(step)  # plain data, no cycles: collections need not walk it again
         self.steps.append(step)
 
     def _liveness(self, roots: list) -> tuple[list[int], list[int]]:
@@ -622,8 +619,7 @@ class Recorder:
         if not self.graph.objs or self._full():
             return
         names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
-        native = self.graph.native
-        roots = (native.roots if native is not None else _roots)(names.tensors, ())[0]
+        roots = self.passes.roots(names.tensors, ())[0]
         # nodes built but not shown yet (a folded loop) must be known, or what they reach looks dropped
         self.graph.discover(roots, len(self.steps), self.line, False, names)
         _live, dropped = self._liveness(roots)
@@ -796,6 +792,17 @@ def _step_names(
     # a leaf (no grad_fn) or a retaining non-leaf: the .grad _roots read, else None
     grads = [fact[1] for fact in facts]
     return vars_of, leaf_ids, grads
+
+
+# The Python twins of tracer/_nodes.c's per-step passes, under the same names: the reference
+# (tests/test_tracer_native.py) and what runs when the extension is not built.
+_PYTHON_PASSES = types.SimpleNamespace(
+    roots=_roots,
+    step_names=_step_names,
+    states=_node_states,
+    new_edges=_new_edges,
+    tensor_records=_tensor_records,
+)
 
 
 def _tensors(value) -> list[torch.Tensor]:
