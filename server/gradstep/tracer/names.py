@@ -33,7 +33,22 @@ class Names:
         if entry is None:
             self.tensors[id(t)] = (t, [name])
         elif name not in entry[1]:
-            entry[1].append(name)
+            # a new list, not an append: entries are shared with cached module walks
+            self.tensors[id(t)] = (t, [*entry[1], name])
+
+    def merge(self, tensors: dict, modules: dict) -> None:
+        """Add a module walk's finds (from ModuleIndex.walk): a dict update when none of them
+        is known yet, which is the usual case and far cheaper than one add() each."""
+        if self.modules.keys().isdisjoint(modules):
+            self.modules.update(modules)
+        else:
+            for mid, path in modules.items():
+                self.modules.setdefault(mid, path)
+        if self.tensors.keys().isdisjoint(tensors):
+            self.tensors.update(tensors)
+        else:
+            for t, tnames in tensors.values():
+                self.add(tnames[0], t)
 
     def name_of(self, t: torch.Tensor) -> str | None:
         entry = self.tensors.get(id(t))
@@ -84,21 +99,23 @@ class ModuleIndex:
 
     def __init__(self) -> None:
         self.generation = 0
-        self._walks: dict[tuple[int, str], tuple[int, weakref.ref, list, list]] = {}
+        self._walks: dict[tuple[int, str], tuple[int, weakref.ref, dict, dict]] = {}
         self._self = weakref.ref(self)  # for the walks' weakref callbacks, without a cycle
 
     def touch(self, *args, **kwargs) -> None:
         self.generation += 1
 
-    def walk(self, name: str, module: torch.nn.Module) -> tuple[list, list]:
+    def walk(self, name: str, module: torch.nn.Module) -> tuple[dict, dict]:
+        """What ``module`` holds under ``name``: id(tensor) -> (tensor, [its first name]) and
+        id(module) -> dotted path, as Names.merge takes them (shared: never mutated)."""
         key = (id(module), name)
         hit = self._walks.get(key)
         if hit is not None and hit[0] == self.generation and hit[1]() is module:
             return hit[2], hit[3]
         found = Names()
         _walk_module(found, name, module)
-        tensors = [(tnames[0], t) for t, tnames in found.tensors.values()]
-        modules = list(found.modules.items())
+        tensors = {k: (t, tnames[:1]) for k, (t, tnames) in found.tensors.items()}
+        modules = found.modules
         # A walk holds the module's parameters: it goes with the module, or tracing would
         # keep the parameters of a deleted model alive where plain torch frees them.
         self._walks[key] = (self.generation, weakref.ref(module, _forget(self._self, key)), tensors, modules)
@@ -148,11 +165,7 @@ def _visit(names: Names, seen: set[int], name: str, value: object, depth: int, i
         return
     seen.add(id(value))
     if isinstance(value, torch.nn.Module):
-        tensors, modules = index.walk(name, value)
-        for mid, path in modules:
-            names.modules.setdefault(mid, path)
-        for tname, t in tensors:
-            names.add(tname, t)
+        names.merge(*index.walk(name, value))
     elif isinstance(value, torch.optim.Optimizer):
         return  # its params are the model's; its state is not part of any graph
     elif isinstance(value, list | tuple):
