@@ -124,6 +124,35 @@ def test_odd_saves_reach_every_branch_of_the_reader(monkeypatch):
     assert any(n["op"] == "SquareBackward" for n in nodes)
 
 
+# Saved values that are equal as Python keys but not as values: the C reader shares one record
+# between equal saved values, and must keep these apart.
+LOOKALIKES = """
+import torch
+x = torch.randn(3, requires_grad=True)
+ys = [x.pow(2), x.pow(2.0), x.pow(0.0), x.pow(-0.0), x.pow(True), x.pow(2), x.pow(1)]
+"""
+
+
+@needs_native
+def test_equal_saved_values_share_a_record_but_lookalikes_stay_apart(monkeypatch):
+    native, python = _both(LOOKALIKES, monkeypatch)
+    assert native == python
+    ns: dict = {}
+    exec(LOOKALIKES, ns)  # plain torch: what each pow node saved, and as which type
+    plain = [y.grad_fn._saved_exponent for y in ns["ys"]]
+    trace = record(LOOKALIKES, explain=False)
+    saved = [
+        next(s for s in n["saved"] if s["name"] == "exponent")
+        for n in trace["nodes"]
+        if n["op"] == "PowBackward0"
+    ]
+    got = [s["value"] for s in saved]
+    assert [(type(v), repr(v)) for v in got] == [(type(v), repr(v)) for v in plain]
+    assert orjson.dumps(got) == orjson.dumps(plain)  # 0.0 and -0.0 print apart
+    assert saved[0] is saved[5]  # the two x.pow(2): one record
+    assert len({id(s) for s in saved}) == 6
+
+
 @needs_native
 def test_same_trace_when_the_node_cap_is_hit(monkeypatch):
     native, python = _both(TRANSFORMER, monkeypatch, Limits(max_nodes=37))

@@ -20,7 +20,7 @@ static PyObject *s_id, *s_op, *s_step, *s_seq, *s_line, *s_tensor, *s_module, *s
     *s_next, *s_name, *s_kind, *s_value, *s_shape, *s_dtype, *s_bytes, *s_of, *s_tensors,
     *s_sequence_nr, *s_variable, *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_mark_unreadable,
     *s_seq_base, *s_lines, *s_modules, *s_starts, *s_values, *s_table, *s_children, *s_tensor_slots,
-    *s_storages, *s_accumulators, *s_freed, *s_stale, *s_stale_saved, *s_order, *s_failed, *s_executed,
+    *s_storages, *s_shared, *s_accumulators, *s_freed, *s_stale, *s_stale_saved, *s_order, *s_failed, *s_executed,
     *s_vars, *s_objs, *s_grad_fn, *s_requires_grad, *s_is_leaf, *s_retains_grad, *s_node, *s_grad, *s_next_functions, *s_data;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
@@ -139,16 +139,12 @@ static PyObject *dtype_label(PyObject *dtype) {
     return PyErr_Occurred() ? NULL : PyObject_CallOneArg(dtype_name, dtype);
 }
 
-/* The name of a snippet tensor with the same data, shape and dtype, or NULL (no error). */
+/* The name of a snippet tensor with the same data, shape (a tuple) and dtype, or NULL (no error). */
 static PyObject *name_of_data(PyObject *index, PyObject *ptr, PyObject *shape, PyObject *dtype) {
     PyObject *same = PyDict_GetItemWithError(index, ptr);
     if (!same || !PyDict_Check(same))
         return NULL;
-    PyObject *shape_t = PyList_AsTuple(shape);
-    if (!shape_t)
-        return NULL;
-    PyObject *key = PyTuple_Pack(2, shape_t, dtype);
-    Py_DECREF(shape_t);
+    PyObject *key = PyTuple_Pack(2, shape, dtype);
     if (!key)
         return NULL;
     PyObject *name = PyDict_GetItemWithError(same, key);
@@ -156,10 +152,32 @@ static PyObject *name_of_data(PyObject *index, PyObject *ptr, PyObject *shape, P
     return name; /* borrowed */
 }
 
+/* The layers of a model save the same sizes and dims over and over: records of one run that
+ * are equal share one object (graph.shared: key -> record), which saves building, tracking
+ * and freeing thousands of small dicts and lists. Nothing changes a node record once made.
+ * Returns a new reference to the record under ``key``, ``made`` when it is the first;
+ * steals both. */
+static PyObject *shared(PyObject *cache, PyObject *key, PyObject *made) {
+    PyObject *have = key && made ? PyDict_SetDefault(cache, key, made) : NULL;
+    Py_XINCREF(have);
+    Py_XDECREF(key);
+    Py_XDECREF(made);
+    return have;
+}
+
+/* A shape as a list, shared with the equal shapes of the run (``key``: the shape as a tuple). */
+static PyObject *shared_shape(PyObject *cache, PyObject *key) {
+    PyObject *have = PyDict_GetItemWithError(cache, key);
+    if (have || PyErr_Occurred())
+        return Py_XNewRef(have);
+    return shared(cache, Py_NewRef(key), untracked(PySequence_List(key)));
+}
+
 /* One saved tensor's entry: {name, kind, shape, dtype, bytes[, of]}; adds (address, bytes) to storages. */
-static PyObject *tensor_entry(PyObject *label, PyObject *value, PyObject *storages, PyObject *index) {
+static PyObject *tensor_entry(PyObject *label, PyObject *value, PyObject *storages, PyObject *index,
+                              PyObject *cache) {
     PyObject *entry = NULL, *st = NULL, *nbytes = NULL, *ptr = NULL, *shape = NULL, *dtype = NULL;
-    PyObject *dname = NULL, *data_ptr = NULL;
+    PyObject *dname = NULL, *data_ptr = NULL, *dims = NULL;
     st = PyObject_CallMethodNoArgs(value, s_untyped_storage);
     if (!st)
         goto done;
@@ -176,8 +194,9 @@ static PyObject *tensor_entry(PyObject *label, PyObject *value, PyObject *storag
     PyObject *size = PyObject_GetAttr(value, s_shape);
     if (!size)
         goto done;
-    shape = untracked(PySequence_List(size));
+    dims = PySequence_Tuple(size);
     Py_DECREF(size);
+    shape = dims ? shared_shape(cache, dims) : NULL;
     dtype = shape ? PyObject_GetAttr(value, s_dtype) : NULL;
     if (!dtype)
         goto done;
@@ -192,7 +211,7 @@ static PyObject *tensor_entry(PyObject *label, PyObject *value, PyObject *storag
     data_ptr = PyObject_CallMethodNoArgs(value, s_data_ptr);
     if (!data_ptr)
         goto fail;
-    PyObject *name = name_of_data(index, data_ptr, shape, dtype);
+    PyObject *name = name_of_data(index, data_ptr, dims, dtype);
     if (PyErr_Occurred())
         goto fail;
     if (name && PyObject_IsTrue(name) == 1 && PyDict_SetItem(entry, s_of, name) < 0)
@@ -208,6 +227,7 @@ done:
     Py_XDECREF(dtype);
     Py_XDECREF(dname);
     Py_XDECREF(data_ptr);
+    Py_XDECREF(dims);
     return entry;
 }
 
@@ -225,10 +245,41 @@ static PyObject *entry3(PyObject *label, PyObject *kind, PyObject *value) {
     return e;
 }
 
+/* {name, kind: "value", value}, shared by equal entries when the value is an int, a bool, a
+ * string or a list of ints (floats stay apart: 0.0 and -0.0 are one key but two texts).
+ * Steals ``value``. */
+static PyObject *value_entry(PyObject *cache, PyObject *label, PyObject *value) {
+    if (!value)
+        return NULL;
+    PyObject *frozen = NULL;
+    if (PyLong_CheckExact(value) || PyBool_Check(value) || PyUnicode_CheckExact(value)) {
+        frozen = Py_NewRef(value);
+    } else if (PyList_CheckExact(value)) {
+        int ints = 1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(value) && ints; i++)
+            ints = PyLong_CheckExact(PyList_GET_ITEM(value, i));
+        if (ints && !(frozen = PyList_AsTuple(value))) {
+            Py_DECREF(value);
+            return NULL;
+        }
+    }
+    if (!frozen)
+        return entry3(label, s_value, value);
+    PyObject *key = PyTuple_Pack(3, label, (PyObject *)Py_TYPE(value), frozen);
+    Py_DECREF(frozen);
+    PyObject *have = key ? PyDict_GetItemWithError(cache, key) : NULL;
+    if (have || !key || PyErr_Occurred()) {
+        Py_XDECREF(key);
+        Py_DECREF(value);
+        return Py_XNewRef(have);
+    }
+    return shared(cache, key, entry3(label, s_value, value));
+}
+
 typedef struct {
     PyObject *graph, *of, *of_tensors, *of_modules, *index, *step, *line, *grad_graph;
     PyObject *lines_starts, *lines_values, *mod_starts, *mod_values, *tensor_slots, *storages_of,
-        *accumulators;
+        *accumulators, *shared;
     unsigned long long seq_base;
 } Ctx;
 
@@ -265,16 +316,16 @@ static int read_saved(Ctx *c, PyObject *node, PyObject *nid, PyObject *slots, Py
             continue; /* a slot this call did not need */
         }
         if (is_plain(value)) {
-            entry = entry3(label, s_value, Py_NewRef(value));
+            entry = value_entry(c->shared, label, Py_NewRef(value));
         } else if (PyObject_TypeCheck(value, (PyTypeObject *)Tensor)) {
-            entry = tensor_entry(label, value, storages, c->index);
+            entry = tensor_entry(label, value, storages, c->index, c->shared);
             kind_slot = PyTuple_GET_ITEM(slot, 2);
         } else if ((PyList_CheckExact(value) || PyTuple_CheckExact(value)) && PySequence_Size(value) > 0 &&
                    PyObject_TypeCheck(PySequence_Fast_GET_ITEM(value, 0), (PyTypeObject *)Tensor)) {
             entry = PyObject_CallFunctionObjArgs(describe, label, s_tensors, value, storages, c->of, NULL);
             kind_slot = PyTuple_GET_ITEM(slot, 3);
         } else {
-            entry = entry3(label, s_value, json_value(value));
+            entry = value_entry(c->shared, label, json_value(value));
         }
         Py_DECREF(value);
         if (!entry)
@@ -444,7 +495,7 @@ static PyObject *read_new(PyObject *self, PyObject *args) {
         return NULL;
     }
     Ctx c = {.graph = graph, .of = of, .index = index, .step = step, .line = line, .grad_graph = grad_graph};
-    PyObject *keep[12] = {0}, *result = NULL;
+    PyObject *keep[13] = {0}, *result = NULL;
     PyObject *lines = attr_of(graph, s_lines, &keep[0]), *mods = attr_of(graph, s_modules, &keep[1]);
     PyObject *table = attr_of(graph, s_table, &keep[2]), *children = attr_of(graph, s_children, &keep[3]);
     PyObject *base = attr_of(graph, s_seq_base, &keep[4]);
@@ -460,6 +511,7 @@ static PyObject *read_new(PyObject *self, PyObject *args) {
     c.tensor_slots = attr_of(graph, s_tensor_slots, &keep[9]);
     c.storages_of = attr_of(graph, s_storages, &keep[10]);
     c.accumulators = attr_of(graph, s_accumulators, &keep[11]);
+    c.shared = attr_of(graph, s_shared, &keep[12]);
     if (PyErr_Occurred())
         goto done;
     PyObject *t = PyObject_GetAttr(of, s_tensors), *m = PyObject_GetAttr(of, s_modules);
@@ -467,7 +519,8 @@ static PyObject *read_new(PyObject *self, PyObject *args) {
     c.of_modules = m;
     if (!t || !m || !PyDict_Check(t) || !PyDict_Check(m) || !PyList_Check(c.lines_starts) ||
         !PyList_Check(c.lines_values) || !PyList_Check(c.mod_starts) || !PyList_Check(c.mod_values) ||
-        !PyDict_Check(c.tensor_slots) || !PyDict_Check(c.storages_of) || !PyDict_Check(c.accumulators)) {
+        !PyDict_Check(c.tensor_slots) || !PyDict_Check(c.storages_of) || !PyDict_Check(c.accumulators) ||
+        !PyDict_Check(c.shared)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "unexpected graph or names layout");
         Py_XDECREF(t);
@@ -513,7 +566,7 @@ static PyObject *read_new(PyObject *self, PyObject *args) {
     Py_DECREF(t);
     Py_DECREF(m);
 done:
-    for (int k = 0; k < 12; k++)
+    for (int k = 0; k < 13; k++)
         Py_XDECREF(keep[k]);
     return result;
 }
@@ -1325,7 +1378,7 @@ PyMODINIT_FUNC PyInit__nodes(void) {
         {&s_nbytes, "nbytes"}, {&s_data_ptr, "data_ptr"}, {&s_mark_unreadable, "_mark_unreadable"},
         {&s_seq_base, "seq_base"}, {&s_lines, "lines"}, {&s_modules, "modules"}, {&s_starts, "starts"},
         {&s_values, "values"}, {&s_table, "table"}, {&s_children, "children"},
-        {&s_tensor_slots, "tensor_slots"}, {&s_storages, "storages"}, {&s_accumulators, "_accumulators"},
+        {&s_tensor_slots, "tensor_slots"}, {&s_storages, "storages"}, {&s_shared, "shared"}, {&s_accumulators, "_accumulators"},
         {&s_freed, "freed"}, {&s_stale, "stale"}, {&s_stale_saved, "stale_saved"}, {&s_order, "order"},
         {&s_failed, "failed"}, {&s_executed, "executed"}, {&s_vars, "vars"}, {&s_objs, "objs"},
         {&s_grad_fn, "grad_fn"}, {&s_requires_grad, "requires_grad"}, {&s_is_leaf, "is_leaf"},

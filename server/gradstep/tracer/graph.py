@@ -109,6 +109,7 @@ class Graph:
         self.lines = SeqRanges()
         self.modules = SeqRanges()
         self._accumulators: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
+        self.shared: dict = {}  # the C reader's one copy of equal saved-value entries and shapes
 
     # -- discovery -----------------------------------------------------------
 
