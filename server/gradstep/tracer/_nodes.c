@@ -20,7 +20,7 @@ static PyObject *s_id, *s_op, *s_step, *s_seq, *s_line, *s_tensor, *s_module, *s
     *s_next, *s_name, *s_kind, *s_value, *s_shape, *s_dtype, *s_bytes, *s_of, *s_tensors,
     *s_sequence_nr, *s_variable, *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_mark_unreadable,
     *s_seq_base, *s_lines, *s_modules, *s_starts, *s_values, *s_table, *s_children, *s_tensor_slots,
-    *s_storages, *s_shared, *s_accumulators, *s_freed, *s_stale, *s_stale_saved, *s_order, *s_failed, *s_executed,
+    *s_storages, *s_shared, *s_ids, *s_accumulators, *s_freed, *s_stale, *s_stale_saved, *s_order, *s_failed, *s_executed,
     *s_vars, *s_objs, *s_grad_fn, *s_requires_grad, *s_is_leaf, *s_retains_grad, *s_node, *s_grad, *s_next_functions, *s_data;
 
 static PyObject *setup(PyObject *self, PyObject *args) {
@@ -1048,13 +1048,13 @@ static int add_vars(PyObject *vars_of, PyObject *nid, PyObject *names) {
     return PyList_SetSlice(list, n, n, names);
 }
 
-/* step_names(entries, fns, shown, facts, ids, graph): the snapshot's per-tensor pass, in C, from
+/* step_names(entries, fns, shown, facts, graph): the snapshot's per-tensor pass, in C, from
  * what roots() read. Returns (vars_of: node id -> variable names, leaf_ids: each shown tensor's
  * AccumulateGrad id or None, grads: each shown tensor's .grad where it can have one, else None). */
 static PyObject *step_names(PyObject *self, PyObject *args) {
-    PyObject *entries, *fns, *shown, *facts, *ids, *graph;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O", &PyDict_Type, &entries, &PyList_Type, &fns, &PyList_Type, &shown,
-                          &PyList_Type, &facts, &PyDict_Type, &ids, &graph))
+    PyObject *entries, *fns, *shown, *facts, *graph;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyDict_Type, &entries, &PyList_Type, &fns, &PyList_Type, &shown,
+                          &PyList_Type, &facts, &graph))
         return NULL;
     if (PyList_GET_SIZE(fns) != PyDict_GET_SIZE(entries) || PyList_GET_SIZE(facts) != PyList_GET_SIZE(shown)) {
         PyErr_SetString(PyExc_ValueError, "fns/entries or facts/shown differ in length");
@@ -1062,11 +1062,14 @@ static PyObject *step_names(PyObject *self, PyObject *args) {
     }
     PyObject *vars_of = PyDict_New(), *leaf_ids = PyList_New(0), *grads = PyList_New(0), *out = NULL;
     PyObject *accs = PyObject_GetAttr(graph, s_accumulators), *objs = PyObject_GetAttr(graph, s_objs);
-    PyObject *table = PyObject_GetAttr(graph, s_table), *key, *entry;
+    PyObject *table = PyObject_GetAttr(graph, s_table), *ids = PyObject_GetAttr(graph, s_ids), *key, *entry;
     Py_ssize_t pos = 0, i = 0;
-    if (!vars_of || !leaf_ids || !grads || !accs || !objs || !table || !PyDict_Check(accs) ||
-        !PyDict_Check(objs) || !PyList_Check(table))
+    if (!vars_of || !leaf_ids || !grads || !accs || !objs || !table || !ids || !PyDict_Check(accs) ||
+        !PyDict_Check(objs) || !PyList_Check(table) || !PyDict_Check(ids)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "unexpected graph layout");
         goto done;
+    }
     while (PyDict_Next(entries, &pos, &key, &entry)) { /* nodes the snippet's variables are the grad_fn of */
         PyObject *fn = PyList_GET_ITEM(fns, i++);
         PyObject *nid = fn != Py_None ? PyDict_GetItemWithError(ids, fn) : NULL;
@@ -1130,6 +1133,7 @@ done:
     Py_XDECREF(accs);
     Py_XDECREF(objs);
     Py_XDECREF(table);
+    Py_XDECREF(ids);
     return out;
 }
 
@@ -1378,7 +1382,7 @@ PyMODINIT_FUNC PyInit__nodes(void) {
         {&s_nbytes, "nbytes"}, {&s_data_ptr, "data_ptr"}, {&s_mark_unreadable, "_mark_unreadable"},
         {&s_seq_base, "seq_base"}, {&s_lines, "lines"}, {&s_modules, "modules"}, {&s_starts, "starts"},
         {&s_values, "values"}, {&s_table, "table"}, {&s_children, "children"},
-        {&s_tensor_slots, "tensor_slots"}, {&s_storages, "storages"}, {&s_shared, "shared"}, {&s_accumulators, "_accumulators"},
+        {&s_tensor_slots, "tensor_slots"}, {&s_storages, "storages"}, {&s_shared, "shared"}, {&s_ids, "ids"}, {&s_accumulators, "_accumulators"},
         {&s_freed, "freed"}, {&s_stale, "stale"}, {&s_stale_saved, "stale_saved"}, {&s_order, "order"},
         {&s_failed, "failed"}, {&s_executed, "executed"}, {&s_vars, "vars"}, {&s_objs, "objs"},
         {&s_grad_fn, "grad_fn"}, {&s_requires_grad, "requires_grad"}, {&s_is_leaf, "is_leaf"},

@@ -572,7 +572,7 @@ class Recorder:
         self.released = []
         graph.check_stale(below=known)
 
-        vars_of, leaf_ids, grads_in = passes.step_names(names.tensors, fns, shown, facts, ids, graph)
+        vars_of, leaf_ids, grads_in = passes.step_names(names.tensors, fns, shown, facts, graph)
 
         run = run or {}
         states = passes.states(live, graph.freed, graph.stale, run, failed, vars_of, self._plain_states)
@@ -774,10 +774,11 @@ def _roots(entries: dict, extra_roots) -> tuple[list, list, list, list[tuple]]:
 
 
 def _step_names(
-    entries: dict, fns: list, shown: list, facts: list[tuple], ids: dict, graph: Graph
+    entries: dict, fns: list, shown: list, facts: list[tuple], graph: Graph
 ) -> tuple[dict, list, list]:
     """The variables each node is the grad_fn of, each shown tensor's AccumulateGrad id,
     and its .grad where it can have one (the C reader's ``step_names`` does the same)."""
+    ids = graph.ids
     vars_of: dict[int, list[str]] = {}
     for (_t, tnames), fn in zip(entries.values(), fns, strict=True):
         if fn is not None and fn in ids:
