@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 from gradstep.diagnose import MAX_FIX_RUNS, diagnose, find, run_locally
-from gradstep.narrate import fmt_number
+from gradstep.diagnose.source import moved_line
+from gradstep.narrate import fmt_bytes, fmt_number
 from gradstep.schema import Diagnosis
 from gradstep.tracer import record
 from truth import run_plain
@@ -172,6 +173,26 @@ def test_freed_graph_retain_fix_gives_the_grads_of_both_calls(variant: str):
     (once,) = torch.autograd.grad(x**2, x)
     backward_calls = sum(1 for c in fixed.calls if c.kind == "backward")
     assert close(grads_of(fixed.calls[-1], "x"), once * backward_calls)
+
+
+@pytest.mark.parametrize("variant", sorted(FREED_VARIANTS))
+def test_freed_graph_retain_fix_quotes_what_the_retained_call_keeps(variant: str):
+    d = only(code_of(FREED_VARIANTS[variant]), FREED)
+    keep = next(f for f in d["fixes"] if f["title"].startswith("Keep the graph"))
+    # the fixed run's own step for the call the fix changed (found by its text, not by line mapping)
+    line = next(i for i, text in enumerate(keep["code"].splitlines(), 1) if "retain_graph=True" in text)
+    step = next(s for s in record(keep["code"])["steps"] if s["kind"] != "forward" and s["line"] == line)
+    assert step["saved_bytes"] > 0  # a retained graph holds its saved tensors
+    assert f"({fmt_bytes(step['saved_bytes'])} in this run)" in keep["explanation"]
+
+
+def test_a_rewritten_line_stays_put_when_its_old_text_follows_it():
+    old = "x = 1\ny.backward()\ny.backward()\n"
+    new = "x = 1\ny.backward(retain_graph=True)\ny.backward()\n"
+    assert [moved_line(old, new, n) for n in (1, 2, 3)] == [1, 2, 3]
+    assert [moved_line("a\nb\nc\n", "a\nz\nb\nc\n", n) for n in (1, 2, 3)] == [1, 3, 4]  # inserted
+    assert [moved_line("a\nb\nc\n", "a\nc\n", n) for n in (1, 2, 3)] == [1, None, 2]  # deleted
+    assert [moved_line("a\nb\nc\n", "a\nB1\nB2\nc\n", n) for n in (1, 2, 3)] == [1, None, 4]  # 1 -> 2 lines
 
 
 def test_freed_graph_retain_fix_is_placed_on_the_earlier_call():

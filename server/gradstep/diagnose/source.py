@@ -207,8 +207,23 @@ def moved_line(old_code: str, new_code: str, line: int | None) -> int | None:
     """
     if line is None:
         return None
-    matcher = difflib.SequenceMatcher(a=old_code.splitlines(), b=new_code.splitlines(), autojunk=False)
+    old, new = old_code.splitlines(), new_code.splitlines()
+    # The lines before the first change and after the last are where they were (counted from the
+    # end after it). Only the changed middle is diffed: over the whole text, difflib pairs
+    # `y.backward()` rewritten on line 4 with the identical `y.backward()` of line 5, and
+    # says line 4 moved to 5.
+    shortest = min(len(old), len(new))
+    head = next((i for i in range(shortest) if old[i] != new[i]), shortest)
+    tail = next((i for i in range(shortest - head) if old[-1 - i] != new[-1 - i]), shortest - head)
+    if line <= head:
+        return line
+    if line > len(old) - tail:
+        return line + len(new) - len(old)
+    matcher = difflib.SequenceMatcher(
+        a=old[head : len(old) - tail], b=new[head : len(new) - tail], autojunk=False
+    )
+    at = line - head
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
-        if a0 < line <= a1 and (tag == "equal" or (tag == "replace" and a1 - a0 == b1 - b0)):
-            return b0 + (line - a0)
+        if a0 < at <= a1 and (tag == "equal" or (tag == "replace" and a1 - a0 == b1 - b0)):
+            return head + b0 + (at - a0)
     return None
