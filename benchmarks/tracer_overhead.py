@@ -7,6 +7,10 @@ level 9; level 6 shown too). Usage:
     python benchmarks/tracer_overhead.py [--repeat N]
     python benchmarks/tracer_overhead.py --instructions   # needs valgrind; takes minutes
 
+Both kinds of run share one process pinned to one CPU (--cpu; the scheduler moving it between
+CPUs mid-run adds noise to both), interleaved; the spread of the traced/plain ratio over those
+pairs (10th-90th percentile) says how much to trust the median on this machine.
+
 --instructions counts the CPU instructions of one plain and one traced run (callgrind, the
 difference between processes doing 1 and 3 runs after the same warm-up): slow, but the same
 on a busy machine, where wall and CPU times can be off by tens of percent.
@@ -68,6 +72,15 @@ def recording_in_python(code: str) -> None:
         graph._nodes = native
 
 
+def pin(cpu: int | None) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    if cpu == -1:
+        return
+    cpu = allowed[-1] if cpu is None else cpu
+    os.sched_setaffinity(0, {cpu})
+    print(f"pinned to CPU {cpu} of {allowed}")
+
+
 def warm_up(freeze: bool = True) -> None:
     torch.set_num_threads(1)
     plain(SNIPPET)  # warm every path (lazy imports, allocator)
@@ -116,12 +129,16 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--no-freeze", action="store_true", help="don't gc.freeze() after warm-up")
     ap.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
+    ap.add_argument(
+        "--cpu", type=int, default=None, help="CPU to pin to (default: the last allowed; -1: no pin)"
+    )
     ap.add_argument("--count-runs", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.count_runs:
         return _count_runs(args.count_runs[0], int(args.count_runs[1]))
     if args.instructions:
         return count_instructions()
+    pin(args.cpu)
     warm_up(freeze=not args.no_freeze)
     runs = {"plain": plain, "traced": recording, "traced + narration": record}
     if graph._nodes is not None:
@@ -143,6 +160,11 @@ def main() -> None:
             t = statistics.median(x[i] for x in times[name])
             line += f"  {name} {t * 1e3:6.1f} ms ({t / p:.2f}x)"
         print(line + "  (target <= 1.30x traced)")
+    pairs = [t[0] / p[0] for t, p in zip(times["traced"], times["plain"], strict=True)]
+    low, *_, high = statistics.quantiles(pairs, n=10)
+    print(
+        f"traced/plain per interleaved pair (wall): median {statistics.median(pairs):.2f}x, 10-90% {low:.2f}-{high:.2f}x"
+    )
     print(f"nodes  {len(trace['nodes'])}  steps {len(trace['steps'])}  status {trace['status']}")
     print(
         f"trace  raw {len(raw) / 1024:.0f} KB  gzip as served {len(served) / 1024:.1f} KB ({len(served)} bytes, "
