@@ -7,7 +7,7 @@ level 9; level 6 shown too). Usage:
     python benchmarks/tracer_overhead.py [--repeat N]
     python benchmarks/tracer_overhead.py --instructions   # needs valgrind; takes minutes
 
-Both kinds of run share one process pinned to one CPU (--cpu; the scheduler moving it between
+Every kind of run shares one process pinned to one CPU (--cpu; the scheduler moving it between
 CPUs mid-run adds noise to both), interleaved; the spread of the traced/plain ratio over those
 pairs (10th-90th percentile) says how much to trust the median on this machine.
 
@@ -73,9 +73,9 @@ def recording_in_python(code: str) -> None:
 
 
 def pin(cpu: int | None) -> None:
-    allowed = sorted(os.sched_getaffinity(0))
     if cpu == -1:
         return
+    allowed = sorted(os.sched_getaffinity(0))
     cpu = allowed[-1] if cpu is None else cpu
     os.sched_setaffinity(0, {cpu})
     print(f"pinned to CPU {cpu} of {allowed}")
@@ -161,10 +161,12 @@ def main() -> None:
             line += f"  {name} {t * 1e3:6.1f} ms ({t / p:.2f}x)"
         print(line + "  (target <= 1.30x traced)")
     pairs = [t[0] / p[0] for t, p in zip(times["traced"], times["plain"], strict=True)]
-    low, *_, high = statistics.quantiles(pairs, n=10)
-    print(
-        f"traced/plain per interleaved pair (wall): median {statistics.median(pairs):.2f}x, 10-90% {low:.2f}-{high:.2f}x"
-    )
+    if len(pairs) > 1:  # quantiles need two
+        low, *_, high = statistics.quantiles(pairs, n=10)
+        print(
+            f"traced/plain per interleaved pair (wall): median {statistics.median(pairs):.2f}x, "
+            f"10-90% {low:.2f}-{high:.2f}x"
+        )
     print(f"nodes  {len(trace['nodes'])}  steps {len(trace['steps'])}  status {trace['status']}")
     print(
         f"trace  raw {len(raw) / 1024:.0f} KB  gzip as served {len(served) / 1024:.1f} KB ({len(served)} bytes, "
