@@ -6,6 +6,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+import truth
 from fastapi.testclient import TestClient
 from gradstep.app import create_app
 from gradstep.diagnose.service import may_need_diagnosis, with_diagnoses
@@ -103,6 +104,51 @@ def test_api_serves_the_diagnosed_trace_from_its_cache(client):
     again = client.post("/api/trace", json={"code": code})
     assert again.headers["x-gradstep-cache"] == "hit"
     assert orjson.loads(again.content)["diagnoses"] == orjson.loads(first.content)["diagnoses"] != []
+
+
+def test_apply_fix_gets_the_run_that_verified_the_fix_and_it_agrees_with_torch(client):
+    # a comment line of its own: the code is new to the server's trace cache
+    code = (SNIPPETS / "backward_twice_fails.py").read_text() + "# apply-fix test\n"
+    sandbox = client.app.state.runner.sandbox
+    ran: list[str] = []
+    run = sandbox.run
+
+    def counting(payload: str):
+        ran.append(orjson.loads(payload)["code"])
+        return run(payload)
+
+    sandbox.run = counting
+    try:
+        trace = Trace.model_validate_json(client.post("/api/trace", json={"code": code}).content)
+        fix = trace.diagnoses[0].fixes[0]
+        assert fix.code in ran  # verified in the sandbox...
+        ran.clear()
+        applied = client.post("/api/trace", json={"code": fix.code})  # ...what Apply fix sends
+        assert ran == []  # ...and not run there a second time
+    finally:
+        sandbox.run = run
+    fixed, plain = orjson.loads(applied.content), truth.run_plain(fix.code)
+    assert fixed["status"] == "ok" and plain.error is None
+    for compare in (truth.compare_calls, truth.compare_errors, truth.compare_grads, truth.compare_freed):
+        assert compare(fixed, plain) == []
+
+
+def test_a_fix_run_with_other_options_is_not_served_for_the_default_ones(client):
+    code = (SNIPPETS / "backward_twice_fails.py").read_text() + "# options test\n"
+    options = {"max_steps": 7, "line_repeats": 2}
+    trace = Trace.model_validate_json(
+        client.post("/api/trace", json={"code": code, "options": options}).content
+    )
+    fix = trace.diagnoses[0].fixes[0]
+    sandbox = client.app.state.runner.sandbox
+    ran: list[str] = []
+    run = sandbox.run
+    sandbox.run = lambda payload: (ran.append(payload), run(payload))[1]
+    try:
+        client.post("/api/trace", json={"code": fix.code})
+    finally:
+        sandbox.run = run
+    assert len(ran) == 1  # another run: its trace may differ in the steps it shows
 
 
 def test_a_failing_fix_runner_leaves_the_trace_as_it_was():

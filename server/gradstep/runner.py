@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 from pydantic import ValidationError
 
+from gradstep.cache.memory import MemoryCache
 from gradstep.diagnose.service import with_diagnoses
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
 from gradstep.sandbox.config import DEFAULT_WARMUP
@@ -18,6 +19,7 @@ from gradstep.schema import VERSION, Trace
 from gradstep.settings import Settings
 
 TARGET = "gradstep.tracer.remote:run"
+FIX_RUNS_TTL = 600.0  # seconds a verified fix's run is kept for the Apply fix that usually follows
 
 
 def failed_trace(code: str, status: str, message: str, limit: str | None = None) -> bytes:
@@ -35,6 +37,9 @@ def failed_trace(code: str, status: str, message: str, limit: str | None = None)
 class TraceRunner:
     def __init__(self, settings: Settings, sandbox: Sandbox | None = None):
         self.workers = settings.workers
+        # Traces of the fixes diagnoses verified, by payload: Apply fix then asks for exactly that
+        # run (same code, same options), which need not run in the sandbox a second time.
+        self.fix_runs = MemoryCache(max_bytes=settings.cache_bytes // 4, ttl=FIX_RUNS_TTL)
         self.sandbox = sandbox or Sandbox(
             SandboxConfig(
                 workers=settings.workers,
@@ -58,7 +63,10 @@ class TraceRunner:
 
     def trace_bytes(self, code: str, payload: str) -> tuple[bytes, bool]:
         """(trace JSON, whether it may be cached) for one run of ``code``, with verified diagnoses."""
-        body, cacheable = to_trace(code, self.sandbox.run(payload))
+        verified = self.fix_runs.get_now(payload)
+        body, cacheable = (
+            (verified, True) if verified is not None else to_trace(code, self.sandbox.run(payload))
+        )
         if cacheable:
             body = with_diagnoses(body, lambda codes: self._run_fixes(codes, payload))
         return body, cacheable
@@ -68,7 +76,11 @@ class TraceRunner:
         options = orjson.loads(payload).get("options") or {}
 
         def run(code: str) -> dict:
-            return orjson.loads(to_trace(code, self.sandbox.run(payload_for(code, options)))[0])
+            fix_payload = payload_for(code, options)
+            body, cacheable = to_trace(code, self.sandbox.run(fix_payload))
+            if cacheable:
+                self.fix_runs.put_now(fix_payload, body)
+            return orjson.loads(body)
 
         with ThreadPoolExecutor(max_workers=max(1, min(len(codes), self.workers))) as pool:
             return list(pool.map(run, codes))
