@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -106,9 +108,9 @@ def test_api_serves_the_diagnosed_trace_from_its_cache(client):
     assert orjson.loads(again.content)["diagnoses"] == orjson.loads(first.content)["diagnoses"] != []
 
 
-def test_apply_fix_gets_the_run_that_verified_the_fix_and_it_agrees_with_torch(client):
-    # a comment line of its own: the code is new to the server's trace cache
-    code = (SNIPPETS / "backward_twice_fails.py").read_text() + "# apply-fix test\n"
+@contextlib.contextmanager
+def sandbox_runs(client) -> Iterator[list[str]]:
+    """The codes the server runs in its sandbox while the block runs."""
     sandbox = client.app.state.runner.sandbox
     ran: list[str] = []
     run = sandbox.run
@@ -119,14 +121,21 @@ def test_apply_fix_gets_the_run_that_verified_the_fix_and_it_agrees_with_torch(c
 
     sandbox.run = counting
     try:
+        yield ran
+    finally:
+        sandbox.run = run
+
+
+def test_apply_fix_gets_the_run_that_verified_the_fix_and_it_agrees_with_torch(client):
+    # a comment line of its own: the code is new to the server's trace cache
+    code = (SNIPPETS / "backward_twice_fails.py").read_text() + "# apply-fix test\n"
+    with sandbox_runs(client) as ran:
         trace = Trace.model_validate_json(client.post("/api/trace", json={"code": code}).content)
         fix = trace.diagnoses[0].fixes[0]
         assert fix.code in ran  # verified in the sandbox...
         ran.clear()
         applied = client.post("/api/trace", json={"code": fix.code})  # ...what Apply fix sends
         assert ran == []  # ...and not run there a second time
-    finally:
-        sandbox.run = run
     fixed, plain = orjson.loads(applied.content), truth.run_plain(fix.code)
     assert fixed["status"] == "ok" and plain.error is None
     for compare in (truth.compare_calls, truth.compare_errors, truth.compare_grads, truth.compare_freed):
@@ -140,15 +149,9 @@ def test_a_fix_run_with_other_options_is_not_served_for_the_default_ones(client)
         client.post("/api/trace", json={"code": code, "options": options}).content
     )
     fix = trace.diagnoses[0].fixes[0]
-    sandbox = client.app.state.runner.sandbox
-    ran: list[str] = []
-    run = sandbox.run
-    sandbox.run = lambda payload: (ran.append(payload), run(payload))[1]
-    try:
+    with sandbox_runs(client) as ran:
         client.post("/api/trace", json={"code": fix.code})
-    finally:
-        sandbox.run = run
-    assert len(ran) == 1  # another run: its trace may differ in the steps it shows
+    assert ran == [fix.code]  # run anew: a trace with other options may show other steps
 
 
 def test_a_failing_fix_runner_leaves_the_trace_as_it_was():
