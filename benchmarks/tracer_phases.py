@@ -17,12 +17,14 @@ of what making that part cheaper could save (those traces are incomplete; never 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import statistics
 import time
 import types
 from collections import defaultdict
 from collections.abc import Callable
+from unittest import mock
 
 from gradstep.tracer import grads, graph, recorder
 from tracer_overhead import SNIPPET, pin, recording, warm_up
@@ -40,7 +42,7 @@ class Phases:
     def __init__(self) -> None:
         self.run: dict[str, float] = defaultdict(float)
         self.gc_started = 0.0
-        self.patches: list[tuple[object, str, object]] = []
+        self.patches = contextlib.ExitStack()
 
     def timed(self, name: str, fn: Callable) -> Callable:
         run, clock = self.run, time.perf_counter
@@ -55,9 +57,7 @@ class Phases:
         return wrapper
 
     def patch(self, owner: object, attr: str, name: str) -> None:
-        orig = getattr(owner, attr)
-        self.patches.append((owner, attr, orig))
-        setattr(owner, attr, self.timed(name, orig))
+        self.patches.enter_context(mock.patch.object(owner, attr, self.timed(name, getattr(owner, attr))))
 
     def on_gc(self, phase: str, _info: dict) -> None:
         if phase == "start":
@@ -71,8 +71,7 @@ class Phases:
             native = types.SimpleNamespace(**{k: getattr(graph._nodes, k) for k in public})
             for name in NATIVE:
                 setattr(native, name, self.timed(name, getattr(graph._nodes, name)))
-            self.patches.append((graph, "_nodes", graph._nodes))
-            graph._nodes = native
+            self.patches.enter_context(mock.patch.object(graph, "_nodes", native))
         self.patch(grads.GradRecords, "records", "grad records")
         self.patch(recorder, "scan", "name scan")
         self.patch(recorder, "_exec_order", "engine order")
@@ -82,9 +81,7 @@ class Phases:
 
     def __exit__(self, *exc) -> None:
         gc.callbacks.remove(self.on_gc)
-        for owner, attr, orig in reversed(self.patches):
-            setattr(owner, attr, orig)
-        self.patches.clear()
+        self.patches.close()
 
     def take(self) -> dict[str, float]:
         done, self.run = dict(self.run), defaultdict(float)
@@ -117,14 +114,10 @@ ABLATIONS: dict[str, list[tuple[object, str, object]]] = {
 
 def ablated(patches: list[tuple[object, str, object]]) -> Callable[[str], None]:
     def run(code: str) -> None:
-        saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in patches]
-        for owner, attr, fn in patches:
-            setattr(owner, attr, fn)
-        try:
+        with contextlib.ExitStack() as stack:
+            for owner, attr, fn in patches:
+                stack.enter_context(mock.patch.object(owner, attr, fn))
             recording(code)
-        finally:
-            for owner, attr, fn in saved:
-                setattr(owner, attr, fn)
 
     return run
 
