@@ -53,17 +53,24 @@ export function nearScreen(el, margin = 400) {
   let near = true; // until the first observation says otherwise
   let pending = null;
   if (typeof IntersectionObserver === "function") {
-    new IntersectionObserver(
-      (entries) => {
-        near = entries[entries.length - 1].isIntersecting;
-        if (near && pending) {
-          const run = pending;
-          pending = null;
-          run();
-        }
-      },
-      { rootMargin: `${margin}px 0px` },
-    ).observe(el);
+    const seen = (entries) => {
+      near = entries[entries.length - 1].isIntersecting;
+      if (near && pending) {
+        const run = pending;
+        pending = null;
+        run();
+      }
+    };
+    // The page's own document as the root: with the implicit root (the top-level viewport) a
+    // browser ignores the margin inside a cross-origin iframe, so an embed's panel would be
+    // updated only once on screen and show a step-old frame as it scrolls in.
+    let observer;
+    try {
+      observer = new IntersectionObserver(seen, { root: document, rootMargin: `${margin}px 0px` });
+    } catch {
+      observer = new IntersectionObserver(seen, { rootMargin: `${margin}px 0px` }); // no document roots
+    }
+    observer.observe(el);
   }
   return (run) => {
     if (near) {

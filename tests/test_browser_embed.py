@@ -15,9 +15,10 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from browser_support import Page, needs_chromium, running_server
+from browser_support import Page, fmt_grad, needs_chromium, running_server
 from gradstep import snippets
 from gradstep.permalink import MAX_ENCODED, encode_code
+from playwright.sync_api import expect
 from test_browser import assert_step_matches
 
 pytestmark = needs_chromium
@@ -301,6 +302,25 @@ def test_parent_moves_the_frame_with_goto_and_hears_the_step(tab, site, server):
     )
     wait_message(tab, "m.data.type === 'gradstep:step' && m.data.step === 3")
     assert_step_matches(graph_state(frame), trace, 3)
+
+
+def test_panel_just_below_a_short_frame_is_current_before_it_scrolls_in(tab, site, server):
+    # Panels off screen are updated when they come within 400 px of it. Inside a cross-origin
+    # frame that margin only holds against the frame's own viewport: the tensors panel, just
+    # below a short frame, must already show the step the parent moved the frame to.
+    trace = trace_of(server, snippet_code(SNIPPET))
+    frame = frame_page(tab, site, server, f"/embed?snippet={SNIPPET}", height=250)
+    last = len(trace["steps"]) - 1
+    below = frame.evaluate("document.querySelector('.gs-tensors').getBoundingClientRect().top - innerHeight")
+    assert 0 < below < 400, f"the panel should start just below the frame, {below} px"
+    tab.page.evaluate(
+        f"document.getElementById('f').contentWindow.postMessage({{type: 'gradstep:goto', step: {last}}}, '*')"
+    )
+    wait_message(tab, f"m.data.type === 'gradstep:step' && m.data.step === {last}")
+    want = fmt_grad(next(t for t in trace["steps"][last]["tensors"] if t["name"] == "a")["grad"])
+    assert want != fmt_grad(None)
+    # (the panel is not on screen: this checks what it holds, as it will scroll in)
+    expect(frame.locator('.gs-tensors [data-tensor-grad="a"]')).to_have_text(want, timeout=5_000)
 
 
 def test_goto_past_the_end_is_clamped(tab, site, server):
