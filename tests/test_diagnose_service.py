@@ -136,6 +136,7 @@ def test_apply_fix_gets_the_run_that_verified_the_fix_and_it_agrees_with_torch(c
         ran.clear()
         applied = client.post("/api/trace", json={"code": fix.code})  # ...what Apply fix sends
         assert ran == []  # ...and not run there a second time
+    assert applied.headers["x-gradstep-cache"] == "verified"
     fixed, plain = orjson.loads(applied.content), truth.run_plain(fix.code)
     assert fixed["status"] == "ok" and plain.error is None
     for compare in (truth.compare_calls, truth.compare_errors, truth.compare_grads, truth.compare_freed):

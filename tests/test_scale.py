@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+import truth
 from gradstep.schema import Trace
 from services import Nginx, RedisServer, installed
 
@@ -29,6 +30,7 @@ from harness import Server  # noqa: E402
 
 CODE = "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * x * 3).sum()\ny.backward()\n"
 GRACE = 0.5  # seconds for nginx to see a killed replica's connections closed
+SNIPPETS = Path(__file__).resolve().parents[1] / "snippets"
 UID_BASES = (61200, 61300)  # away from the default 61000, which other test runs on this machine use
 
 
@@ -135,6 +137,17 @@ def test_a_trace_computed_through_one_replica_is_served_from_the_cache_by_the_ot
     assert (first.headers["x-gradstep-cache"], second.headers["x-gradstep-cache"]) == ("miss", "hit")
     assert second.content == first.content
     assert final_grad(second.content) == plain_grad(code)
+
+
+def test_apply_fix_on_the_other_replica_gets_the_run_that_verified_the_fix(cluster):
+    code = (SNIPPETS / "backward_twice_fails.py").read_text() + f"# apply fix {os.urandom(4).hex()}\n"
+    fix = Trace.model_validate_json(post(cluster.replicas[0].url, code).content).diagnoses[0].fixes[0]
+    applied = post(cluster.replicas[1].url, fix.code)  # what Apply fix sends, to the other replica
+    assert applied.headers["x-gradstep-cache"] == "verified"  # not run in its sandbox again
+    fixed, plain = orjson.loads(applied.content), truth.run_plain(fix.code)
+    assert fixed["status"] == "ok" and plain.error is None
+    for compare in (truth.compare_calls, truth.compare_errors, truth.compare_grads, truth.compare_freed):
+        assert compare(fixed, plain) == []
 
 
 def test_nginx_spreads_requests_over_both_replicas(cluster):

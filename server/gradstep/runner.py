@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 from pydantic import ValidationError
 
-from gradstep.cache.memory import MemoryCache
 from gradstep.diagnose.service import with_diagnoses
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
 from gradstep.sandbox.config import DEFAULT_WARMUP
@@ -19,7 +18,6 @@ from gradstep.schema import VERSION, Trace
 from gradstep.settings import Settings
 
 TARGET = "gradstep.tracer.remote:run"
-FIX_RUNS_TTL = 600.0  # seconds a verified fix's run is kept for the Apply fix that usually follows
 
 
 def failed_trace(code: str, status: str, message: str, limit: str | None = None) -> bytes:
@@ -37,9 +35,6 @@ def failed_trace(code: str, status: str, message: str, limit: str | None = None)
 class TraceRunner:
     def __init__(self, settings: Settings, sandbox: Sandbox | None = None):
         self.workers = settings.workers
-        # Traces of the fixes diagnoses verified, by payload: Apply fix then asks for exactly that
-        # run (same code, same options), which need not run in the sandbox a second time.
-        self.fix_runs = MemoryCache(max_bytes=settings.cache_bytes // 4, ttl=FIX_RUNS_TTL)
         self.sandbox = sandbox or Sandbox(
             SandboxConfig(
                 workers=settings.workers,
@@ -61,25 +56,34 @@ class TraceRunner:
     def health(self) -> dict:
         return self.sandbox.health()
 
-    def trace_bytes(self, code: str, payload: str) -> tuple[bytes, bool]:
-        """(trace JSON, whether it may be cached) for one run of ``code``, with verified diagnoses."""
-        verified = self.fix_runs.get_now(payload)
+    def trace_bytes(
+        self,
+        code: str,
+        payload: str,
+        verified: bytes | None = None,
+        fix_runs: dict[str, bytes] | None = None,
+    ) -> tuple[bytes, bool]:
+        """(trace JSON, whether it may be cached) for one run of ``code``, with verified diagnoses.
+
+        ``verified``: the trace of this very payload, run earlier to verify a fix, served instead
+        of running it again (Apply fix asks for exactly that run). ``fix_runs`` gets the code ->
+        trace of each fix run here to verify this run's diagnoses, for the caller to keep.
+        """
         body, cacheable = (
             (verified, True) if verified is not None else to_trace(code, self.sandbox.run(payload))
         )
         if cacheable:
-            body = with_diagnoses(body, lambda codes: self._run_fixes(codes, payload))
+            body = with_diagnoses(body, lambda codes: self._run_fixes(codes, payload, fix_runs))
         return body, cacheable
 
-    def _run_fixes(self, codes: list[str], payload: str) -> list[dict]:
+    def _run_fixes(self, codes: list[str], payload: str, fix_runs: dict[str, bytes] | None) -> list[dict]:
         """Candidate fixes run in the sandbox like any snippet (same options), as many at once as slots allow."""
         options = orjson.loads(payload).get("options") or {}
 
         def run(code: str) -> dict:
-            fix_payload = payload_for(code, options)
-            body, cacheable = to_trace(code, self.sandbox.run(fix_payload))
-            if cacheable:
-                self.fix_runs.put_now(fix_payload, body)
+            body, cacheable = to_trace(code, self.sandbox.run(payload_for(code, options)))
+            if cacheable and fix_runs is not None:
+                fix_runs[code] = body
             return orjson.loads(body)
 
         with ThreadPoolExecutor(max_workers=max(1, min(len(codes), self.workers))) as pool:

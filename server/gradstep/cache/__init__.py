@@ -7,7 +7,8 @@ of the moment. In-process by default (``MemoryCache``); with
 shared by every replica (``TieredCache``), and a Redis outage is a miss.
 
 Every cache has ``await get(key) -> bytes | None``, ``await put(key, body)``,
-``await close()`` and ``stats() -> dict`` (for /healthz).
+``await close()`` and ``stats() -> dict`` (for /healthz). The runs that verified a diagnosis's
+fixes are kept there too, under ``fix_run_key``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,12 @@ def cache_key(code: str, options: dict) -> str:
         option=orjson.OPT_SORT_KEYS,
     )
     return hashlib.sha256(blob).hexdigest()
+
+
+def fix_run_key(code: str, options: dict) -> str:
+    """Where the run that verified a fix (without its own diagnoses) is kept: Apply fix asks for
+    exactly that run next, and whichever replica takes it need not run the fix again."""
+    return "fix-run:" + cache_key(code, options)
 
 
 class TieredCache:
@@ -83,4 +90,4 @@ def open_cache(settings: Settings) -> TraceCache:
     return TieredCache(local, shared)
 
 
-__all__ = ["MemoryCache", "RedisCache", "TieredCache", "TraceCache", "cache_key", "open_cache"]
+__all__ = ["MemoryCache", "RedisCache", "TieredCache", "TraceCache", "cache_key", "fix_run_key", "open_cache"]
