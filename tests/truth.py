@@ -507,6 +507,16 @@ def compare_freed(trace: dict, run: PlainRun) -> list[str]:
     return _compare_flag(trace, run, "freed")
 
 
+def mismatches(trace: dict, run: PlainRun) -> list[str]:
+    """Where a served trace disagrees with plain torch on its calls, their errors, the grads after
+    each call and which nodes were freed."""
+    return [
+        m
+        for compare in (compare_calls, compare_errors, compare_grads, compare_freed)
+        for m in compare(trace, run)
+    ]
+
+
 def compare_stale(trace: dict, run: PlainRun) -> list[str]:
     """A node is stale exactly when reading a saved tensor raises the in-place version error."""
     return _compare_flag(trace, run, "stale")
