@@ -128,6 +128,8 @@ function nodeInfo(raw) {
     bytes: s.bytes ?? null,
     value: s.value ?? null,
     of: s.of ?? null,
+    packed: s.packed ?? null, // kept by a saved-tensor pack hook (checkpointing, save_on_cpu)
+    unreadable: s.unreadable ?? null,
   }));
   return {
     id: raw.id,
@@ -144,6 +146,7 @@ function nodeInfo(raw) {
     group: raw.module ?? null, // the module box it is drawn in (see buildModel)
     gradGraph: raw.grad_graph ?? false,
     step: raw.step ?? 0,
+    unreadable: raw.unreadable ?? null,
   };
 }
 

@@ -74,11 +74,14 @@ export function inspectorView(model, index, id) {
     [st.failed ? "failed here" : st.executed ? `ran (#${st.order})` : "did not run this step", st.freed ? "freed" : null,
       st.stale ? "stale" : null, st.retained ? "retained" : null].filter(Boolean).join(", "));
   if (n.gradGraph) fact("graph", "built by create_graph=True (a gradient's graph)");
+  if (n.unreadable) fact("not read", n.unreadable);
+  for (const s of n.saved) if (s.unreadable) fact(`${s.name} not read`, s.unreadable);
   const staleNames = new Set(st.staleSaved || []);
   const saved = keyed(
     n.saved.map((s) => {
-      const state = s.kind === "value" ? `value ${JSON.stringify(s.value)}` :
-        !st.alive ? "—" : st.freed ? "freed" : st.stale && (staleNames.size === 0 || staleNames.has(s.name)) ? "stale" : st.retained ? "retained" : "held";
+      const held = !st.alive ? "—" : st.freed ? "freed" : st.stale && (staleNames.size === 0 || staleNames.has(s.name)) ? "stale" : st.retained ? "retained" : "held";
+      const state = s.kind === "value" ? (s.unreadable ? "not read" : `value ${JSON.stringify(s.value)}`) :
+        s.packed && held !== "—" ? `${held} (packed: ${s.packed})` : held;
       return {
         name: s.name,
         cells: [s.name, s.kind, s.shape ? fmtShape(s.shape) : "—", s.dtype || "—", s.bytes !== null ? fmtBytes(s.bytes) : "—", s.of || "—", state],

@@ -190,6 +190,8 @@ class _Recorder:
         tensor_backward_code = torch.Tensor.backward.__code__
 
         def wrapper(*args, **kwargs):
+            if torch._C._functorch.maybe_current_level() is not None:
+                return real(*args, **kwargs)  # torch.func's own use of autograd, on wrapped tensors
             caller = sys._getframe(1).f_code
             api = api_name
             if api_name == "torch.autograd.backward" and caller is tensor_backward_code:
@@ -216,7 +218,8 @@ class _Recorder:
                 raise
             else:
                 if api == "torch.autograd.grad":
-                    call.returned = [None if g is None else g.detach().clone() for g in result]
+                    values = result.values() if isinstance(result, dict) else result
+                    call.returned = [None if g is None else g.detach().clone() for g in values]
                 return result
             finally:
                 for h in handles:

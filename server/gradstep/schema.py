@@ -56,6 +56,16 @@ class SavedValue(_Model):
     bytes: int | None = Field(None, description="Bytes of the storage(s) the saved tensor(s) hold.")
     value: Any = Field(None, description="For kind=value: the value (numbers, lists, or its repr).")
     of: str | None = Field(None, description="Snippet tensor this saved tensor is, when it is one.")
+    packed: str | None = Field(
+        None,
+        description="Saved under saved_tensors_hooks (checkpointing, save_on_cpu, the snippet's own pack/unpack): "
+        "what the pack hook kept, e.g. 'tensor on cpu' or '_Holder' (a checkpoint's placeholder: recomputed in "
+        "backward). shape/dtype/bytes then describe what was packed. Never unpacked by the tracer.",
+    )
+    unreadable: str | None = Field(
+        None,
+        description="Why the tracer could not read this value (e.g. a sparse tensor has no storage to count).",
+    )
 
 
 class NodeInfo(_Model):
@@ -81,6 +91,9 @@ class NodeInfo(_Model):
         False, description="Built by a create_graph=True call: part of a gradient's own graph."
     )
     step: int = Field(description="Index of the first step that shows this node.")
+    unreadable: str | None = Field(
+        None, description="Why the tracer could not read this node's details; it is still part of the graph."
+    )
 
 
 class NodeState(_Model):

@@ -110,6 +110,11 @@ class Graph:
         self.modules = SeqRanges()
         self._accumulators: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
         self.shared: dict = {}  # the C reader's one copy of equal saved-value entries and shapes
+        # Sequence ranges built under saved_tensors_hooks (checkpointing, save_on_cpu, the
+        # snippet's own pack/unpack): their saved values are never unpacked by the tracer,
+        # which would run the snippet's unpack hook (or a checkpoint's recomputation).
+        self.hooks = SeqRanges()
+        self.packed: dict[int, list[str]] = {}  # id -> _raw_saved_* handles read for freed checks
 
     # -- discovery -----------------------------------------------------------
 
@@ -122,10 +127,10 @@ class Graph:
         ``of`` names the snippet's tensors, to say which one a saved tensor is.
         """
         ids = self.ids
-        if self.native is not None:
-            order, nexts = self.native.walk(roots, ids)
-        else:
-            order, nexts = _walk(roots, ids)
+        try:
+            order, nexts = self.native.walk(roots, ids) if self.native is not None else _walk(roots, ids)
+        except Exception:  # noqa: BLE001 - a node whose edges cannot be read ends the walk there
+            order, nexts = _walk(roots, ids, careful=True)
         if not order:
             return
         first = len(self.table)
@@ -141,19 +146,78 @@ class Graph:
         ids.update(zip(order, nids, strict=True))
         self.objs.update(zip(nids, order, strict=True))
         del nexts[len(order) :]
-        if self.native is not None:
-            index = of.data_index(self.native.data_index)
-            self.native.read_new(self, of, index, order, nexts, ids, first, step, line, grad_graph)
-            return
-        table, children = self.table, self.children
-        for nid, node, node_nexts in zip(nids, order, nexts, strict=True):
-            kids = [ids[c] for c, _ in node_nexts if c is not None and c in ids]
-            info = self._info(node, nid, step, line, grad_graph, of)
-            info["next"] = kids
-            table.append(info)
-            children.append(kids)
+        self._read_new(of, order, nexts, first, step, line, grad_graph)
 
-    def _info(self, node: Any, nid: int, step: int, line: int | None, grad_graph: bool, of: Names) -> dict:
+    def _read_new(
+        self, of: Names, order: list, nexts: list, first: int, step: int, line: int | None, grad_graph: bool
+    ) -> None:
+        """The new nodes' records into the table, in id order: by the C reader where it can,
+        one careful node at a time where it cannot (a hooked node, or one it failed on)."""
+        hooked = self._hooked(order)
+        native = self.native
+        start = 0
+        while start < len(order):
+            end = start
+            while end < len(order) and hooked[end] == hooked[start]:
+                end += 1
+            if native is not None and not hooked[start]:
+                try:
+                    index = of.data_index(native.data_index)
+                    native.read_new(
+                        self, of, index, order[start:end], nexts[start:end], self.ids, first + start,
+                        step, line, grad_graph,
+                    )  # fmt: skip
+                except Exception:  # noqa: BLE001 - read the rest of the run node by node below
+                    kept = min(len(self.table), len(self.children))  # a node half appended is read again
+                    del self.table[kept:], self.children[kept:]
+            done = len(self.table) - first
+            for node, node_nexts in zip(order[done:end], nexts[done:end], strict=True):
+                self._append(node, node_nexts, step, line, grad_graph, of, hooked[start])
+            start = end
+
+    def _hooked(self, order: list) -> list[bool]:
+        if not self.hooks.starts:
+            return [False] * len(order)
+        out = []
+        for node in order:
+            seq = node._sequence_nr()
+            out.append(seq != _UNSEQUENCED and bool(self.hooks.lookup(seq)))
+        return out
+
+    def _append(
+        self, node: Any, nexts: tuple, step: int, line: int | None, grad_graph: bool, of: Names, hooked: bool
+    ) -> None:
+        """One node's record, whatever it holds: what cannot be read is said, not raised."""
+        nid = len(self.table)
+        ids = self.ids
+        kids = [ids[c] for c, _ in nexts if c is not None and c in ids]
+        self.tensor_slots.pop(nid, None)  # what a failed read may have left
+        self.storages.pop(nid, None)
+        try:
+            info = self._info(node, nid, step, line, grad_graph, of, hooked)
+        except Exception as e:  # noqa: BLE001 - a node torch cannot describe stays in the graph
+            seq = _careful_key(node)
+            info = {"id": nid, "op": type(node).__name__, "step": step}
+            info["seq"] = None if seq == _UNSEQUENCED else seq - self.seq_base
+            info["line"] = line if seq == _UNSEQUENCED else self.lines.lookup(seq) or line
+            info["saved"] = []
+            info["unreadable"] = f"{type(e).__name__}: {e}"
+            self.tensor_slots.pop(nid, None)
+            self.storages.pop(nid, None)
+        info["next"] = kids
+        self.table.append(info)
+        self.children.append(kids)
+
+    def _info(
+        self,
+        node: Any,
+        nid: int,
+        step: int,
+        line: int | None,
+        grad_graph: bool,
+        of: Names,
+        hooked: bool = False,
+    ) -> dict:
         op, slots = _type_slots(type(node))
         seq = node._sequence_nr()
         if seq == _UNSEQUENCED:
@@ -181,6 +245,9 @@ class Graph:
             return info
         held: list[_Saved] = []
         storages: list[tuple[int, int]] = []
+        if hooked:
+            self._read_packed(node, nid, slots, saved, storages)
+            return info
         name_of_data = of.name_of_data
         for slot in slots:
             try:
@@ -198,9 +265,14 @@ class Graph:
             if kind in _PLAIN_SET:
                 saved.append({"name": slot.label, "kind": "value", "value": value})
             elif kind is _TENSOR or isinstance(value, _TENSOR):
-                st = value.untyped_storage()
-                n = st.nbytes()
-                storages.append((st.data_ptr(), n))
+                try:
+                    st = value.untyped_storage()
+                    n = st.nbytes()
+                    storages.append((st.data_ptr(), n))
+                except Exception as e:  # noqa: BLE001 - sparse or wrapped: no storage of its own
+                    saved.append(_storageless(slot.label, "tensor", value, e))
+                    held.append(slot.as_tensor)
+                    continue
                 entry = {
                     "name": slot.label,
                     "kind": "tensor",
@@ -213,8 +285,11 @@ class Graph:
                     entry["of"] = name
                 saved.append(entry)
                 held.append(slot.as_tensor)
-            elif (kind is list or kind is tuple) and value and isinstance(value[0], _TENSOR):
-                saved.append(_describe(slot.label, "tensors", value, storages, of))
+            elif _is_tensor_list(value):
+                try:
+                    saved.append(_describe(slot.label, "tensors", value, storages, of))
+                except Exception as e:  # noqa: BLE001
+                    saved.append(_storageless(slot.label, "tensors", value[0], e))
                 held.append(slot.as_tensors)
             else:
                 saved.append({"name": slot.label, "kind": "value", "value": _jsonable(value)})
@@ -222,6 +297,45 @@ class Graph:
             self.tensor_slots[nid] = held
             self.storages[nid] = storages
         return info
+
+    def _read_packed(
+        self, node: Any, nid: int, slots: tuple[_Slot, ...], saved: list, storages: list
+    ) -> None:
+        """Saved values of a node built under saved_tensors_hooks, as the pack hook left them.
+
+        Reading ``_saved_<name>`` would call the unpack hook (the snippet's code, or a
+        checkpoint's recomputation of the forward): the raw handle shows what was packed.
+        """
+        raws: list[str] = []
+        for slot in slots:
+            raw_attr = "_raw_saved_tensors" if slot.attr == "saved_tensors" else slot.as_tensor.raw
+            if raw_attr is None:  # sizes, flags, tensor lists: hooks pack only single tensors
+                saved.append({"name": slot.label, "kind": "value", "unreadable": HOOKED})
+                continue
+            handles = getattr(node, raw_attr)
+            for i, handle in enumerate(handles if isinstance(handles, tuple) else (handles,)):
+                label = f"{slot.label}[{i}]" if isinstance(handles, tuple) else slot.label
+                packed = handle.data
+                if packed is None and handle.unpack_hook is None:
+                    continue  # a slot this call did not need, or already freed
+                entry: dict[str, Any] = {"name": label, "kind": "tensor", "packed": _packed_as(packed)}
+                inner = _tensors_in(packed)
+                if inner:
+                    n = 0
+                    for t in inner:
+                        st = t.untyped_storage()
+                        storages.append((st.data_ptr(), st.nbytes()))
+                        n += st.nbytes()
+                    entry["shape"], entry["dtype"], entry["bytes"] = (
+                        list(inner[0].shape),
+                        dtype_name(inner[0].dtype),
+                        n,
+                    )
+                saved.append(entry)
+            raws.append(raw_attr)
+        if raws:
+            self.packed[nid] = raws
+            self.storages[nid] = storages
 
     def _mark_unreadable(self, nid: int, slot: _Saved, message: str) -> None:
         if FREED_MARK in message:
@@ -235,8 +349,13 @@ class Graph:
 
     def check_freed(self, nids: Iterable[int]) -> None:
         """After a backward: did it release these nodes' saved tensors?"""
-        if self.native is not None:
-            self.native.check_freed(self, nids if isinstance(nids, list) else list(nids))
+        nids = nids if isinstance(nids, list) else list(nids)
+        if self.packed:
+            for nid in nids:
+                raws = self.packed.get(nid)
+                if raws and nid not in self.freed and _released(self.objs[nid], raws[0]):
+                    self.freed.add(nid)
+        if self.native is not None and _native_ok(self.native.check_freed, self, nids):
             return
         for nid in nids:
             slots = self.tensor_slots.get(nid)
@@ -259,8 +378,9 @@ class Graph:
         ``below``: check only nodes with smaller ids (those from it on were read just now).
         """
         below = len(self.table) if below is None else below
-        if self.native is not None:
-            self.native.check_stale(self, mark_freed, FREED_MARK, below)
+        if self.native is not None and _native_ok(
+            self.native.check_stale, self, mark_freed, FREED_MARK, below
+        ):
             return
         stale = self.stale
         for nid, slots in self.tensor_slots.items():
@@ -279,8 +399,9 @@ class Graph:
 
     def ids_of(self, nodes: Iterable[Any]) -> list[int]:
         """Ids of the known nodes among ``nodes``, in their order."""
-        if self.native is not None:
-            return self.native.ids_of(nodes, self.ids)
+        nodes = nodes if isinstance(nodes, list) else list(nodes)
+        if self.native is not None and (found := _native(self.native.ids_of, nodes, self.ids)) is not None:
+            return found
         return [nid for nid in map(self.ids.get, nodes) if nid is not None]
 
     def accumulator_id(self, leaf: torch.Tensor) -> int | None:
@@ -296,8 +417,12 @@ class Graph:
     # -- liveness ------------------------------------------------------------
 
     def reachable(self, root_ids: Iterable[int]) -> set[int]:
-        if self.native is not None:
-            return self.native.reachable(root_ids, self.children)
+        root_ids = list(root_ids)
+        if (
+            self.native is not None
+            and (found := _native(self.native.reachable, root_ids, self.children)) is not None
+        ):
+            return found
         seen: set[int] = set()
         stack = list(root_ids)
         children = self.children
@@ -316,12 +441,16 @@ class Graph:
             del self.ids[node]
             self.tensor_slots.pop(nid, None)
             self.storages.pop(nid, None)
+            self.packed.pop(nid, None)
             self.freed.discard(nid)
             self.stale.pop(nid, None)
 
     def saved_bytes(self) -> int:
-        if self.native is not None:
-            return self.native.saved_bytes(self.storages, self.freed)
+        if (
+            self.native is not None
+            and (found := _native(self.native.saved_bytes, self.storages, self.freed)) is not None
+        ):
+            return found
         seen: dict[int, int] = {}
         freed = self.freed
         for nid, entries in self.storages.items():
@@ -338,26 +467,103 @@ _PLAIN_SET = frozenset(_PLAIN)
 _DTYPES: dict[torch.dtype, str] = {}
 
 
+HOOKED = "built under a saved-tensor hook: not read, since reading it would run the unpack hook"
+
+
+def _is_tensor_list(value: Any) -> bool:
+    kind = type(value)
+    return (kind is list or kind is tuple) and bool(value) and isinstance(value[0], _TENSOR)
+
+
+def _tensors_in(packed: Any) -> list[torch.Tensor]:
+    """The tensors a pack hook returned (a tensor, or a tuple such as save_on_cpu's)."""
+    if isinstance(packed, _TENSOR):
+        return [packed]
+    if isinstance(packed, tuple | list):
+        return [t for t in packed if isinstance(t, _TENSOR)]
+    return []
+
+
+def _packed_as(packed: Any) -> str:
+    """What the pack hook kept, in words: a checkpoint keeps a placeholder, save_on_cpu a copy."""
+    if isinstance(packed, _TENSOR):
+        return f"tensor on {packed.device}"
+    inner = _tensors_in(packed)
+    if inner:
+        return f"{type(packed).__name__} holding a tensor on {inner[0].device}"
+    return type(packed).__qualname__
+
+
+def _storageless(label: str, kind: str, t: torch.Tensor, e: Exception) -> dict:
+    """A saved tensor whose memory cannot be read (a sparse tensor, a functorch wrapper)."""
+    return {
+        "name": label,
+        "kind": kind,
+        "shape": list(t.shape),
+        "dtype": dtype_name(t.dtype),
+        "unreadable": f"{t.layout} tensor, its bytes cannot be read: {type(e).__name__}: {e}",
+    }
+
+
+def _released(node: Any, raw_attr: str) -> bool:
+    handle = getattr(node, raw_attr)
+    handle = handle[0] if isinstance(handle, tuple) and handle else handle
+    return not isinstance(handle, tuple) and handle.data is None and handle.unpack_hook is None
+
+
+def _native(pass_, *args: Any) -> Any:
+    """A C pass's result, or None where it failed: the caller then runs the Python twin, which
+    says per node or tensor what it cannot read instead of failing the step."""
+    try:
+        return pass_(*args)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _native_ok(pass_, *args: Any) -> bool:
+    try:
+        pass_(*args)
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
 def _creation_key(node: Any) -> int:
     return node._sequence_nr()
 
 
-def _walk(roots: Iterable[Any], ids: dict) -> tuple[list, list[tuple]]:
+def _careful_key(node: Any) -> int:
+    try:
+        return node._sequence_nr()
+    except Exception:  # noqa: BLE001
+        return _UNSEQUENCED
+
+
+def _walk(roots: Iterable[Any], ids: dict, careful: bool = False) -> tuple[list, list[tuple]]:
     """The nodes ``roots`` reach that ``ids`` does not know, in creation order (sequence
     number; AccumulateGrad, which has none, by first sight), and each one's next_functions.
-    Edges of a known node never change, so the walk stops at known nodes."""
+    Edges of a known node never change, so the walk stops at known nodes.
+
+    ``careful``: a node whose edges or sequence number cannot be read is kept as a leaf.
+    """
     new: dict[Any, tuple] = {}  # node -> its next_functions, for nodes not seen before
     stack = [r for r in roots if r is not None and r not in ids]
     while stack:
         node = stack.pop()
         if node in new:
             continue
-        nexts = node.next_functions
+        if careful:
+            try:
+                nexts = tuple(node.next_functions)
+            except Exception:  # noqa: BLE001
+                nexts = ()
+        else:
+            nexts = node.next_functions
         new[node] = nexts
         for child, _ in nexts:
             if child is not None and child not in ids and child not in new:
                 stack.append(child)
-    order = sorted(new, key=_creation_key)
+    order = sorted(new, key=_careful_key if careful else _creation_key)
     return order, [new[node] for node in order]
 
 

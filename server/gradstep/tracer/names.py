@@ -61,17 +61,27 @@ class Names:
         """
         by_data = self._by_data
         if by_data is None and build is not None:
-            by_data = self._by_data = build(self.tensors)
-        elif by_data is None:
+            try:
+                by_data = self._by_data = build(self.tensors)
+            except Exception:  # noqa: BLE001 - a tensor without data (sparse, a wrapper): one by one
+                by_data = None
+        if by_data is None:
             by_data = self._by_data = {}
             for obj, names in self.tensors.values():
-                by_data.setdefault(obj.data_ptr(), {}).setdefault((tuple(obj.shape), obj.dtype), names[0])
+                try:
+                    ptr = obj.data_ptr()
+                except Exception:  # noqa: BLE001 - no saved tensor can share data it does not have
+                    continue
+                by_data.setdefault(ptr, {}).setdefault((tuple(obj.shape), obj.dtype), names[0])
         return by_data
 
     def name_of_data(self, t: torch.Tensor) -> str | None:
         """The named tensor with the same data as ``t`` (a saved tensor is often a new object)."""
         # most saved tensors are intermediates no name holds: one lookup by address settles them
-        same_address = self.data_index().get(t.data_ptr())
+        try:
+            same_address = self.data_index().get(t.data_ptr())
+        except Exception:  # noqa: BLE001 - sparse, or a functorch wrapper: no data pointer
+            return None
         return same_address and same_address.get((tuple(t.shape), t.dtype))
 
 

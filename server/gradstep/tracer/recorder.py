@@ -20,25 +20,25 @@ import inspect
 import re
 import sys
 import traceback
-import types
-import weakref
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from gradstep.schema import VERSION
-from gradstep.tracer import lines
+from gradstep.tracer import lines, passes
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.grads import GradRecords
-from gradstep.tracer.graph import Graph, dtype_name
+from gradstep.tracer.graph import Graph
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, frame_namespaces, scan, snippet_frames
 
 _NO_CUDA = re.compile(r"not compiled with CUDA|no NVIDIA driver|CUDA is not available|CUDA driver", re.I)
 _seq_nr = torch._C._autograd._get_sequence_nr
 _exec_order = torch._C._current_graph_task_execution_order
 _TENSOR_BACKWARD = torch.Tensor.backward.__code__
+_transform_level = torch._C._functorch.maybe_current_level  # not None inside a torch.func transform
 
 
 @dataclass
@@ -66,6 +66,7 @@ class _Call:
     input_nodes: dict  # nodes of inputs=, which the engine may capture without running
     ran: set  # input nodes that did run
     unusable_before: set[int]  # freed or stale before the call
+    started: list | None = None  # nodes in the order they started, where a node may raise after running
 
 
 _MODULE_MUTATORS = ("register_parameter", "register_buffer", "register_module", "add_module")
@@ -112,18 +113,23 @@ class _SlotWatch:
 def _guarded(method):
     """Run a tracer callback so that a failure of the tracer never becomes the snippet's.
 
-    The snippet runs on untraced from there, and the trace says where tracing stopped.
+    The failure is noted in the trace and tracing goes on. A callback that arrives while the
+    tracer itself is working (the snippet's code run by torch on the tracer's behalf: a hook,
+    a property) records nothing.
     """
 
     @functools.wraps(method)
     def guarded(self, *args, **kwargs):
-        if self.broken:
+        if self.busy:
             return None
+        self.busy = True
         try:
             return method(self, *args, **kwargs)
-        except Exception as e:
-            self.broken = f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001
+            self._note_failure(method.__name__, e)
             return None
+        finally:
+            self.busy = False
 
     return guarded
 
@@ -141,14 +147,15 @@ class Recorder:
         self.seq_base = _seq_nr()
         self.seq_last = self.seq_base
         self.graph = Graph(self.seq_base, limits.max_nodes)
-        # the per-step passes: tracer/_nodes.c's when built, else their Python twins below
-        self.passes = self.graph.native if self.graph.native is not None else _PYTHON_PASSES
+        self.passes = passes.chosen(self.graph.native)
         self.line: int | None = None  # snippet line executing now
         self.line_runs: Counter[int | None] = Counter()
         self.folded = 0  # forward line executions waiting in a folded loop step
         self.folded_line: int | None = None
         self.in_call = False
-        self.broken: str | None = None  # the tracer's own failure, if any
+        self.busy = False  # the tracer is at work: snippet code it triggers is not traced
+        self.failures: list[str] = []  # the tracer's own failures, each noted once in the trace
+        self.transformed: set[int | None] = set()  # lines that ran inside a torch.func transform
         self._last_roots: frozenset[int] = frozenset()
         self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
         self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
@@ -221,12 +228,16 @@ class Recorder:
         watching, _SlotWatch.index = _SlotWatch.index, self.module_index
         torch.autograd.backward = self._wrap(orig_backward, "backward")
         torch.autograd.grad = self._wrap(orig_grad, "grad")
+        hooks_cls = torch.autograd.graph.saved_tensors_hooks
+        hooks_enter, hooks_exit = hooks_cls.__enter__, hooks_cls.__exit__
+        hooks_cls.__enter__, hooks_cls.__exit__ = self._hooks_entered(hooks_enter, hooks_exit)
         sys.stdout = sys.stderr = self.out
         try:
             with self.warnings:
                 yield
         finally:
             sys.stdout, sys.stderr = orig_out, orig_err
+            hooks_cls.__enter__, hooks_cls.__exit__ = hooks_enter, hooks_exit
             torch.autograd.backward, torch.autograd.grad = orig_backward, orig_grad
             for m, orig in patched.items():
                 setattr(module_cls, m, orig)
@@ -258,9 +269,21 @@ class Recorder:
                 "This machine has no GPU, so CUDA code cannot run here. Run the snippet on the CPU "
                 "(drop .cuda() and device='cuda'): autograd behaves the same."
             )
-        if self.broken:
-            notes.append(f"Tracing stopped after step {len(self.steps)}: {self.broken}")
+        if self.transformed:
+            where = ", ".join(str(n) for n in sorted(n for n in self.transformed if n is not None))
+            notes.append(
+                f"Line(s) {where} ran inside a torch.func transform (grad, vjp, jacrev, vmap…): functorch "
+                "differentiates there with its own wrapped tensors, so those inner steps are not drawn; "
+                "what the transform returned is."
+            )
+        notes.extend(self.failures)
         return notes
+
+    def _note_failure(self, where: str, e: BaseException) -> None:
+        """A failure of the tracer's own: said once per kind, and tracing goes on."""
+        note = f"gradstep could not record everything at step {len(self.steps) + 1} ({where}): {type(e).__name__}: {e}"
+        if len(self.failures) < 10 and not any(f.endswith(f"{type(e).__name__}: {e}") for f in self.failures):
+            self.failures.append(note)
 
     # -- line tracing --------------------------------------------------------
 
@@ -272,6 +295,9 @@ class Recorder:
         go of a graph without building anything; checked after it ran.
         """
         if self.in_call:  # a hook of the snippet running inside backward
+            return
+        if _transform_level() is not None:  # inside torch.func: wrapped tensors, functorch's own autograd
+            self.transformed.add(self.line)
             return
         stepped = self._flush(self.line)
         if self.check_release and not stepped and self.line_runs[self.line] <= self.limits.line_repeats:
@@ -367,13 +393,35 @@ class Recorder:
 
         return traced_call
 
+    def _hooks_entered(self, enter, exit_):
+        """saved_tensors_hooks (and checkpointing, save_on_cpu), bracketed: nodes built inside
+        have their saved values packed, and the graph must not unpack them (graph.hooks)."""
+        depth = [0]
+        mark = self.graph.hooks.mark
+
+        @functools.wraps(enter)
+        def entered(hooks, *args, **kwargs):
+            depth[0] += 1
+            mark(_seq_nr(), True)
+            return enter(hooks, *args, **kwargs)
+
+        @functools.wraps(exit_)
+        def exited(hooks, *args, **kwargs):
+            depth[0] -= 1
+            mark(_seq_nr(), depth[0] > 0)
+            return exit_(hooks, *args, **kwargs)
+
+        return entered, exited
+
     # -- backward / grad calls -----------------------------------------------
 
     def _wrap(self, orig, kind: str):
         sig = inspect.signature(orig)
 
         def traced(*args, **kwargs):
-            if self.in_call or self.broken:  # re-entrant (e.g. inside a hook), or tracing stopped
+            if self.in_call or self.busy:  # re-entrant: inside a hook, or run by the tracer's own reads
+                return orig(*args, **kwargs)
+            if _transform_level() is not None:  # torch.func's own use of autograd (see _on_line)
                 return orig(*args, **kwargs)
             caller = sys._getframe(1)
             api = "torch.autograd.grad" if kind == "grad" else "torch.autograd.backward"
@@ -391,13 +439,17 @@ class Recorder:
 
     def _call(self, orig, kind: str, api: str, bound: inspect.BoundArguments, caller) -> Any:
         handles: list = []
+        _materialize(bound)
+        self.busy = True
         try:
             call = self._prepare_call(kind, api, bound, caller, handles)
-        except Exception as e:  # the tracer's failure: run the call untraced
-            self.broken = f"{type(e).__name__}: {e}"
+        except Exception as e:  # noqa: BLE001 - the tracer's failure: run this call untraced
+            self._note_failure(api, e)
             for h in handles:
                 h.remove()
             return orig(*bound.args, **bound.kwargs)
+        finally:
+            self.busy = False
         line = call.line
         graph = self.graph
         seq_before = _seq_nr()
@@ -419,10 +471,13 @@ class Recorder:
         self.seq_last = seq_after
 
         if not self._full():
+            self.busy = True
             try:
                 self._record_call(call, error, result)
-            except Exception as e:
-                self.broken = f"{type(e).__name__}: {e}"
+            except Exception as e:  # noqa: BLE001
+                self._note_failure(api, e)
+            finally:
+                self.busy = False
         if error is not None:
             raise error
         return result
@@ -469,6 +524,14 @@ class Recorder:
         handles.extend(r.register_prehook(capture_order) for r in dict.fromkeys(roots))
         for node in input_nodes:
             handles.append(node.register_prehook(lambda _g, node=node: ran.add(node)))
+        started = None
+        if torch.is_anomaly_enabled():
+            # Anomaly mode checks a node's outputs after it ran: the planned order would call
+            # nodes after a failing one executed. A prehook on each says what really started.
+            started = []
+            for nid in graph.reachable(graph.ids[r] for r in roots if r in graph.ids):
+                node = graph.objs[nid]
+                handles.append(node.register_prehook(lambda _g, node=node: started.append(node)))
 
         return _Call(
             kind,
@@ -483,6 +546,7 @@ class Recorder:
             input_nodes,
             ran,
             graph.freed | graph.stale.keys(),
+            started,
         )
 
     def _record_call(self, call: _Call, error: BaseException | None, result) -> None:
@@ -502,7 +566,11 @@ class Recorder:
         if skipped:
             order = [nid for nid in order if nid not in skipped]
         failed = None
-        if error is not None and order:
+        if call.started is not None:
+            order = graph.ids_of(call.started)
+            if error is not None and order:  # the last node to start is the one that raised
+                failed, order = order[-1], order[:-1]
+        elif error is not None and order:
             # The engine stops at the first node it cannot run: one freed before this
             # call, or one whose saved tensor was modified in place. (Nodes this call
             # ran before failing are freed now, so the freed set must be the old one.)
@@ -530,8 +598,8 @@ class Recorder:
         extra_roots = [t.grad_fn for t in outs if t.grad_fn is not None]
         returned = None
         if kind == "grad" and error is None and result is not None:
-            extra_roots += [g.grad_fn for g in result if g is not None and g.grad_fn is not None]
-            returned = list(result)
+            returned = list(result.values()) if isinstance(result, dict) else list(result)
+            extra_roots += [g.grad_fn for g in returned if g is not None and g.grad_fn is not None]
         run = dict(zip(order, range(len(order)), strict=True))
         if failed is not None:
             run[failed] = len(order)
@@ -550,6 +618,12 @@ class Recorder:
         gc.disable()
         try:
             self._take_snapshot(step, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the step is kept with what it has, and said so
+            self._note_failure(f"step {step['kind']} at line {step.get('line')}", e)
+            if not self.steps or self.steps[-1] is not step:
+                step["index"] = len(self.steps)
+                step.setdefault("nodes", [])
+                self.steps.append(step)
         finally:
             if enabled:
                 gc.enable()
@@ -587,12 +661,12 @@ class Recorder:
             states.append({"id": nid, "dropped": True})
             self._plain_states.pop(nid, None)
 
-        grads = self.grads.records(grads_in)
+        grads = self._grad_records(grads_in)
         now: dict[int, tuple] = {}
         tensors = passes.tensor_records(shown, facts, grads, leaf_ids, ids, self._tensor_recs, now)
         self._tensor_recs = now
         if returned is not None:
-            step["returned"] = self.grads.records(returned)
+            step["returned"] = self._grad_records(returned)
 
         step["nodes"] = states
         step["edges"] = edges
@@ -603,6 +677,19 @@ class Recorder:
         if graph.native is not None:
             graph.native.untrack(step)  # plain data, no cycles: collections need not walk it again
         self.steps.append(step)
+
+    def _grad_records(self, grads: list) -> list[dict | None]:
+        try:
+            return self.grads.records(grads)
+        except Exception:  # noqa: BLE001 - one by one: a gradient that cannot be read shows as none
+            out = []
+            for g in grads:
+                try:
+                    out.append(self.grads.records([g])[0])
+                except Exception as e:  # noqa: BLE001
+                    self._note_failure("gradient values", e)
+                    out.append(None)
+            return out
 
     def _liveness(self, roots: list) -> tuple[list[int], list[int]]:
         """Sorted ids of the nodes the roots reach, and ids of known nodes they no longer reach."""
@@ -659,159 +746,22 @@ class Recorder:
         }
 
 
-def _node_states(
-    live: list[int],
-    freed: set[int],
-    stale: dict[int, list[str]],
-    run: dict[int, int],
-    failed: int | None,
-    vars_of: dict[int, list[str]],
-    plain: dict[int, dict],
-) -> list[dict]:
-    """A step's node states (the C reader's ``states`` does the same); nodes with nothing
-    to say share one ``{"id": n}`` across steps."""
-    special = freed | stale.keys() | run.keys() | vars_of.keys()
-    states = []
-    for nid in live:
-        if nid in special:  # inlined: this runs for every node after every backward
-            state: dict[str, Any] = {"id": nid}
-            if nid in freed:
-                state["freed"] = True
-            if nid in stale:
-                state["stale"] = True
-                state["stale_saved"] = list(stale[nid])  # a copy: later steps may add to it
-            order = run.get(nid)
-            if order is not None:
-                state["order"] = order
-                state["failed" if nid == failed else "executed"] = True
-            v = vars_of.get(nid)
-            if v:
-                state["vars"] = v
-            states.append(state)
-        else:
-            state = plain.get(nid)
-            if state is None:
-                state = plain[nid] = {"id": nid}
-            states.append(state)
-    return states
-
-
-def _tensor_records(
-    shown: list[tuple[torch.Tensor, list[str]]],
-    facts: list[tuple],
-    grads: list[dict | None],
-    leaf_ids: list[int | None],
-    ids: dict,
-    last: dict[int, tuple],
-    now: dict[int, tuple],
-) -> list[dict]:
-    """A step's tensor records, from what ``_roots`` read of each tensor (the C reader's
-    ``tensor_records`` does the same).
-
-    A tensor whose name, node, grad and flags are as at the last step keeps its record
-    (most tensors between two forward lines): no new dict per step. ``now`` gets
-    id(tensor) -> (weakref, what its record says, record) for the next step.
-    """
-    tensors = []
-    for (t, tnames), fact, grad, leaf_id in zip(shown, facts, grads, leaf_ids, strict=True):
-        fn, _, requires_grad, is_leaf, retains_grad, dtype, shape = fact
-        node = ids.get(fn) if fn is not None else leaf_id
-        key = (tnames[0], node, requires_grad, is_leaf, retains_grad, dtype)
-        prev = last.get(id(t))
-        alive = prev is not None and prev[0]() is t
-        # a grad record is the same object while the gradient is unchanged (GradRecords)
-        if alive and prev[1] == key and prev[2]["grad"] is grad and prev[2]["shape"] == shape:
-            rec = prev[2]
-        else:
-            rec = {
-                "name": tnames[0],
-                "shape": shape,
-                "dtype": dtype_name(dtype),
-                "requires_grad": requires_grad,
-                "is_leaf": is_leaf,
-                "node": node,
-                "grad": grad,
-            }
-            if retains_grad:
-                rec["retains_grad"] = True
-        now[id(t)] = (prev[0] if alive else weakref.ref(t), key, rec)
-        tensors.append(rec)
-    return tensors
-
-
-def _new_edges(live: list[int], first_new: int, children: list[list[int]]) -> list[list[int]]:
-    edges = []
-    for nid in live:
-        if nid >= first_new:
-            edges.extend([[nid, k] for k in children[nid]])
-    return edges
-
-
-def _roots(entries: dict, extra_roots) -> tuple[list, list, list, list[tuple]]:
-    """One pass over the named tensors (``Names.tensors``): graph roots, the tensors a step
-    lists, each entry's grad_fn, and for each listed tensor what its record needs,
-    (grad_fn, .grad, requires_grad, is_leaf, retains_grad, dtype, shape), read once (the C
-    reader's ``roots`` does the same)."""
-    roots = list(extra_roots)
-    shown: list[tuple[torch.Tensor, list[str]]] = []
-    fns: list = []
-    facts: list[tuple] = []
-    for entry in entries.values():
-        t = entry[0]
-        fn = t.grad_fn
-        fns.append(fn)
-        if fn is not None:
-            roots.append(fn)
-        retains = t.retains_grad
-        # .grad of a non-leaf that does not retain it is always None, and reading it warns
-        g = t.grad if (fn is None or retains) else None
-        if g is not None and g.grad_fn is not None:
-            roots.append(g.grad_fn)
-        if retains or g is not None or (fn is None and t.requires_grad):
-            shown.append(entry)
-            facts.append((fn, g, t.requires_grad, t.is_leaf, retains, t.dtype, list(t.shape)))
-    return roots, shown, fns, facts
-
-
-def _step_names(
-    entries: dict, fns: list, shown: list, facts: list[tuple], graph: Graph
-) -> tuple[dict, list, list]:
-    """The variables each node is the grad_fn of, each shown tensor's AccumulateGrad id,
-    and its .grad where it can have one (the C reader's ``step_names`` does the same)."""
-    ids = graph.ids
-    vars_of: dict[int, list[str]] = {}
-    for (_t, tnames), fn in zip(entries.values(), fns, strict=True):
-        if fn is not None and fn in ids:
-            vars_of.setdefault(ids[fn], []).extend(tnames)
-    table = graph.table
-    leaf_ids = [graph.accumulator_id(t) for t, _ in shown]
-    for (_t, tnames), nid in zip(shown, leaf_ids, strict=True):
-        # a leaf's AccumulateGrad already carries the leaf's name (`tensor`): repeat
-        # it per step only when it differs (the leaf was renamed or has aliases)
-        if nid is not None and tnames != [table[nid]["tensor"]]:
-            vars_of.setdefault(nid, []).extend(tnames)
-    # a leaf (no grad_fn) or a retaining non-leaf: the .grad _roots read, else None
-    grads = [fact[1] for fact in facts]
-    return vars_of, leaf_ids, grads
-
-
-# The Python twins of tracer/_nodes.c's per-step passes, under the same names: the reference
-# (tests/test_tracer_native.py) and what runs when the extension is not built.
-_PYTHON_PASSES = types.SimpleNamespace(
-    roots=_roots,
-    step_names=_step_names,
-    states=_node_states,
-    new_edges=_new_edges,
-    tensor_records=_tensor_records,
-)
-
-
 def _tensors(value) -> list[torch.Tensor]:
     if value is None:
         return []
     if isinstance(value, torch.Tensor | torch.autograd.graph.GradientEdge):
         value = [value]
+    elif isinstance(value, dict):  # autograd.grad(loss, dict(model.named_parameters()))
+        value = value.values()
     return [t for t in value if isinstance(t, torch.Tensor)]
+
+
+def _materialize(bound: inspect.BoundArguments) -> None:
+    """Arguments given as one-shot iterators (``inputs=model.parameters()``) become lists,
+    so the tracer reading them leaves them whole for torch."""
+    for key, value in bound.arguments.items():
+        if isinstance(value, Iterator):
+            bound.arguments[key] = list(value)
 
 
 def _syntax_error(e: SyntaxError) -> dict:
