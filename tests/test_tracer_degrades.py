@@ -178,6 +178,19 @@ def test_checkpointed_nodes_show_their_placeholders_and_trace_to_the_end():
     assert next(s for s in last if s["id"] == tanh["id"]).get("freed") is True
 
 
+def test_a_checkpoint_recomputing_its_forward_in_backward_is_shown():
+    ns: dict = {}
+    head, call = CHECKPOINT.split("loss.backward()")
+    exec(compile(head, "<snippet>", "exec"), ns)
+    before = torch._C._autograd._get_sequence_nr()
+    ns["loss"].backward()
+    rebuilt = torch._C._autograd._get_sequence_nr() - before  # nodes plain torch built in backward
+    step = truth.call_steps(record(CHECKPOINT))[0]
+    assert rebuilt > 0 and step["rebuilt"] == rebuilt
+    assert step["ran_lines"] == [CHECKPOINT.splitlines().index("    return torch.tanh(a @ w).sin()") + 1]
+    assert "recomputes the forward" in step["explanation"]
+
+
 def test_torch_autograd_grad_over_a_dict_of_parameters():
     code = """
 import torch

@@ -300,6 +300,19 @@ class _Narrator:
             self._failure(step, failed, ran, states, t)
         self._memory(step, ran, states, prev, prev_step, retain, t)
         self._grads(step, prev_step, t)
+        if step.get("rebuilt"):
+            lines = step.get("ran_lines") or []
+            at = f" (line {', '.join(map(str, lines))})" if lines else ""
+            t.sentence_break()
+            t.add(
+                f"On the way it built {_plural(step['rebuilt'], 'node')} again{at}: activation checkpointing "
+                "recomputes the forward whose saved tensors it did not keep, and frees them as it goes."
+            )
+        elif step.get("ran_lines"):
+            t.sentence_break()
+            t.add(
+                f"The snippet's own code ran during the call: line {', '.join(map(str, step['ran_lines']))}."
+            )
         if step.get("create_graph"):
             built = sum(1 for nid in self.new_at.get(step["index"], ()) if self.nodes[nid].get("grad_graph"))
             if built:

@@ -182,6 +182,16 @@ class Step(_Model):
     inputs: list[str] | None = Field(None, description="Names of `inputs=` tensors, when given.")
     gradient: bool | None = Field(None, description="`gradient=` / `grad_outputs=` was given.")
     error: TraceError | None = None
+    ran_lines: list[int] = Field(
+        default_factory=list,
+        description="Calls: snippet lines the engine ran while the call ran (the snippet's hooks, its custom "
+        "Functions' backward, a checkpointed function recomputing its forward).",
+    )
+    rebuilt: int = Field(
+        0,
+        description="Calls without create_graph: autograd nodes built while the call ran, i.e. a checkpoint "
+        "recomputing the forward whose saved tensors it did not keep (those nodes are not drawn).",
+    )
     returned: list[Grad | None] | None = Field(
         None, description="torch.autograd.grad: the gradients it returned."
     )

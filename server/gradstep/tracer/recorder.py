@@ -67,6 +67,7 @@ class _Call:
     ran: set  # input nodes that did run
     unusable_before: set[int]  # freed or stale before the call
     started: list | None = None  # nodes in the order they started, where a node may raise after running
+    rebuilt: int = 0  # autograd nodes built while the call ran without create_graph
 
 
 _MODULE_MUTATORS = ("register_parameter", "register_buffer", "register_module", "add_module")
@@ -156,6 +157,7 @@ class Recorder:
         self.busy = False  # the tracer is at work: snippet code it triggers is not traced
         self.failures: list[str] = []  # the tracer's own failures, each noted once in the trace
         self.transformed: set[int | None] = set()  # lines that ran inside a torch.func transform
+        self.call_lines: set[int] = set()  # snippet lines the engine ran during the current call
         self._last_roots: frozenset[int] = frozenset()
         self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
         self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
@@ -294,7 +296,8 @@ class Recorder:
         ``rebinds``: the statement assigns or deletes names, so it may have let
         go of a graph without building anything; checked after it ran.
         """
-        if self.in_call:  # a hook of the snippet running inside backward
+        if self.in_call:  # the snippet's code run by the engine: a hook, a checkpoint's recomputation
+            self.call_lines.add(line)
             return
         if _transform_level() is not None:  # inside torch.func: wrapped tensors, functorch's own autograd
             self.transformed.add(self.line)
@@ -456,6 +459,7 @@ class Recorder:
         error: BaseException | None = None
         result = None
         self.in_call = True
+        self.call_lines = set()
         try:
             with torch.autograd.set_multithreading_enabled(False):
                 result = orig(*bound.args, **bound.kwargs)
@@ -469,6 +473,7 @@ class Recorder:
         if seq_after != seq_before:
             graph.lines.mark(seq_before, line)
         self.seq_last = seq_after
+        call.rebuilt = 0 if call.create_graph else seq_after - seq_before  # a checkpoint's recomputed forward
 
         if not self._full():
             self.busy = True
@@ -593,6 +598,10 @@ class Recorder:
         }
         if ins:
             step["inputs"] = self._input_names(ins)
+        if self.call_lines:
+            step["ran_lines"] = sorted(self.call_lines)
+        if call.rebuilt:
+            step["rebuilt"] = call.rebuilt
         if error is not None:
             step["error"] = {"type": type(error).__name__, "message": str(error), "line": line}
         extra_roots = [t.grad_fn for t in outs if t.grad_fn is not None]
