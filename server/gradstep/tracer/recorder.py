@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
 import functools
 import gc
 import inspect
 import re
 import sys
-import traceback
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ from typing import Any
 import torch
 
 from gradstep.schema import VERSION
-from gradstep.tracer import lines, passes
+from gradstep.tracer import errors, lines, passes, patches
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
@@ -68,47 +66,6 @@ class _Call:
     unusable_before: set[int]  # freed or stale before the call
     started: list | None = None  # nodes in the order they started, where a node may raise after running
     rebuilt: int = 0  # autograd nodes built while the call ran without create_graph
-
-
-_MODULE_MUTATORS = ("register_parameter", "register_buffer", "register_module", "add_module")
-# Setting these two on nn.Module makes CPython re-slot every Module subclass (~1 ms per run,
-# twice): they are wrapped once per process instead and tell the running recorder, if any.
-_MODULE_SLOT_MUTATORS = ("__setattr__", "__delattr__")
-
-
-def _touching(method, index: ModuleIndex):
-    @functools.wraps(method)
-    def touching(*args, **kwargs):
-        index.generation += 1
-        return method(*args, **kwargs)
-
-    return touching
-
-
-class _SlotWatch:
-    """The process-wide wrappers of nn.Module's __setattr__/__delattr__ (see _MODULE_SLOT_MUTATORS)."""
-
-    index: ModuleIndex | None = None  # the running recorder's, None when nothing is traced
-    installed = False
-
-    @classmethod
-    def install(cls) -> None:
-        if cls.installed:
-            return
-        for name in _MODULE_SLOT_MUTATORS:
-            setattr(torch.nn.Module, name, cls._touching(getattr(torch.nn.Module, name)))
-        cls.installed = True
-
-    @classmethod
-    def _touching(cls, method):
-        @functools.wraps(method)
-        def touching(*args, **kwargs):
-            index = cls.index
-            if index is not None:
-                index.generation += 1
-            return method(*args, **kwargs)
-
-        return touching
 
 
 def _guarded(method):
@@ -178,19 +135,19 @@ class Recorder:
             tree = ast.parse(self.code, SNIPPET_FILENAME)
             compiled = compile(lines.instrument(tree), SNIPPET_FILENAME, "exec", dont_inherit=True)
         except SyntaxError as e:
-            return self._result("error", _syntax_error(e))
+            return self._result("error", errors.syntax_error(e))
         self.globals.update(
             {lines.LINE: self._on_line, lines.ENTER: self._on_enter, lines.EXIT: self._on_exit}
         )
         error = None
-        with self._patched():
+        with patches.patched(self):
             try:
                 exec(compiled, self.globals)
             except SystemExit as e:
                 if e.code not in (None, 0):
-                    error = self._error(e)
+                    error = errors.snippet_error(e, self.code)
             except BaseException as e:  # the snippet's own failure is part of the trace
-                error = self._error(e)
+                error = errors.snippet_error(e, self.code)
             self._finish()
         try:
             return self._result("error" if error else "ok", error)
@@ -215,35 +172,6 @@ class Recorder:
         if not self._full():
             self._flush(self.line)
             self._emit_folded()
-
-    @contextlib.contextmanager
-    def _patched(self):
-        orig_backward, orig_grad = torch.autograd.backward, torch.autograd.grad
-        orig_out, orig_err = sys.stdout, sys.stderr
-        # Any change to a module's attributes invalidates the cached module walks.
-        module_cls = torch.nn.Module
-        patched = {m: getattr(module_cls, m) for m in (*_MODULE_MUTATORS, "_call_impl")}
-        for m in _MODULE_MUTATORS:
-            setattr(module_cls, m, _touching(patched[m], self.module_index))
-        module_cls._call_impl = self._module_call(patched["_call_impl"])
-        _SlotWatch.install()
-        watching, _SlotWatch.index = _SlotWatch.index, self.module_index
-        torch.autograd.backward = self._wrap(orig_backward, "backward")
-        torch.autograd.grad = self._wrap(orig_grad, "grad")
-        hooks_cls = torch.autograd.graph.saved_tensors_hooks
-        hooks_enter, hooks_exit = hooks_cls.__enter__, hooks_cls.__exit__
-        hooks_cls.__enter__, hooks_cls.__exit__ = self._hooks_entered(hooks_enter, hooks_exit)
-        sys.stdout = sys.stderr = self.out
-        try:
-            with self.warnings:
-                yield
-        finally:
-            sys.stdout, sys.stderr = orig_out, orig_err
-            hooks_cls.__enter__, hooks_cls.__exit__ = hooks_enter, hooks_exit
-            torch.autograd.backward, torch.autograd.grad = orig_backward, orig_grad
-            for m, orig in patched.items():
-                setattr(module_cls, m, orig)
-            _SlotWatch.index = watching
 
     def _result(self, status: str, error: dict | None) -> dict:
         if self.out.dropped:
@@ -371,54 +299,9 @@ class Recorder:
             self.graph.drop(list(self.graph.objs))
         return True
 
-    # -- module paths --------------------------------------------------------
-
-    def _module_call(self, call_impl):
-        """Module calls, bracketed (global module hooks would do, but they send every module
-        call of the snippet down torch's slow path: ~3 ms on a 24-layer model).
-
-        Marks which module was running when each sequence number was handed out; the
-        module's dotted name is resolved when its nodes are discovered. (List appends and
-        a comparison: nothing here can fail, so no _guarded layer on this hot path.)
-        """
-        stack, mark = self.module_stack, self.graph.modules.mark
-
-        @functools.wraps(call_impl)
-        def traced_call(module, *args, **kwargs):
-            entry = (id(module), type(module).__name__)
-            stack.append(entry)
-            mark(_seq_nr(), entry)
-            try:
-                return call_impl(module, *args, **kwargs)
-            finally:
-                stack.pop()
-                mark(_seq_nr(), stack[-1] if stack else None)
-
-        return traced_call
-
-    def _hooks_entered(self, enter, exit_):
-        """saved_tensors_hooks (and checkpointing, save_on_cpu), bracketed: nodes built inside
-        have their saved values packed, and the graph must not unpack them (graph.hooks)."""
-        depth = [0]
-        mark = self.graph.hooks.mark
-
-        @functools.wraps(enter)
-        def entered(hooks, *args, **kwargs):
-            depth[0] += 1
-            mark(_seq_nr(), True)
-            return enter(hooks, *args, **kwargs)
-
-        @functools.wraps(exit_)
-        def exited(hooks, *args, **kwargs):
-            depth[0] -= 1
-            mark(_seq_nr(), depth[0] > 0)
-            return exit_(hooks, *args, **kwargs)
-
-        return entered, exited
-
     # -- backward / grad calls -----------------------------------------------
 
-    def _wrap(self, orig, kind: str):
+    def wrap(self, orig, kind: str):
         sig = inspect.signature(orig)
 
         def traced(*args, **kwargs):
@@ -730,30 +613,6 @@ class Recorder:
             self._live_cache = (live, frozenset(live))
         return self._live_cache[1]
 
-    def _error(self, e: BaseException) -> dict:
-        tb = e.__traceback__
-        line = None
-        frames = []
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == SNIPPET_FILENAME:
-                line = tb.tb_lineno
-                frames.append((tb.tb_lineno, tb.tb_frame.f_code.co_name))
-            tb = tb.tb_next
-        src = self.code.splitlines()
-        text = ["Traceback (most recent call last):"]
-        for ln, fn in frames:
-            where = "<module>" if fn == "<module>" else fn
-            text.append(f"  line {ln}, in {where}")
-            if 0 < ln <= len(src):
-                text.append(f"    {src[ln - 1].strip()}")
-        text.extend(traceback.format_exception_only(type(e), e))
-        return {
-            "type": type(e).__name__,
-            "message": str(e),
-            "line": line,
-            "traceback": "\n".join(text).rstrip(),
-        }
-
 
 def _tensors(value) -> list[torch.Tensor]:
     if value is None:
@@ -771,16 +630,6 @@ def _materialize(bound: inspect.BoundArguments) -> None:
     for key, value in bound.arguments.items():
         if isinstance(value, Iterator):
             bound.arguments[key] = list(value)
-
-
-def _syntax_error(e: SyntaxError) -> dict:
-    return {
-        "type": type(e).__name__,
-        "message": e.msg,
-        "line": e.lineno,
-        "column": e.offset,
-        "traceback": "".join(traceback.format_exception_only(type(e), e)).rstrip(),
-    }
 
 
 def record(code: str, limits: Limits | None = None, *, explain: bool = True) -> dict:
