@@ -63,6 +63,13 @@ def test_header_shape(path: Path):
         )
 
 
+@pytest.fixture(scope="module")
+def lazy_imports() -> None:
+    """What torch imports on first use, once per process, is not a snippet's own time:
+    torch.utils.checkpoint imports torch._dynamo on its first call (seconds on a busy machine)."""
+    import torch._dynamo  # noqa: F401
+
+
 def _run(path: Path) -> dict:
     namespace = {"__name__": "__main__", "__file__": str(path)}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
@@ -71,7 +78,7 @@ def _run(path: Path) -> dict:
 
 @pytest.mark.filterwarnings(r"ignore:Using backward\(\) with create_graph=True:UserWarning")
 @pytest.mark.parametrize("path", SNIPPETS, ids=lambda p: p.name)
-def test_runs_as_documented(path: Path, capsys):
+def test_runs_as_documented(path: Path, capsys, lazy_imports):
     doc = _flat(_docstring(path))
     start = time.perf_counter()
     if FAIL_MARK not in doc:

@@ -4,12 +4,17 @@ Each file in snippets/ and tests/cases/ is run twice: by the tracer
 (``gradstep.tracer.record``) and by ``truth.run_plain``, which wraps
 torch.autograd.backward/grad and asks torch itself after every call. Every
 test compares one behaviour; the messages name the call and the node.
+
+``KNOWN_GAPS`` lists what the tracer gets wrong today, per file and test: those
+tests are strict xfails, so the fix that makes one pass also makes the suite
+fail until its entry is removed.
 """
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -19,6 +24,42 @@ from gradstep.tracer import record
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "snippets").glob("*.py")) + sorted((ROOT / "tests" / "cases").glob("*.py"))
 IDS = [f"{p.parent.name}/{p.stem}" for p in FILES]
+
+
+class Gap(NamedTuple):
+    reason: str
+    tests: frozenset[str]  # the tests of this file that fail because of it
+
+
+def _gap(reason: str, *tests: str) -> Gap:
+    return Gap(reason, frozenset(tests))
+
+
+KNOWN_GAPS: dict[str, Gap] = {
+    "cases/complex_leaf": _gap(
+        "a complex gradient is recorded with neither values nor a norm",
+        "test_grads_after_each_call_match_torch",
+    ),
+    "cases/custom_function_once_differentiable": _gap(
+        "once_differentiable's Error node raises when backward reaches it: the trace marks it executed, "
+        "not failed, and marks an AccumulateGrad after it executed that never ran",
+        "test_executed_nodes_follow_engine_order",
+        "test_failing_call_marks_the_node_it_stopped_in",
+    ),
+    "cases/sparse_coo": _gap(
+        "a sparse gradient is recorded with neither values nor a norm",
+        "test_grads_after_each_call_match_torch",
+    ),
+    "cases/torch_compile": _gap(
+        "the tracer's line markers inside the compiled function make dynamo fall back to eager: "
+        "the graph is SinBackward0... instead of CompiledFunctionBackward, and the snippet prints so",
+        "test_freed_flags_match_saved_tensor_access",
+        "test_stale_flags_match_saved_tensor_access",
+        "test_executed_nodes_follow_engine_order",
+        "test_stdout_matches_plain_run",
+        "test_tracer_creates_no_autograd_nodes_of_its_own",
+    ),
+}
 
 
 @functools.cache
@@ -44,8 +85,17 @@ def _seq_counts(path: Path) -> tuple[int, int, int]:
 
 
 @pytest.fixture(params=FILES, ids=IDS)
-def runs(request) -> tuple[dict, truth.PlainRun]:
-    return _runs(request.param)
+def path(request) -> Path:
+    """A snippet or case file; a known gap of the tracer makes the test a strict xfail."""
+    gap = KNOWN_GAPS.get(f"{request.param.parent.name}/{request.param.stem}")
+    if gap is not None and request.node.originalname in gap.tests:
+        request.applymarker(pytest.mark.xfail(reason=gap.reason, strict=True))
+    return request.param
+
+
+@pytest.fixture
+def runs(path: Path) -> tuple[dict, truth.PlainRun]:
+    return _runs(path)
 
 
 def _assert_none(mismatches: list[str]) -> None:
@@ -56,13 +106,11 @@ def test_files_found():
     assert any(p.parent.name == "cases" for p in FILES)
 
 
-@pytest.mark.parametrize("path", FILES, ids=IDS)
 def test_truth_recorder_creates_no_autograd_nodes(path):
     bare, plain, _ = _seq_counts(path)
     assert plain == bare
 
 
-@pytest.mark.parametrize("path", FILES, ids=IDS)
 def test_tracer_creates_no_autograd_nodes_of_its_own(path):
     """Node seqs match plain torch only if the tracer's own work builds no nodes."""
     bare, _, traced = _seq_counts(path)
@@ -119,3 +167,10 @@ def test_snippet_status_and_error_match_torch(runs):
 def test_stdout_matches_plain_run(runs):
     trace, plain = runs
     assert trace.get("stdout", "") == plain.stdout
+
+
+def test_tracing_never_stops(runs):
+    """The tracer says what it cannot read and keeps going; it never gives up on the rest of a run."""
+    trace, _ = runs
+    stopped = [n for n in trace.get("notes", []) if n.startswith("Tracing stopped")]
+    assert not stopped, stopped

@@ -15,20 +15,31 @@ wrapper records:
   module's parameters as ``<var>.<qualified name>``, list/tuple elements as
   ``var[i]``, found in the snippet globals and in the locals of every active
   ``<snippet>`` frame;
-* what ``autograd.grad`` returned;
+* what ``autograd.grad`` returned (the values, in order, when it returned a dict);
 * for every node reachable from the named tensors' ``grad_fn`` and from the
-  call's root tensors: whether reading its ``_saved_*`` attributes raises the
-  "backward through the graph a second time" error (freed) or the "modified
-  by an inplace operation" error (stale);
+  call's root tensors: whether reading its ``_saved_*`` attributes (a custom
+  Function's ``saved_tensors``) raises the "backward through the graph a
+  second time" error (freed) or the "modified by an inplace operation" error
+  (stale). A saved tensor that went through a ``saved_tensors_hooks`` pack
+  hook is never unpacked here (that would run the snippet's unpack hook, or a
+  checkpoint's recomputation): it is freed when its handle holds nothing, and
+  its staleness is not observed;
 * the order the engine ran nodes in: a prehook on every reachable node,
   registered just before the call and removed after it, appends
   ``torch._C._current_autograd_node()``; a post hook does the same, so the
-  node a failing call stopped in is the one that started and never finished.
+  node a failing call stopped in is the one that started and never finished
+  (or, in anomaly mode, the one whose NaN output the error names: that check
+  comes after its post hooks).
+
+A call made while another one runs (a reentrant checkpoint's backward, a hook
+that calls ``autograd.grad``) is part of that outer call, as the snippet sees
+it: only the outermost calls are recorded.
 
 Nodes are keyed by their sequence number relative to
 ``torch._C._autograd._get_sequence_nr()`` read just before the snippet starts,
 or ``("acc", names)`` for an AccumulateGrad node, ``names`` being the frozenset
-of names of its leaf (``node.variable``).
+of names of its leaf (``node.variable``), or ``NO_SEQ`` for a node torch gave no
+sequence number.
 """
 
 from __future__ import annotations
@@ -36,8 +47,10 @@ from __future__ import annotations
 import contextlib
 import io
 import math
+import re
 import sys
 import traceback
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,6 +59,9 @@ import torch
 SNIPPET = "<snippet>"
 FREED_MARK = "Trying to backward through the graph a second time"
 STALE_MARK = "modified by an inplace operation"
+NAN_ERROR = re.compile(r"Function '(\w+)' returned nan values")
+UNSEQUENCED = 2**64 - 1  # the sequence number of a node torch numbered none (once_differentiable's Error)
+NO_SEQ = "no seq"  # the key of such a node
 
 NodeKey = int | tuple[str, frozenset]
 
@@ -146,12 +162,31 @@ def _reachable(roots: list) -> list:
     return list(seen.values())
 
 
-def _saved_state(node) -> tuple[bool, bool]:
+def _handles(raw: Any) -> list:
+    """A ``_raw_saved_*`` attribute as a list of SavedTensor handles."""
+    handles = raw if isinstance(raw, (list, tuple)) else [raw]
+    return [h for h in handles if isinstance(h, torch._C._autograd.SavedTensor)]
+
+
+def _is_custom(node) -> bool:
+    return isinstance(node, torch.autograd.function.BackwardCFunction)
+
+
+def _saved_state(node, saves: bool = True) -> tuple[bool, bool]:
+    """(freed, stale). ``saves``: a custom Function's node saved tensors (its ``saved_tensors``
+    raises once released even when it saved none, and that one can run again)."""
     freed = stale = False
-    for attr in dir(node):
-        if not attr.startswith("_saved_"):
-            continue
+    custom = _is_custom(node)
+    attrs = [a for a in dir(node) if a.startswith("_saved_")] + (
+        ["saved_tensors"] if custom and saves else []
+    )
+    for attr in attrs:
         try:
+            handles = _handles(getattr(node, "_raw_saved_tensors" if custom else "_raw" + attr, []))
+            if any(h.unpack_hook is not None for h in handles):
+                # packed by a hook: unpacking would run the snippet's unpack hook
+                freed |= any(h.data is None for h in handles)
+                continue
             getattr(node, attr)
         except RuntimeError as e:
             msg = str(e)
@@ -176,12 +211,21 @@ class _Recorder:
         self.globs = globs
         self.calls: list[Call] = []
         self.base = 0
+        self.running = False  # a recorded call is running
+        # custom Function nodes -> whether they saved tensors, seen before they could be freed
+        self.custom_saves: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def note_saves(self, node) -> None:
+        if _is_custom(node) and node not in self.custom_saves:
+            with contextlib.suppress(RuntimeError):  # freed already: not known
+                self.custom_saves[node] = len(node._raw_saved_tensors) > 0
 
     def key(self, node, names: dict[int, tuple[torch.Tensor, frozenset]]) -> Any:
         if type(node).__name__ == "AccumulateGrad":
             leaf = node.variable
             return ("acc", names.get(id(leaf), (None, frozenset()))[1])
-        return node._sequence_nr() - self.base
+        seq = node._sequence_nr()
+        return NO_SEQ if seq == UNSEQUENCED else seq - self.base
 
     def graph_roots(self, named, extra: list[torch.Tensor]) -> list:
         return [t.grad_fn for t, _ in named.values()] + [t.grad_fn for t in extra]
@@ -192,6 +236,8 @@ class _Recorder:
         def wrapper(*args, **kwargs):
             if torch._C._functorch.maybe_current_level() is not None:
                 return real(*args, **kwargs)  # torch.func's own use of autograd, on wrapped tensors
+            if self.running:  # called while another call runs: part of that one
+                return real(*args, **kwargs)
             caller = sys._getframe(1).f_code
             api = api_name
             if api_name == "torch.autograd.backward" and caller is tensor_backward_code:
@@ -205,12 +251,14 @@ class _Recorder:
             finished: list = []
             handles = []
             for n in _reachable(self.graph_roots(named, roots)):
+                self.note_saves(n)
                 handles.append(
                     n.register_prehook(lambda go: executed.append(torch._C._current_autograd_node()))
                 )
                 handles.append(
                     n.register_hook(lambda gi, go: finished.append(torch._C._current_autograd_node()))
                 )
+            self.running = True
             try:
                 result = real(*args, **kwargs)
             except BaseException as e:
@@ -222,6 +270,7 @@ class _Recorder:
                     call.returned = [None if g is None else g.detach().clone() for g in values]
                 return result
             finally:
+                self.running = False
                 for h in handles:
                     h.remove()
                 self.snapshot(call, roots, executed, finished)
@@ -237,13 +286,18 @@ class _Recorder:
                 call.grads[names] = None if t.grad is None else t.grad.detach().clone()
                 call.grad_has_fn[names] = t.grad is not None and t.grad.grad_fn is not None
         for node in _reachable(self.graph_roots(named, roots)):
-            freed, stale = _saved_state(node)
+            self.note_saves(node)
+            freed, stale = _saved_state(node, not _is_custom(node) or self.custom_saves.get(node, True))
             call.nodes[self.key(node, named)] = NodeObs(type(node).__name__, freed, stale)
         call.order = [self.key(n, named) for n in executed]
         unfinished = [n for n in executed if not any(n is f for f in finished)]
         assert len(unfinished) <= 1, "the CPU engine runs one node at a time"
         if unfinished:
             call.failed = self.key(unfinished[0], named)
+        elif call.error and (nan := NAN_ERROR.match(call.error["message"])) and executed:
+            # anomaly mode checks a node's outputs after it finished (post hooks ran), and raises
+            assert executed[-1].name() == nan[1], (executed[-1].name(), nan[1])
+            call.failed = self.key(executed[-1], named)
 
 
 def _error_line(exc: BaseException) -> int | None:
@@ -325,13 +379,15 @@ def _label(info: dict) -> Any:
 def _key_matches(key: Any, label: Any) -> bool:
     if isinstance(key, tuple):  # AccumulateGrad: its leaf's names; a leaf no name reaches matches any
         return isinstance(label, tuple) and (label[1] in key[1] or not key[1])
+    if key == NO_SEQ:  # a node torch gave no sequence number: the trace gives it none either
+        return label is None
     return not isinstance(label, tuple) and key == label
 
 
 def _show(key: Any) -> str:
     if isinstance(key, tuple):
         return f"AccumulateGrad({'/'.join(sorted(key[1])) or '?'})"
-    return f"seq {key}"
+    return "a node with no seq" if key == NO_SEQ else f"seq {key}"
 
 
 def _states(trace: dict, step: dict) -> list[tuple[Any, dict, dict]]:
@@ -379,8 +435,11 @@ def grad_mismatch(expected: torch.Tensor | None, got: dict | None, has_fn: bool 
     if has_fn is not None and bool(got.get("has_grad_fn")) != has_fn:
         return f"has_grad_fn {got.get('has_grad_fn')} != {has_fn}"
     values = got.get("values")
-    exp = expected.double()
-    if values is not None and _numeric(values):
+    if expected.layout != torch.strided:  # sparse: its numbers are the dense tensor's
+        expected = expected.to_dense()
+    # complex: the trace's values are real numbers, so its norm is what says the gradient
+    exp = expected.cdouble() if expected.is_complex() else expected.double()
+    if values is not None and _numeric(values) and not expected.is_complex():
         t = torch.tensor(values, dtype=torch.float64).reshape(expected.shape)
         # the trace rounds values relative to the tensor's largest element: scale atol alike
         finite = exp[torch.isfinite(exp)]

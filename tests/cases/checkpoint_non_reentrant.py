@@ -1,0 +1,22 @@
+"""Activation checkpointing (use_reentrant=False): the block's forward runs again in backward."""
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+torch.manual_seed(0)
+block = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+head = nn.Linear(4, 1)
+
+
+def run_block(h):
+    print("block forward runs")
+    return block(h)
+
+
+x = torch.randn(3, 4, requires_grad=True)
+hidden = checkpoint(run_block, x, use_reentrant=False)
+loss = head(hidden).pow(2).mean()
+loss.backward()
+print(x.grad)
+print(block[0].weight.grad.sum(), head.weight.grad)
