@@ -40,24 +40,9 @@ KNOWN_GAPS: dict[str, Gap] = {
         "a complex gradient is recorded with neither values nor a norm",
         "test_grads_after_each_call_match_torch",
     ),
-    "cases/custom_function_once_differentiable": _gap(
-        "once_differentiable's Error node raises when backward reaches it: the trace marks it executed, "
-        "not failed, and marks an AccumulateGrad after it executed that never ran",
-        "test_executed_nodes_follow_engine_order",
-        "test_failing_call_marks_the_node_it_stopped_in",
-    ),
     "cases/sparse_coo": _gap(
         "a sparse gradient is recorded with neither values nor a norm",
         "test_grads_after_each_call_match_torch",
-    ),
-    "cases/torch_compile": _gap(
-        "the tracer's line markers inside the compiled function make dynamo fall back to eager: "
-        "the graph is SinBackward0... instead of CompiledFunctionBackward, and the snippet prints so",
-        "test_freed_flags_match_saved_tensor_access",
-        "test_stale_flags_match_saved_tensor_access",
-        "test_executed_nodes_follow_engine_order",
-        "test_stdout_matches_plain_run",
-        "test_tracer_creates_no_autograd_nodes_of_its_own",
     ),
 }
 

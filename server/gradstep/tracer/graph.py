@@ -115,6 +115,7 @@ class Graph:
         # which would run the snippet's unpack hook (or a checkpoint's recomputation).
         self.hooks = SeqRanges()
         self.packed: dict[int, list[str]] = {}  # id -> _raw_saved_* handles read for freed checks
+        self.raising: set[int] = set()  # nodes whose backward is Python (or an Error node): it may raise
 
     # -- discovery -----------------------------------------------------------
 
@@ -174,6 +175,9 @@ class Graph:
             for node, node_nexts in zip(order[done:end], nexts[done:end], strict=True):
                 self._append(node, node_nexts, step, line, grad_graph, of, hooked[start])
             start = end
+        for nid, node in enumerate(order, first):
+            if _can_raise(type(node)):
+                self.raising.add(nid)
 
     def _hooked(self, order: list) -> list[bool]:
         if not self.hooks.starts:
@@ -220,7 +224,9 @@ class Graph:
     ) -> dict:
         op, slots = _type_slots(type(node))
         seq = node._sequence_nr()
-        if seq == _UNSEQUENCED:
+        if seq == _UNSEQUENCED and op != "AccumulateGrad":  # once_differentiable's Error node
+            info = {"id": nid, "op": op, "step": step, "seq": None, "line": line}
+        elif seq == _UNSEQUENCED:
             var = node.variable
             info: dict[str, Any] = {
                 "id": nid,
@@ -442,6 +448,7 @@ class Graph:
             self.tensor_slots.pop(nid, None)
             self.storages.pop(nid, None)
             self.packed.pop(nid, None)
+            self.raising.discard(nid)
             self.freed.discard(nid)
             self.stale.pop(nid, None)
 
@@ -492,6 +499,18 @@ def _packed_as(packed: Any) -> str:
     if inner:
         return f"{type(packed).__name__} holding a tensor on {inner[0].device}"
     return type(packed).__qualname__
+
+
+_RAISES: dict[type, bool] = {}
+
+
+def _can_raise(t: type) -> bool:
+    """A custom Function's backward (the snippet's Python) or once_differentiable's Error node
+    can raise while the engine runs it: then only hooks on each node say what really ran."""
+    known = _RAISES.get(t)
+    if known is None:
+        known = _RAISES[t] = issubclass(t, _CUSTOM) or t.__name__ == "Error"
+    return known
 
 
 def _storageless(label: str, kind: str, t: torch.Tensor, e: Exception) -> dict:

@@ -17,8 +17,30 @@ EXIT = "__gradstep_exit__"
 
 
 def instrument(tree: ast.Module) -> ast.Module:
-    tree.body = _Markers()._body(tree.body)
+    tree.body = _Markers(_compiled_names(tree))._body(tree.body)
     return ast.fix_missing_locations(tree)
+
+
+def _is_compile(func: ast.expr) -> bool:
+    """``torch.compile`` / ``compile`` (as imported from torch), called or as a decorator."""
+    if isinstance(func, ast.Call):
+        func = func.func
+    return (isinstance(func, ast.Attribute) and func.attr == "compile") or (
+        isinstance(func, ast.Name) and func.id == "compile"
+    )
+
+
+def _compiled_names(tree: ast.Module) -> set[str]:
+    """Functions the snippet hands to ``torch.compile(f)``: dynamo gives up on a frame that
+    calls the markers, so their bodies stay as written (their work is the calling line's)."""
+    return {
+        node.args[0].id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and _is_compile(node.func)
+        and node.args
+        and isinstance(node.args[0], ast.Name)
+    }
 
 
 _REBINDS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)  # may let go of a graph
@@ -29,6 +51,9 @@ def _call(name: str, *args: int) -> ast.Expr:
 
 
 class _Markers(ast.NodeTransformer):
+    def __init__(self, compiled: set[str]) -> None:
+        self.compiled = compiled
+
     def _body(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
         for i, stmt in enumerate(stmts):
@@ -67,6 +92,8 @@ class _Markers(ast.NodeTransformer):
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        if node.name in self.compiled or any(_is_compile(d) for d in node.decorator_list):
+            return node  # compiled by torch.compile: see _compiled_names
         self.generic_visit(node)
         if _is_generator(node):
             return node  # its body runs piecemeal; lines still report themselves

@@ -413,11 +413,13 @@ class Recorder:
         for node in input_nodes:
             handles.append(node.register_prehook(lambda _g, node=node: ran.add(node)))
         started = None
-        if torch.is_anomaly_enabled():
-            # Anomaly mode checks a node's outputs after it ran: the planned order would call
-            # nodes after a failing one executed. A prehook on each says what really started.
+        reach = graph.reachable(graph.ids[r] for r in roots if r in graph.ids) if graph.raising else ()
+        if torch.is_anomaly_enabled() or not graph.raising.isdisjoint(reach):
+            # A node may raise after the engine planned the nodes past it (anomaly mode checks
+            # outputs after a node ran; a custom backward raises): a prehook on each node says
+            # what really started. Only here: a hook per node costs ~2 us a call.
             started = []
-            for nid in graph.reachable(graph.ids[r] for r in roots if r in graph.ids):
+            for nid in reach or graph.reachable(graph.ids[r] for r in roots if r in graph.ids):
                 node = graph.objs[nid]
                 handles.append(node.register_prehook(lambda _g, node=node: started.append(node)))
 
