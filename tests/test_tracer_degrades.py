@@ -281,3 +281,19 @@ print(y.grad)
     assert trace["stdout"] == plain.stdout
     assert any("torch.func transform" in n for n in trace["notes"])
     assert not any("could not record" in n for n in trace["notes"])
+
+
+def test_forward_mode_ad_is_said_not_drawn_and_the_rest_agrees():
+    code = """
+import torch
+import torch.autograd.forward_ad as fwAD
+x = torch.tensor([0.5, 1.0], requires_grad=True)
+with fwAD.dual_level():
+    primal, jvp = fwAD.unpack_dual((fwAD.make_dual(x, torch.ones(2)).sin()).sum())
+print(jvp)
+x.sin().sum().backward()
+"""
+    trace = record(code, explain=False)
+    plain = truth.run_plain(code, seed=0)
+    assert not truth.mismatches(trace, plain) and trace["stdout"] == plain.stdout
+    assert [n for n in trace["notes"] if "forward-mode AD" in n and "Line(s) 5" in n]

@@ -6,6 +6,7 @@
 * the module mutators: any change to a module's attributes invalidates the cached walks;
 * ``saved_tensors_hooks.__enter__/__exit__``: nodes built under pack hooks are marked, and
   their saved values are never unpacked by the tracer;
+* ``forward_ad.dual_level.__enter__``: where forward-mode AD is used (not drawn: a note says so);
 * ``sys.stdout`` / ``sys.stderr``: the snippet's output is captured.
 """
 
@@ -83,6 +84,9 @@ def patched(rec: Recorder):
     hooks_cls = torch.autograd.graph.saved_tensors_hooks
     hooks_enter, hooks_exit = hooks_cls.__enter__, hooks_cls.__exit__
     hooks_cls.__enter__, hooks_cls.__exit__ = _hooks_bracketed(hooks_enter, hooks_exit, rec.graph.hooks)
+    dual_cls = torch.autograd.forward_ad.dual_level
+    dual_enter = dual_cls.__enter__
+    dual_cls.__enter__ = _noting(dual_enter, rec.forward_ad_lines, rec.current_line)
     sys.stdout = sys.stderr = rec.out
     try:
         with rec.warnings:
@@ -90,6 +94,7 @@ def patched(rec: Recorder):
     finally:
         sys.stdout, sys.stderr = orig_out, orig_err
         hooks_cls.__enter__, hooks_cls.__exit__ = hooks_enter, hooks_exit
+        dual_cls.__enter__ = dual_enter
         torch.autograd.backward, torch.autograd.grad = orig_backward, orig_grad
         for m, orig in saved.items():
             setattr(module_cls, m, orig)
@@ -139,3 +144,14 @@ def _hooks_bracketed(enter, exit_, hooks: SeqRanges):
         return exit_(ctx, *args, **kwargs)
 
     return entered, exited
+
+
+def _noting(method, lines: set, line_now):
+    """``method``, adding the snippet line that called it to ``lines``."""
+
+    @functools.wraps(method)
+    def noted(*args, **kwargs):
+        lines.add(line_now())
+        return method(*args, **kwargs)
+
+    return noted

@@ -100,7 +100,7 @@ class Recorder:
         self.steps: list[dict] = []
         self.truncated: list[str] = []
         self.out = Output(limits.max_stdout)
-        self.warnings = Warnings(self._line_now)
+        self.warnings = Warnings(self.current_line)
         self.grads = GradRecords(limits.max_values)
         self.seq_base = _seq_nr()
         self.seq_last = self.seq_base
@@ -115,6 +115,7 @@ class Recorder:
         self.failures: list[str] = []  # the tracer's own failures, each noted once in the trace
         self.transformed: set[int | None] = set()  # lines that ran inside a torch.func transform
         self.call_lines: set[int] = set()  # snippet lines the engine ran during the current call
+        self.forward_ad_lines: set[int | None] = set()  # lines that entered forward_ad.dual_level
         self._last_roots: frozenset[int] = frozenset()
         self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
         self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
@@ -206,6 +207,13 @@ class Recorder:
                 "differentiates there with its own wrapped tensors, so those inner steps are not drawn; "
                 "what the transform returned is."
             )
+        if self.forward_ad_lines:
+            where = ", ".join(str(n) for n in sorted(n for n in self.forward_ad_lines if n is not None))
+            notes.append(
+                f"Line(s) {where} use forward-mode AD (torch.autograd.forward_ad): dual tensors carry their "
+                "tangents forward with the values and build no backward graph. gradstep draws reverse mode, so "
+                "the dual computation is not drawn; its prints are in the output."
+            )
         notes.extend(self.failures)
         return notes
 
@@ -254,7 +262,7 @@ class Recorder:
             if self.callers:
                 self.line = self.callers.pop()
 
-    def _line_now(self) -> int | None:
+    def current_line(self) -> int | None:
         frames = snippet_frames(sys._getframe(1))
         return frames[0].f_lineno if frames else self.line
 
