@@ -9,30 +9,14 @@
 //   diffSteps(model, from, to)   what changed (for animation)
 //   visibleGraph(model, expanded) the graph with collapsed modules folded into boxes
 
+import { fmtNumber, fmtValues } from "./printing.js";
+
 export const LEAF_OP = "AccumulateGrad";
 
 // ---------------------------------------------------------------- formatting
 
-/** A number with 3 significant digits, no trailing zeros (tests format the same way). */
-export function fmtNum(v) {
-  if (v === null || v === undefined) return "nan";
-  if (typeof v !== "number") return String(v);
-  if (!Number.isFinite(v)) return v > 0 ? "inf" : v < 0 ? "-inf" : "nan";
-  if (v === 0) return "0";
-  const e = Math.floor(Math.log10(Math.abs(v)));
-  let s;
-  if (e < -3 || e >= 5) {
-    const [m, x] = v.toExponential(2).split("e");
-    s = `${stripZeros(m)}e${x.replace("+", "")}`;
-  } else {
-    s = stripZeros(v.toFixed(Math.max(0, 2 - e)));
-  }
-  return s === "-0" ? "0" : s;
-}
-
-function stripZeros(s) {
-  return s.includes(".") ? s.replace(/0+$/, "").replace(/\.$/, "") : s;
-}
+// Numbers print as torch prints them (printing.js, the twin of gradstep/printing.py).
+export { fmtNumber, fmtValues } from "./printing.js";
 
 /** A sandbox limit in words: "cpu" → "CPU time" (the trace's `limit` field). */
 export function limitName(limit) {
@@ -44,15 +28,21 @@ export function fmtShape(shape) {
   return shape && shape.length ? shape.join("×") : "scalar";
 }
 
+/** Bytes as the narration writes them (gradstep.narrate.fmt_bytes): 512 B, 1.5 KB, 3.0 MB. */
 export function fmtBytes(n) {
   if (n === null || n === undefined) return "?";
   if (n < 1024) return `${n} B`;
-  if (n < 1024 * 1024) return `${fmtNum(n / 1024)} KB`;
-  return `${fmtNum(n / (1024 * 1024))} MB`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KB`;
+  return `${(n / (1024 * 1024)).toFixed(1)} MB`;
 }
 
 function numel(shape) {
   return (shape || []).reduce((a, b) => a * b, 1);
+}
+
+/** A gradient's values as torch prints them, in the modes the trace recorded (`format`). */
+export function gradValues(grad) {
+  return fmtValues(grad.values, grad.dtype, grad.format ?? null);
 }
 
 /**
@@ -62,14 +52,9 @@ function numel(shape) {
 export function fmtGrad(grad) {
   if (!grad) return "None";
   const values = grad.values ?? null;
-  if (values !== null && numel(grad.shape) <= 6) return fmtValues(values);
+  if (values !== null && numel(grad.shape) <= 6) return gradValues(grad);
   if (grad.norm === null || grad.norm === undefined) return `${fmtShape(grad.shape)} ${grad.dtype}`;
-  return `‖${fmtNum(grad.norm)}‖ ${fmtShape(grad.shape)}`;
-}
-
-export function fmtValues(values) {
-  if (Array.isArray(values)) return `[${values.map(fmtValues).join(", ")}]`;
-  return fmtNum(values);
+  return `‖${fmtNumber(grad.norm)}‖ ${fmtShape(grad.shape)}`;
 }
 
 /** Elementwise a - b over nested lists (null when shapes differ or values are absent). */
@@ -92,7 +77,8 @@ export function accText(old, total) {
   const tv = total.values ?? null;
   const ov = old.values ?? null;
   const d = tv !== null && ov !== null ? subValues(tv, ov) : null;
-  const delta = d !== null && numel(total.shape) <= 6 ? fmtValues(d) : `… (‖${fmtNum(total.norm)}‖ now)`;
+  // the difference of two recorded tensors: printed in the modes torch would pick for it
+  const delta = d !== null && numel(total.shape) <= 6 ? fmtValues(d, total.dtype) : `… (‖${fmtNumber(total.norm)}‖ now)`;
   return `= ${fmtGrad(old)} + ${delta}`;
 }
 

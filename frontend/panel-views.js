@@ -2,7 +2,7 @@
 // for the inspector the selected node). No DOM here, so `node --test` checks it; frontend/panels.js
 // draws it, keyed by the ids these views carry (tensor name, fact label, saved slot name).
 
-import { fmtBytes, fmtGrad, fmtShape, fmtValues, nodeStatus } from "./model.js";
+import { fmtBytes, fmtGrad, fmtNumber, fmtShape, gradValues, nodeStatus } from "./model.js";
 
 /** Stable keys for items that may repeat a name: "x", then "x#2", "x#3"… */
 function keyed(items, nameOf) {
@@ -47,8 +47,8 @@ function gradView(name, grad) {
     name,
     none: false,
     meta: ` ${fmtShape(grad.shape)} ${grad.dtype}${grad.has_grad_fn ? " · has grad_fn" : ""}`,
-    values: grad.values !== null && grad.values !== undefined ? fmtValues(grad.values) : "(values not recorded: more than 64 elements)",
-    norm: `norm ${grad.norm === null || grad.norm === undefined ? "—" : grad.norm}`,
+    values: grad.values !== null && grad.values !== undefined ? gradValues(grad) : "(values not recorded: more than 64 elements)",
+    norm: `norm ${grad.norm === null || grad.norm === undefined ? "—" : fmtNumber(grad.norm)}`,
   };
 }
 

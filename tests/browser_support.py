@@ -22,11 +22,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from decimal import ROUND_HALF_UP, Decimal, localcontext
 from pathlib import Path
 
 import httpx
 import pytest
+from gradstep.printing import fmt_number, fmt_values
 
 CHROMIUM = os.environ.get("GRADSTEP_CHROMIUM", "/usr/bin/chromium")
 LAUNCH_ARGS = [
@@ -244,44 +244,16 @@ class Page:
 # ---------------------------------------------------------------- the texts the page must show
 
 
-def fmt_num(v) -> str:
-    """frontend/model.js fmtNum: 3 significant digits, halves away from zero (as JS toFixed)."""
-    if v is None:
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if v == 0:
-        return "0"
-    e = math.floor(math.log10(abs(v)))
-    sign = "-" if v < 0 else ""
-    d = Decimal(abs(v))
-    with localcontext() as ctx:
-        ctx.rounding = ROUND_HALF_UP
-        if e < -3 or e >= 5:
-            mantissa, exp = f"{d:.2e}".split("e")
-            return f"{sign}{_strip(mantissa)}e{int(exp)}"
-        s = str(d.quantize(Decimal(1).scaleb(-max(0, 2 - e))))
-    return sign + _strip(s)
-
-
-def _strip(s: str) -> str:
-    return s.rstrip("0").rstrip(".") if "." in s else s
-
-
-def fmt_values(values) -> str:
-    if isinstance(values, list):
-        return "[" + ", ".join(fmt_values(v) for v in values) + "]"
-    return fmt_num(values)
-
-
 def fmt_grad(grad) -> str:
+    """frontend/model.js fmtGrad, numbers printed by gradstep.printing (the twin of printing.js,
+    both checked against torch by tests/test_printing.py)."""
     if not grad:
         return "None"
     shape = grad["shape"]
     numel = math.prod(shape)
     shape_text = "×".join(map(str, shape)) if shape else "scalar"
     if grad.get("values") is not None and numel <= 6:
-        return fmt_values(grad["values"])
+        return fmt_values(grad["values"], grad.get("dtype"), grad.get("format"))
     if grad.get("norm") is None:
         return f"{shape_text} {grad['dtype']}"
-    return f"‖{fmt_num(grad['norm'])}‖ {shape_text}"
+    return f"‖{fmt_number(grad['norm'])}‖ {shape_text}"

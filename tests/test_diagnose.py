@@ -15,9 +15,10 @@ import pytest
 import torch
 from gradstep.diagnose import MAX_FIX_RUNS, diagnose, find, run_locally
 from gradstep.diagnose.source import moved_line
-from gradstep.narrate import fmt_bytes, fmt_number
+from gradstep.narrate import fmt_bytes
 from gradstep.schema import Diagnosis
 from gradstep.tracer import record
+from torch_print import printed_number
 from truth import run_plain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -446,7 +447,7 @@ def test_zero_grad_fires_as_a_warning_with_the_growth_plain_torch_shows(variant:
     assert d["severity"] == "warning"
     plain = run_plain(code)
     growths = [
-        " → ".join(fmt_number(round(float(c.grads[names].norm()), 4)) for c in plain.calls)
+        " → ".join(printed_number(c.grads[names].norm()) for c in plain.calls)
         for names in plain.calls[0].grads
     ]
     assert any(g in d["message"] for g in growths), (growths, d["message"])

@@ -1,10 +1,12 @@
 """Gradient records (gradstep.tracer.grads) against plain torch and the documented rounding rule.
 
-docs/trace-format.md: a norm is rounded to 6 significant digits; values are rounded to 6
-significant digits of the tensor's largest finite element; non-finite values stay as they are;
-the norm is null when not finite or not a dense float tensor. Expected numbers come from torch
-on the same tensors. Records are built in batches (same-shape gradients stacked, one array for
-all numbers), so each test also checks a record does not depend on the batch it came in.
+docs/trace-format.md: values are rounded to exactly the digits torch prints them with (each
+tensor in the mode torch picks for it, fixed mode widened to 4 significant digits of each value's
+own; tests/torch_print.py asks torch), with that mode in ``format``; non-finite values are the
+strings torch prints; a norm keeps 9 significant digits and at least 4 decimals, and is null when
+not finite or not a dense float or complex tensor. Expected numbers come from torch on the same
+tensors. Records are built in batches (same-shape gradients stacked, one array for all numbers),
+so each test also checks a record does not depend on the batch it came in.
 """
 
 from __future__ import annotations
@@ -15,13 +17,16 @@ from typing import Any
 import pytest
 import torch
 from gradstep.tracer import Limits, record
-from gradstep.tracer.grads import STACK_MAX, GradRecords
+from gradstep.tracer.grads import NORM_DIGITS, STACK_MAX, GradRecords
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from torch._tensor_str import _Formatter
+from torch_print import printed
 
-DIGITS = 6  # significant digits, as docs/trace-format.md says
 MAX_VALUES = Limits().max_values
 HALVES = (torch.float16, torch.bfloat16)
+NON_FINITE = ("nan", "inf", "-inf")
+EXACT_POWERS = 22  # beyond 1e22 (and below 1e-22) powers of ten are not exact: values stay as they are
 
 
 def _records(tensors: list[torch.Tensor | None], max_values: int = MAX_VALUES) -> list[dict | None]:
@@ -32,19 +37,32 @@ def _alone(t: torch.Tensor, max_values: int = MAX_VALUES) -> dict:
     return _records([t], max_values)[0]
 
 
-def _rule_broken(got: Any, exact: float, scale: float) -> str | None:
-    """Why ``got`` is not ``exact`` rounded to DIGITS significant digits of ``scale`` (None if it is)."""
-    if not math.isfinite(exact):
-        same = math.isnan(got) if math.isnan(exact) else got == exact
-        return None if same else f"{got} for non-finite {exact}"
-    if scale == 0.0:
-        return None if got == exact else f"{got} != {exact} (all zero)"
-    unit = 10.0 ** (math.floor(math.log10(scale)) - (DIGITS - 1))
-    if abs(got - exact) > unit / 2 * (1 + 1e-9):
+def _norm_rule_broken(got: float, exact: float) -> str | None:
+    """Why ``got`` is not ``exact`` rounded to NORM_DIGITS significant digits, or 4 decimals when
+    that keeps more (None if it is)."""
+    if exact == 0.0:
+        return None if got == exact else f"{got} != {exact}"
+    unit = min(10.0 ** (math.floor(math.log10(abs(exact))) - (NORM_DIGITS - 1)), 1e-4)
+    if abs(got - exact) > unit / 2 * (1 + 1e-6):  # (the difference itself is off by an ulp of got)
         return f"{got} is more than half of {unit} from {exact}"
-    if 1e-22 <= unit <= 1e22 and abs(got / unit - round(got / unit)) > 1e-6:
-        return f"{got} has more digits than {unit}"  # (beyond exact powers of ten values stay as they are)
+    places = -round(math.log10(unit))
+    if places <= EXACT_POWERS and round(got, places) != got:  # round() is correctly rounded
+        return f"{got} has more digits than {unit}"
     return None
+
+
+def _value_rule_broken(got: Any, exact: float, text: str) -> str | None:
+    """Why ``got`` is not the value torch prints as ``text`` (None if it is)."""
+    if text in NON_FINITE:
+        return None if got == text else f"{got!r} for {text}"
+    if not isinstance(got, float):
+        return f"{got!r} for {text}"
+    if got == float(text) and math.copysign(1, got) == math.copysign(1, float(text)):
+        return None
+    digits = len(text.split("e")[0].split(".")[-1]) - (int(text.split("e")[1]) if "e" in text else 0)
+    if abs(digits) > EXACT_POWERS and got == exact:
+        return None
+    return f"{got!r} is not {text} (torch's print of {exact!r})"
 
 
 def _flat(values: Any) -> list:
@@ -53,6 +71,11 @@ def _flat(values: Any) -> list:
 
 def _nesting(values: Any) -> Any:
     return [_nesting(v) for v in values] if isinstance(values, list) else None
+
+
+def _mode(t: torch.Tensor) -> str:
+    f = _Formatter(t.reshape(-1))
+    return "sci" if f.sci_mode else "int" if f.int_mode else "fixed"
 
 
 def _mismatch(t: torch.Tensor, rec: dict | None) -> str | None:
@@ -71,17 +94,17 @@ def _mismatch(t: torch.Tensor, rec: dict | None) -> str | None:
             return f"norm {rec['norm']} for a non-finite norm"
     elif rec["norm"] is None:
         return f"no norm for {norm}"
-    elif bad := _rule_broken(rec["norm"], norm, norm):
+    elif bad := _norm_rule_broken(rec["norm"], norm):
         return f"norm: {bad}"
     if t.numel() > MAX_VALUES:
-        return None if "values" not in rec else "values of a big tensor"
+        return None if "values" not in rec and "format" not in rec else "values of a big tensor"
     exact = t.double()
     if _nesting(rec["values"]) != _nesting(exact.tolist()):
         return "values nested unlike tensor.tolist()"
-    finite = exact[exact.isfinite()].abs()
-    scale = float(finite.max()) if finite.numel() else 0.0
-    for got, e in zip(_flat(rec["values"]), exact.reshape(-1).tolist(), strict=True):
-        if bad := _rule_broken(got, e, scale):
+    if t.numel() and rec["format"] != [_mode(t)]:
+        return f"format {rec['format']}, torch prints it {_mode(t)}"
+    for got, e, text in zip(_flat(rec["values"]), exact.reshape(-1).tolist(), printed(t), strict=True):
+        if bad := _value_rule_broken(got, e, text):
             return f"value: {bad}"
     return None
 
@@ -89,30 +112,41 @@ def _mismatch(t: torch.Tensor, rec: dict | None) -> str | None:
 # ------------------------------------------------------------------ the documented rule
 
 
-def test_values_round_to_six_digits_of_the_largest_element_as_documented():
-    t = torch.tensor([3.14159265, 0.000123456789, 1e-9], dtype=torch.float64)
-    assert _alone(t)["values"] == [3.14159, 0.00012, 0.0]
+def test_values_keep_the_digits_torch_prints_of_each_value():
+    t = torch.tensor([0.016021, 0.0012345, 1.09, 3209.9])
+    got = _alone(t)
+    assert got["format"] == ["sci"]
+    assert got["values"] == [float(text) for text in printed(t)]
 
 
-def test_norm_rounds_to_six_significant_digits_of_its_own():
+def test_norm_keeps_nine_significant_digits_of_its_own():
     t = torch.tensor([3.0, 4.0e-3, 1.23456789e-1], dtype=torch.float64)
     norm = float(torch.linalg.vector_norm(t))
-    assert _rule_broken(_alone(t)["norm"], norm, norm) is None
+    assert _norm_rule_broken(_alone(t)["norm"], norm) is None
+    assert _alone(t)["norm"] != round(norm, 4)
 
 
-def test_non_finite_values_stay_and_the_rest_round_to_the_largest_finite_one():
+def test_a_float32_norm_is_that_float32():
+    torch.manual_seed(7)
+    for t in (torch.randn(5) * 1e5, torch.randn(3) * 1e-6, torch.randn(9)):
+        norm = torch.linalg.vector_norm(t)
+        assert torch.tensor(_alone(t)["norm"], dtype=torch.float32) == norm
+
+
+def test_non_finite_values_are_torchs_words_and_the_rest_round_as_printed():
     t = torch.tensor(
         [float("inf"), 3.14159265, float("nan"), 0.000123456789, float("-inf")], dtype=torch.float64
     )
     got = _alone(t)
-    assert got["values"][0] == math.inf and got["values"][4] == -math.inf and math.isnan(got["values"][2])
-    assert [got["values"][1], got["values"][3]] == [3.14159, 0.00012]
+    assert _mismatch(t, got) is None
+    assert [v for v in got["values"] if isinstance(v, str)] == [s for s in printed(t) if s in NON_FINITE]
     assert got["norm"] is None  # torch: inf
 
 
 def test_an_all_nan_grad_keeps_its_nans_and_has_no_norm():
-    got = _alone(torch.full((4,), float("nan")))
-    assert all(math.isnan(v) for v in got["values"])
+    t = torch.full((4,), float("nan"))
+    got = _alone(t)
+    assert got["values"] == printed(t)
     assert got["norm"] is None
 
 
@@ -212,14 +246,31 @@ def test_empty_grads_next_to_others_get_empty_values():
 
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
-def test_sparse_and_complex_grads_have_no_norm_and_no_values():
-    tensors = [
-        torch.eye(3).to_sparse(),
-        torch.ones(2, dtype=torch.complex64),
-        torch.ones(2, 2).to_sparse_csr(),
-    ]
+def test_sparse_grads_have_no_norm_and_no_values():
+    tensors = [torch.eye(3).to_sparse(), torch.ones(2, 2).to_sparse_csr()]
     for rec in _records(tensors):
         assert rec["norm"] is None and "values" not in rec
+
+
+def _pairs(real: Any, imag: Any) -> Any:
+    if isinstance(real, list):
+        return [_pairs(a, b) for a, b in zip(real, imag, strict=True)]
+    return [real, imag]
+
+
+def test_complex_grads_carry_re_im_pairs_with_a_mode_for_each_part():
+    torch.manual_seed(6)
+    z = torch.complex(torch.randn(2, 3), torch.randn(2, 3) * 1e-5)
+    tensors = [z, torch.tensor(1.5 - 2j, dtype=torch.complex128), torch.randn(3) + 0j, torch.randn(70) * 1j]
+    for t, rec in zip(tensors, _records(tensors), strict=True):
+        assert _norm_rule_broken(rec["norm"], float(torch.linalg.vector_norm(t))) is None
+        if t.numel() > MAX_VALUES:
+            assert "values" not in rec
+            continue
+        real, imag = t.real.contiguous(), t.imag.contiguous()
+        assert rec["format"] == [_mode(real), _mode(imag)]
+        # each part rounded as a real tensor of its own is
+        assert rec["values"] == _pairs(_alone(real)["values"], _alone(imag)["values"])
 
 
 def test_meta_grads_have_no_norm_and_no_values():

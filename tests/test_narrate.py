@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from gradstep.narrate import fmt_bytes, fmt_grad, fmt_number, narrate
+from gradstep.narrate import fmt_bytes, fmt_grad, narrate
 from gradstep.schema import Trace
-from gradstep.tracer import record
+from gradstep.tracer import Limits, record
+from gradstep.tracer.grads import GradRecords
+from torch_print import printed_number, torch_elements
 from truth import run_plain
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +81,7 @@ def test_grad_values_link_to_their_tensor():
         step["explanation"][link["start"] : link["end"]] for link in step["links"] if link["tensor"] == "x"
     }
     for call in plain.calls:
-        assert fmt_number(call.grads[frozenset({"x"})].item()) in spans
+        assert printed_number(call.grads[frozenset({"x"})]) in spans
 
 
 def test_forward_step_names_each_node_its_line_built():
@@ -122,17 +124,16 @@ def test_accumulation_gives_old_and_new_grad_as_plain_torch_computes_them():
     plain = run_plain(code)
     first, second = (c.grads[frozenset({"x"})] for c in plain.calls)
     step = _calls(_trace(code))[1]
-    assert (
-        f"x.grad went from {fmt_number(first.item())} to {fmt_number(second.item())}" in step["explanation"]
-    )
+    assert f"x.grad went from {printed_number(first)} to {printed_number(second)}" in step["explanation"]
     assert "accumulates" in step["explanation"]
 
 
 def test_first_grad_is_said_to_be_written_with_its_plain_torch_value():
     code = (ROOT / "snippets" / "backward_twice_fails.py").read_text()
     plain = run_plain(code)
-    value = plain.calls[0].grads[frozenset({"x"})].item()
-    assert f"x.grad was None and is now {fmt_number(value)}" in _calls(_trace(code))[0]["explanation"]
+    value = plain.calls[0].grads[frozenset({"x"})]
+    said = f"x.grad was None; the call wrote {printed_number(value)} into it."
+    assert said in _calls(_trace(code))[0]["explanation"]
 
 
 def test_release_names_the_nodes_freed_by_the_call_and_the_bytes_before_and_after():
@@ -201,15 +202,14 @@ def test_autograd_grad_reports_what_it_returned_as_plain_torch_does():
     code = "import torch\nx = torch.tensor(3.0, requires_grad=True)\n(g,) = torch.autograd.grad(x**2, x)\n"
     plain = run_plain(code)
     step = _calls(_trace(code))[0]
-    assert f"returned {fmt_number(plain.calls[0].returned[0].item())} for x" in step["explanation"]
+    assert f"returned {printed_number(plain.calls[0].returned[0])} for x" in step["explanation"]
 
 
-def test_grad_formatting_shows_values_of_small_grads_and_the_norm_of_large_ones():
-    small = {"shape": [2], "dtype": "float32", "values": [1.0, 2.5], "norm": 2.69, "has_grad_fn": False}
-    norm = float(torch.ones(10).norm())
-    large = {"shape": [10], "dtype": "float32", "values": [1.0] * 10, "norm": norm, "has_grad_fn": False}
-    assert fmt_grad(small) == "[1, 2.5]"
-    assert fmt_number(norm) in fmt_grad(large) and "10" in fmt_grad(large)
+def test_grad_formatting_shows_values_of_small_grads_as_torch_prints_them_and_the_norm_of_large_ones():
+    small, large = torch.tensor([1.0, 2.5]), torch.ones(10) * 1.5
+    records = GradRecords(Limits().max_values).records([small, large])
+    assert fmt_grad(records[0]) == "[" + ", ".join(torch_elements(small)) + "]"
+    assert f"norm {printed_number(large.norm())}" in fmt_grad(records[1]) and "10" in fmt_grad(records[1])
 
 
 def test_narration_failure_keeps_the_trace_and_says_why():

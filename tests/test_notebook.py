@@ -79,7 +79,7 @@ def test_trace_returns_a_typed_trace_whose_grads_match_plain_torch():
     want = plain_grads()
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
-        # values are rounded relative to the tensor's largest element
+        # values are rounded to the digits torch prints: at least 4 significant digits of their own
         assert g == pytest.approx(w, rel=1e-3, abs=1e-3 * max(map(abs, w)))
 
 

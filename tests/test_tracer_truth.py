@@ -36,10 +36,6 @@ def _gap(reason: str, *tests: str) -> Gap:
 
 
 KNOWN_GAPS: dict[str, Gap] = {
-    "cases/complex_leaf": _gap(
-        "a complex gradient is recorded with neither values nor a norm",
-        "test_grads_after_each_call_match_torch",
-    ),
     "cases/sparse_coo": _gap(
         "a sparse gradient is recorded with neither values nor a norm",
         "test_grads_after_each_call_match_torch",

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch_print import printed
 
 SNIPPET = "<snippet>"
 FREED_MARK = "Trying to backward through the graph a second time"
@@ -363,6 +364,7 @@ def seq_used_bare(code: str, seed: int | None = 0) -> int:
 
 CALL_KINDS = ("backward", "grad")
 RTOL, ATOL = 1e-5, 1e-6
+NON_FINITE = ("nan", "inf", "-inf")  # how a trace writes them
 
 
 def call_steps(trace: dict) -> list[dict]:
@@ -420,10 +422,29 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL)
 
 
-def _numeric(values: Any) -> bool:
-    if isinstance(values, list):
-        return all(_numeric(v) for v in values)
-    return isinstance(values, (int, float)) and not isinstance(values, bool)
+def _flat(values: Any) -> list:
+    return [x for v in values for x in _flat(v)] if isinstance(values, list) else [values]
+
+
+def _last_digit(text: str) -> float:
+    """Place value of the last digit of a number as torch prints it: 1e-06 for 1.6021e-02."""
+    mantissa, _, exponent = text.partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    return 10.0 ** (int(exponent or 0) - decimals)
+
+
+def _printed_mismatch(got: list, exact: torch.Tensor) -> str | None:
+    """Each recorded value is the expected one as torch prints it (to half a unit of its last printed
+    digit, plus float noise: the traced run need not be bit for bit the plain one)."""
+    for g, e, text in zip(got, exact.reshape(-1).tolist(), printed(exact), strict=True):
+        if text in NON_FINITE:
+            if g != text:
+                return f"{g!r} where torch prints {text}"
+        elif not isinstance(g, int | float) or isinstance(g, bool):
+            return f"{g!r} where torch prints {text}"
+        elif abs(g - e) > _last_digit(text) / 2 * (1 + 1e-6) + RTOL * abs(e):
+            return f"{g!r} where torch prints {text}"
+    return None
 
 
 def grad_mismatch(expected: torch.Tensor | None, got: dict | None, has_fn: bool | None = None) -> str | None:
@@ -437,16 +458,14 @@ def grad_mismatch(expected: torch.Tensor | None, got: dict | None, has_fn: bool 
     values = got.get("values")
     if expected.layout != torch.strided:  # sparse: its numbers are the dense tensor's
         expected = expected.to_dense()
-    # complex: the trace's values are real numbers, so its norm is what says the gradient
-    exp = expected.cdouble() if expected.is_complex() else expected.double()
-    if values is not None and _numeric(values) and not expected.is_complex():
-        t = torch.tensor(values, dtype=torch.float64).reshape(expected.shape)
-        # the trace rounds values relative to the tensor's largest element: scale atol alike
-        finite = exp[torch.isfinite(exp)]
-        scale = float(finite.abs().max()) if finite.numel() else 0.0
-        if not torch.allclose(t, exp, rtol=RTOL, atol=max(ATOL, RTOL * scale), equal_nan=True):
-            return f"values {values} != {expected.tolist()}"
-        return None
+    exp = expected.detach().resolve_conj()
+    if values is not None:
+        flat = _flat(values)
+        if exp.is_complex():  # [re, im] pairs: each part as torch prints it
+            bad = _printed_mismatch(flat[0::2], exp.real) or _printed_mismatch(flat[1::2], exp.imag)
+        else:
+            bad = _printed_mismatch(flat, exp)
+        return f"values {values} != {expected.tolist()}: {bad}" if bad else None
     norm = float(exp.norm())
     if got["norm"] is None or not _close(float(got["norm"]), norm):
         return f"norm {got['norm']} != {norm}"

@@ -18,6 +18,8 @@ import math
 from collections import Counter
 from typing import Any
 
+from gradstep.printing import fmt_number, fmt_values
+
 MAX_LISTED = 6  # nodes or tensors named one by one before the rest is summarised
 MAX_VALUES = 4  # gradients with at most this many elements are shown by value
 
@@ -58,18 +60,6 @@ class _Text:
         return "".join(self.parts).rstrip()
 
 
-def fmt_number(v: Any) -> str:
-    if v is None:
-        return "nan"
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v)
-    if math.isnan(v) or math.isinf(v):
-        return str(v)
-    if v == int(v) and abs(v) < 1e6:
-        return str(int(v))
-    return f"{v:.4g}"
-
-
 def fmt_bytes(n: int) -> str:
     if n < 1024:
         return f"{n} B"
@@ -89,15 +79,14 @@ def flat_values(values: Any) -> list:
 
 
 def fmt_grad(grad: dict | None) -> str:
-    """A gradient as a reader wants it: its value when small, else its shape and norm."""
+    """A gradient as a reader wants it: its values as torch prints them when small, else its shape
+    and norm."""
     if grad is None:
         return "None"
     values = grad.get("values")
     shape = grad.get("shape") or []
     if values is not None and math.prod(shape) <= MAX_VALUES:
-        if not shape:
-            return fmt_number(values)
-        return "[" + ", ".join(fmt_number(v) for v in flat_values(values)) + "]"
+        return fmt_values(values, grad.get("dtype"), grad.get("format"))
     norm = grad.get("norm")
     size = "×".join(str(s) for s in shape) or "scalar"
     return f"a {size} tensor of norm {fmt_number(norm)}" if norm is not None else f"a {size} tensor"
@@ -470,13 +459,13 @@ class _Narrator:
         for name, old, grad in changed[:MAX_LISTED]:
             t.sentence_break()
             t.tensor(name, f"{name}.grad")
-            if old is None:  # the numbers link to their tensor too
-                t.add(" was None and is now ").tensor(name, fmt_grad(grad)).add(".")
+            if old is None:  # the numbers link to their tensor too; torch's 448. must not end a sentence
+                t.add(" was None; the call wrote ").tensor(name, fmt_grad(grad)).add(" into it.")
             elif grad is None:
                 t.add(" was reset to None.")
             else:
                 t.add(" went from ").tensor(name, fmt_grad(old)).add(" to ").tensor(name, fmt_grad(grad))
-                t.add(": it accumulates (old + new).")
+                t.add(" (it accumulates: old + new).")
         if len(changed) > MAX_LISTED:
             t.sentence_break()
             t.add(f"{len(changed) - MAX_LISTED} more .grad changed.")

@@ -17,7 +17,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-VERSION = 2  # 2: Step.explanation, Step.links, Trace.diagnoses (additive: v1 readers ignore them)
+# 2: Step.explanation, Step.links, Trace.diagnoses (additive: v1 readers ignore them).
+# 3: Grad.values rounded to the digits torch prints (per value, no longer relative to the largest),
+#    with Grad.format (torch's print mode); non-finite values as "nan"/"inf"/"-inf"; complex
+#    gradients carry [re, im] pairs and a norm; norms keep 9 significant digits.
+VERSION = 3
 
 Status = Literal["ok", "error", "timeout", "limit", "crashed"]
 StepKind = Literal["forward", "backward", "grad"]
@@ -130,11 +134,22 @@ class Grad(_Model):
     dtype: str
     values: Any = Field(
         None,
-        description="Nested lists of the values (6 significant digits relative to the largest); absent when "
-        "the tensor has more than 64 elements or is not a dense float tensor. Non-finite values are null.",
+        description="Nested lists of the values (a bare value for shape []), each rounded to exactly the digits "
+        "torch prints it with in the mode of `format` (sci: 5 significant digits; int: as it is; fixed: 4 "
+        "decimals, more below 0.1 to keep 4 significant digits of its own); non-finite values are the strings "
+        '"nan", "inf", "-inf". A complex value is a pair [re, im]. Absent when the tensor has more than 64 '
+        "elements or is not a dense float or complex tensor.",
+    )
+    format: list[Literal["int", "fixed", "sci"]] = Field(
+        default_factory=list,
+        description="How torch prints `values`, decided over the whole tensor as torch._tensor_str does: one "
+        "mode, or two for a complex dtype (real parts, imaginary parts). Given with `values`.",
     )
     has_grad_fn: bool = Field(description="The grad itself has a grad_fn (create_graph=True).")
-    norm: float | None = Field(description="L2 norm (null when not finite or not a float tensor).")
+    norm: float | None = Field(
+        description="L2 norm, to 9 significant digits (and at least 4 decimals); null when not finite or not a "
+        "dense float or complex tensor."
+    )
 
 
 class TensorState(_Model):

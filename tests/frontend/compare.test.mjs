@@ -4,6 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { compareTraces } from "../../frontend/align.js";
 import { describeDiff } from "../../frontend/compare.js";
+import { fmtNumber } from "../../frontend/printing.js";
 
 const grad = (v) => ({ shape: [], dtype: "float32", has_grad_fn: false, norm: Math.abs(v), values: v });
 const x = (g) => ({ name: "x", shape: [], is_leaf: true, node: 1, ...(g === undefined ? {} : { grad: grad(g) }) });
@@ -47,7 +48,7 @@ test("an error in one run and a differing grad are both listed, the error first"
   const s = sentences(2);
   assert.deepEqual(s.map((x) => x.kind), ["error", "grad", "failed"]);
   assert.equal(s[0].text, `Only the original fails here: RuntimeError: ${ERROR.message}`);
-  assert.equal(s[1].text, "x.grad: 6 in the original, 12 in the fix.");
+  assert.equal(s[1].text, `x.grad: ${fmtNumber(6)} in the original, ${fmtNumber(12)} in the fix.`);
 });
 
 test("a long torch message is cut in the list", () => {

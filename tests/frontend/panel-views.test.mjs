@@ -3,6 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { buildModel } from "../../frontend/model.js";
+import { fmtNumber } from "../../frontend/printing.js";
 import { chartLabel, inspectorView, outputView, tensorsView } from "../../frontend/panel-views.js";
 import { X7 as BASE } from "./fixtures.mjs";
 
@@ -20,8 +21,8 @@ test("tensors view: a grad is written by the first backward and accumulated by t
   const m = buildModel(X7);
   const at = (i) => tensorsView(m, i).rows.map((r) => [r.key, r.grad, r.what]);
   assert.deepEqual(at(0), [["x", "None", ""]]);
-  assert.deepEqual(at(1), [["x", "448", "written"]]);
-  assert.deepEqual(at(2), [["x", "896", "accumulated"]]);
+  assert.deepEqual(at(1), [["x", fmtNumber(448), "written"]]);
+  assert.deepEqual(at(2), [["x", fmtNumber(896), "accumulated"]]);
 });
 
 test("tensors view: rows past the limit are left out, the total is kept", () => {
@@ -58,8 +59,8 @@ test("inspector: a leaf's Gradient section follows its .grad", () => {
   const m = buildModel(X7);
   assert.deepEqual(inspectorView(m, 0, 1).grads.map((g) => [g.key, g.none]), [["x", true]]);
   const g = inspectorView(m, 2, 1).grads[0];
-  assert.equal(g.values, "896");
-  assert.equal(g.norm, "norm 896");
+  assert.equal(g.values, fmtNumber(896));
+  assert.equal(g.norm, `norm ${fmtNumber(896)}`);
   assert.equal(inspectorView(m, 2, 1).savedNone, "AccumulateGrad saves nothing: nothing to free.");
 });
 

@@ -15,7 +15,7 @@ from gradstep.diagnose import facts
 from gradstep.diagnose.calls import autograd_calls_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.source import Source, call_name, moved_line
-from gradstep.narrate import fmt_number
+from gradstep.printing import fmt_number
 
 KIND = "grad_accumulates_without_zero_grad"
 _SCOPES = (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -63,7 +63,7 @@ def _steppers(scope: ast.AST) -> list[str]:
 def _growth_text(norms: list[float]) -> str:
     shown = norms[:6]
     more = " → …" if len(norms) > len(shown) else ""
-    return " → ".join(fmt_number(round(n, 4)) for n in shown) + more
+    return " → ".join(fmt_number(n) for n in shown) + more
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:

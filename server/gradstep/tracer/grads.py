@@ -9,6 +9,12 @@ gradients): gradients of one shape and dtype are stacked, and their norms are on
 row-wise ``vector_norm`` (the same kernel, so the same bits, as each tensor's own
 norm); the norms and the values then go through one float64 array, rounded in one
 pass of numpy ops (less overhead per call than torch's, and the same IEEE arithmetic).
+
+Values are rounded to exactly the digits torch prints (gradstep.printing has the rule): each
+tensor's print mode (sci, int, fixed) is decided on its unrounded values, as torch does, and
+recorded with them. Norms keep 9 significant digits, and at least the 4 decimals torch prints:
+every float32 stays itself, so the reader prints a norm as torch prints that float32 (an integer
+only if it is one).
 """
 
 from __future__ import annotations
@@ -20,15 +26,30 @@ from typing import Any
 import numpy as np
 import torch
 
+from gradstep.printing import DECIMALS, OWN_DIGITS
 from gradstep.tracer.graph import dtype_name
 
-SIGNIFICANT = 6  # digits kept for values and norms (float32 carries ~7)
+NORM_DIGITS = 9  # significant digits of a norm: enough to tell every float32 apart
 STACK_MAX = 4096  # elements: stacking bigger tensors copies more than it saves in dispatch
 _FLOATS = frozenset((torch.float16, torch.bfloat16, torch.float32, torch.float64))
+_COMPLEX = frozenset((torch.complex64, torch.complex128))
 _HALVES = (torch.float16, torch.bfloat16)  # normed in float32
 _STRIDED = torch.strided
 _NO_VALUES = object()
+_MODES = ("int", "fixed", "sci")  # torch's print modes, by code
+_FORMATS = (["int"], ["fixed"], ["sci"])  # a real tensor's Grad.format, shared (records are read-only)
+_INT, _FIXED, _SCI = 0, 1, 2
+_NON_FINITE = {math.inf: "inf", -math.inf: "-inf"}  # and NaN: "nan" (as torch prints them)
 _MAX_EXACT = 22  # powers of ten up to 1e22 are exact doubles
+_FAR = 1000  # decimal places beyond any double's
+# Decimal places by mode code: max(lower, upper - exponent). int: none to round (kept: 0 places);
+# fixed: DECIMALS, or OWN_DIGITS significant digits when that is more; sci: DECIMALS after the first.
+_LOWER = np.array([0, DECIMALS, -_FAR])
+_UPPER = np.array([-_FAR, OWN_DIGITS - 1, DECIMALS])
+# By biased binary exponent b (m in [2**(b-1023), 2**(b-1022))): floor(log10(m)) is _GUESS[b], or
+# one more when m >= _NEXT_POWER[b] (a power of ten correctly rounded, as float() parses it).
+_GUESS = np.floor((np.arange(2048) - 1023) * math.log10(2)).astype(np.int64)
+_NEXT_POWER = np.array([float(f"1e{g + 1}") for g in _GUESS.tolist()])
 # By decimal places p in -22..22: 10**p where p >= 0 (multiply, then divide back), 10**-p below.
 _MUL = np.array([1.0] * _MAX_EXACT + [float(10**p) for p in range(_MAX_EXACT + 1)])
 _DIV = np.array([float(10**-p) for p in range(-_MAX_EXACT, 0)] + [1.0] * (_MAX_EXACT + 1))
@@ -67,7 +88,7 @@ class GradRecords:
                 "norm": norm,
             }
             if v is not _NO_VALUES:
-                rec["values"] = v
+                rec["values"], rec["format"] = v
             out[i] = rec
             cache[id(t)] = (weakref.ref(t), t._version, rec)
         return out
@@ -76,7 +97,8 @@ class GradRecords:
 def _numbers(
     tensors: list[torch.Tensor], shapes: list[torch.Size], dtypes: list[torch.dtype], max_values: int
 ) -> tuple[list[float | None], list[Any]]:
-    """The rounded norm (None if not finite or not a dense float tensor) and values of each tensor."""
+    """The rounded norm (None if not finite or not a dense float or complex tensor) of each tensor,
+    and its values with their print modes (``(values, modes)``, or _NO_VALUES)."""
     count = len(tensors)
     norms: list[float | None] = [None] * count
     values: list[Any] = [_NO_VALUES] * count
@@ -84,7 +106,9 @@ def _numbers(
     alone: list[int] = []  # positions normed one by one
     elsewhere = False  # some are on another device than the CPU (a GPU)
     for k, (t, dtype) in enumerate(zip(tensors, dtypes, strict=True)):
-        if dtype in _FLOATS and t.layout is _STRIDED:
+        if t.layout is not _STRIDED:
+            continue
+        if dtype in _FLOATS:
             if t.is_cpu:
                 if t.is_contiguous():
                     stacks.setdefault((shapes[k], dtype), []).append(k)
@@ -93,6 +117,9 @@ def _numbers(
             elif not t.is_meta:  # a meta tensor has no numbers
                 alone.append(k)
                 elsewhere = True
+        elif dtype in _COMPLEX and not t.is_meta:  # rare: one by one
+            alone.append(k)
+            elsewhere = elsewhere or not t.is_cpu
     # A stack of one is an op more; a stack of big tensors, a copy that costs more than their dispatch.
     for key in [key for key, ks in stacks.items() if len(ks) == 1 or key[0].numel() > STACK_MAX]:
         alone += stacks.pop(key)
@@ -102,7 +129,8 @@ def _numbers(
     normed: list[int] = []  # positions, in the order of their norms in `parts`
     parts: list[torch.Tensor] = []  # norms first, then values
     shown: list[int] = []  # positions, in the order of their values in `parts`
-    sizes: list[int] = []  # numbers of elements along `shown`
+    sizes: list[int] = []  # numbers of elements of each run of values (a complex tensor has two)
+    paired: set[int] = set()  # positions of complex tensors among `shown`
     value_parts: list[torch.Tensor] = []
     for (shape, dtype), ks in stacks.items():
         numel = shape.numel()
@@ -121,69 +149,122 @@ def _numbers(
         for k, t in zip(alone, lone, strict=True):
             numel = t.numel()
             if numel <= max_values:
-                value_parts.append(t.reshape(-1).cpu())
+                row = t.reshape(-1).cpu()
+                if row.is_complex():  # real parts, then imaginary parts: each prints in its own mode
+                    row = row.resolve_conj()
+                    value_parts += [row.real, row.imag]
+                    sizes += [numel, numel]
+                    paired.add(k)
+                else:
+                    value_parts.append(row)
+                    sizes.append(numel)
                 shown.append(k)
-                sizes.append(numel)
     singles = len(normed)
     # One float64 array; every float dtype converts to float64 exactly.
     flat = torch.empty(singles + sum(sizes), dtype=torch.float64)
     torch.cat(parts + value_parts, out=flat)
-    rounded, finite = _round(flat.numpy(), singles, np.array(sizes, dtype=np.int64))
-    rounded = rounded.tolist()
+    rounded, codes, finite, values_finite = _round(flat.numpy(), singles, np.array(sizes, dtype=np.int64))
+    numbers = rounded.tolist()
 
     if finite:
-        for k, v in zip(normed, rounded, strict=False):
+        for k, v in zip(normed, numbers, strict=False):
             norms[k] = v
     else:
-        for k, v in zip(normed, rounded, strict=False):
+        for k, v in zip(normed, numbers, strict=False):
             norms[k] = v if math.isfinite(v) else None
-    pos = singles
-    for k, n in zip(shown, sizes, strict=True):
+    pos, run = singles, 0
+    for k in shown:
+        n = sizes[run]
+        if k in paired:  # real parts, then imaginary parts
+            real, imag = numbers[pos : pos + n], numbers[pos + n : pos + 2 * n]
+            if not values_finite:
+                real, imag = _spelled(real), _spelled(imag)
+            pairs = [[re, im] for re, im in zip(real, imag, strict=True)]
+            values[k] = (_nest(pairs, list(shapes[k])), [_MODES[codes[run]], _MODES[codes[run + 1]]])
+            pos, run = pos + 2 * n, run + 2
+            continue
+        flat_values = numbers[pos : pos + n] if values_finite else _spelled(numbers[pos : pos + n])
         shape = shapes[k]
-        values[k] = rounded[pos : pos + n] if len(shape) == 1 else _nest(rounded[pos : pos + n], list(shape))
-        pos += n
+        values[k] = (
+            flat_values if len(shape) == 1 else _nest(flat_values, list(shape)),
+            _FORMATS[codes[run]],
+        )
+        pos, run = pos + n, run + 1
     return norms, values
 
 
-def _round(flat: np.ndarray, singles: int, sizes: np.ndarray) -> tuple[np.ndarray, bool]:
-    """Round to SIGNIFICANT digits: the first ``singles`` entries each of its own magnitude, then
-    runs of ``sizes`` entries (a tensor's values) each of its run's largest finite magnitude.
-    Also says whether the first ``singles`` are all finite.
+def _spelled(numbers: list[float]) -> list:
+    """Non-finite values as torch prints them ("nan", "inf", "-inf"): JSON has no number for them."""
+    return [v if math.isfinite(v) else _NON_FINITE.get(v, "nan") for v in numbers]
 
-    Precision relative to each tensor's largest element (as allclose's atol would be): tiny
-    entries next to big ones need no more digits than the big ones.
+
+def _round(flat: np.ndarray, singles: int, sizes: np.ndarray) -> tuple[np.ndarray, list[int], bool, bool]:
+    """The first ``singles`` entries (norms) rounded to NORM_DIGITS significant digits (or DECIMALS
+    decimals, when that is more), then runs
+    of ``sizes`` entries (a tensor's values) each rounded as torch prints it in its run's mode.
+    Also returns each run's mode (its code, an index in _MODES), and whether the norms, and the
+    values, are all finite.
+
+    The mode of a run is torch's (torch._tensor_str._Formatter), over its nonzero finite values:
+    sci when max/min > 1000, max > 1e8 or min < 1e-4 (4 decimals after the first digit), else
+    int when all are integers (kept as they are), else fixed (4 decimals, more below 0.1 to keep
+    OWN_DIGITS significant digits).
     """
-    filled = sizes[sizes > 0]
-    counts = np.ones(singles + len(filled), dtype=np.int64)
-    counts[singles:] = filled
-    mag = np.empty(len(counts))
-    np.abs(flat[:singles], out=mag[:singles])
-    if len(filled):
-        values = flat[singles:]
-        starts = np.cumsum(filled) - filled
-        mag[singles:] = np.fmax.reduceat(np.abs(values), starts)  # fmax: NaN only if all are
-        if np.isinf(mag[singles:]).any():  # the largest *finite* magnitude, then
-            mag[singles:] = np.maximum.reduceat(np.where(np.isfinite(values), np.abs(values), 0.0), starts)
-    # Digits to keep after the decimal point; a non-finite magnitude (a norm's) gives NaN or
-    # -inf, not ok, as digits beyond exact powers of ten are: those entries stay as they are.
-    places = (SIGNIFICANT - 1) - np.floor(np.log10(np.maximum(mag, 1e-300)))
+    finite = np.isfinite(flat)
+    norms_finite, values_finite = bool(finite[:singles].all()), bool(finite[singles:].all())
+    mag = np.abs(flat)
+    filled = sizes > 0
+    counts = sizes[filled]
+    codes = np.full(len(sizes), _INT, dtype=np.int64)  # an empty run has no number: int, as torch
+    # Decimal places of each entry: max(lower, upper - exponent), by run (a norm is a run of one).
+    lower = np.full(singles + len(counts), DECIMALS)  # a norm: also the 4 decimals fixed mode prints
+    upper = np.full(singles + len(counts), NORM_DIGITS - 1)
+    if len(counts):
+        starts = np.cumsum(counts) - counts
+        values, vmag = flat[singles:], mag[singles:]
+        nonzero = vmag > 0
+        if not values_finite:
+            nonzero &= finite[singles:]
+        lo = np.minimum.reduceat(np.where(nonzero, vmag, np.inf), starts)
+        hi = np.maximum.reduceat(vmag if values_finite else np.where(nonzero, vmag, 0.0), starts)
+        fractional = np.ceil(values) != values  # zeros are integers; NaN and inf are not
+        if not values_finite:
+            fractional &= nonzero
+        fractional = np.logical_or.reduceat(fractional, starts)
+        sci = (hi > 0) & ((hi / lo > 1000.0) | (hi > 1.0e8) | (lo < 1.0e-4))  # a run of zeros: 0 / inf
+        run_codes = np.where(sci, _SCI, np.where(fractional, _FIXED, _INT))
+        codes[filled] = run_codes
+        lower[singles:] = _LOWER[run_codes]
+        upper[singles:] = _UPPER[run_codes]
+        counts = np.concatenate((np.ones(singles, dtype=np.int64), counts))
+        lower, upper = np.repeat(lower, counts), np.repeat(upper, counts)
+    places = np.maximum(lower, upper - _exponent10(mag))
+    # A zero or non-finite entry gets places far beyond exact powers of ten (as do huge and tiny
+    # ones): not ok, those entries stay as they are.
     ok = np.abs(places) <= _MAX_EXACT
     every_ok = ok.all()
+    at = places + _MAX_EXACT
     if not every_ok:
-        places[~ok] = 0
-    at = places.astype(np.int64) + _MAX_EXACT
+        at[~ok] = _MAX_EXACT
     # round(v * 10**p) / 10**p for p >= 0, round(v / 10**-p) * 10**-p below: as
     # round(v * mul / div) * div / mul, with mul or div 1 (both where not ok). rint rounds half
-    # to even, as torch.round; non-finite values come through unchanged.
-    mul, div = np.repeat(_MUL[at], counts), np.repeat(_DIV[at], counts)
+    # to even, as Python's formatting does on exact ties; non-finite values come through unchanged.
+    mul, div = _MUL[at], _DIV[at]
     out = flat * mul
     out /= div
     np.rint(out, out=out)
     out *= div
     out /= mul
-    if not every_ok:  # too big or small for exact powers of ten: kept as they are
-        out = np.where(np.repeat(ok, counts), out, flat)
-    return out, bool(np.isfinite(flat[:singles]).all())
+    if not every_ok:  # zero, non-finite, or too big or small for exact powers of ten: kept as they are
+        out = np.where(ok, out, flat)
+    return out, codes.tolist(), norms_finite, values_finite
+
+
+def _exponent10(mag: np.ndarray) -> np.ndarray:
+    """floor(log10(m)) of each nonnegative float64 m, from its binary exponent (a few times faster
+    than log10); zero and denormals get -308, inf 309 and NaN 308."""
+    biased = mag.view(np.int64) >> 52  # the binary exponent, biased by 1023
+    return _GUESS[biased] + (mag >= _NEXT_POWER[biased])
 
 
 def _nest(flat: list, shape: list[int]) -> Any:
