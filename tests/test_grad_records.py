@@ -246,10 +246,20 @@ def test_empty_grads_next_to_others_get_empty_values():
 
 
 @pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
-def test_sparse_grads_have_no_norm_and_no_values():
-    tensors = [torch.eye(3).to_sparse(), torch.ones(2, 2).to_sparse_csr()]
-    for rec in _records(tensors):
-        assert rec["norm"] is None and "values" not in rec
+def test_sparse_grads_are_recorded_as_their_dense_tensors():
+    torch.manual_seed(0)
+    dense = [torch.randn(3, 3) * torch.eye(3), torch.randn(2, 2)]
+    for t, rec in zip(dense, _records([dense[0].to_sparse(), dense[1].to_sparse_csr()]), strict=True):
+        assert rec == _alone(t)
+
+
+def test_a_big_sparse_grad_has_the_dense_norm_and_no_values():
+    torch.manual_seed(0)
+    t = torch.zeros(50, 4)
+    t[[3, 17]] = torch.randn(2, 4)
+    rec = _alone(t.to_sparse(), max_values=16)
+    assert rec["norm"] == pytest.approx(torch.linalg.vector_norm(t).item(), rel=1e-6)  # float32 sums
+    assert "values" not in rec
 
 
 def _pairs(real: Any, imag: Any) -> Any:

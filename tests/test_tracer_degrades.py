@@ -244,7 +244,6 @@ def test_anomaly_mode_marks_the_node_that_raised_and_not_what_never_ran():
     assert plain.calls[0].grads[frozenset({"x"})] is None
 
 
-@pytest.mark.xfail(strict=True, reason="a sparse .grad has no norm yet (grads.py)")
 def test_sparse_tensors_are_traced_and_say_their_bytes_cannot_be_counted():
     code = """
 import torch
@@ -297,3 +296,18 @@ x.sin().sum().backward()
     plain = truth.run_plain(code, seed=0)
     assert not truth.mismatches(trace, plain) and trace["stdout"] == plain.stdout
     assert [n for n in trace["notes"] if "forward-mode AD" in n and "Line(s) 5" in n]
+
+
+def test_a_big_sparse_gradient_has_its_norm_and_no_values():
+    code = """
+import torch
+torch.manual_seed(0)
+emb = torch.nn.Embedding(100, 4, sparse=True)
+loss = emb(torch.tensor([1, 7, 7, 42])).pow(2).sum()
+loss.backward()
+"""
+    trace = record(code, explain=False)
+    plain = truth.run_plain(code, seed=0)
+    assert not truth.mismatches(trace, plain)
+    grad = next(t["grad"] for t in trace["steps"][-1]["tensors"] if t["name"] == "emb.weight")
+    assert grad["shape"] == [100, 4] and "values" not in grad

@@ -35,12 +35,7 @@ def _gap(reason: str, *tests: str) -> Gap:
     return Gap(reason, frozenset(tests))
 
 
-KNOWN_GAPS: dict[str, Gap] = {
-    "cases/sparse_coo": _gap(
-        "a sparse gradient is recorded with neither values nor a norm",
-        "test_grads_after_each_call_match_torch",
-    ),
-}
+KNOWN_GAPS: dict[str, Gap] = {}
 
 
 @functools.cache

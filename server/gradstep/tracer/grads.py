@@ -78,7 +78,12 @@ class GradRecords:
         shapes = [t.shape for t in fresh]
         dtypes = [t.dtype for t in fresh]
         with torch.inference_mode():  # as no_grad, and a little less dispatch per op
-            norms, values = _numbers(fresh, shapes, dtypes, self.max_values)
+            dense, only_norm = _strided(fresh, self.max_values)
+            norms, values = _numbers(
+                dense, [d.shape for d in dense] if only_norm else shapes, dtypes, self.max_values
+            )
+        for k in only_norm:
+            values[k] = _NO_VALUES
         names = {dtype: dtype_name(dtype) for dtype in set(dtypes)}
         for i, t, shape, dtype, norm, v in zip(todo, fresh, shapes, dtypes, norms, values, strict=True):
             rec: dict[str, Any] = {
@@ -92,6 +97,23 @@ class GradRecords:
             out[i] = rec
             cache[id(t)] = (weakref.ref(t), t._version, rec)
         return out
+
+
+def _strided(tensors: list[torch.Tensor], max_values: int) -> tuple[list[torch.Tensor], list[int]]:
+    """Sparse gradients (an embedding's, a sparse matmul's) as tensors ``_numbers`` can read: a small
+    one made dense, a big one as its stored values (the same norm; their values are not shown)."""
+    if all(t.layout is _STRIDED for t in tensors):
+        return tensors, []
+    out, only_norm = [], []
+    for k, t in enumerate(tensors):
+        if t.layout is _STRIDED:
+            out.append(t)
+        elif t.numel() <= max_values:
+            out.append(t.to_dense())
+        else:
+            out.append((t.coalesce() if t.layout is torch.sparse_coo else t).values())
+            only_norm.append(k)
+    return out, only_norm
 
 
 def _numbers(
