@@ -43,7 +43,8 @@ def _norm_rule_broken(got: float, exact: float) -> str | None:
     if exact == 0.0:
         return None if got == exact else f"{got} != {exact}"
     unit = min(10.0 ** (math.floor(math.log10(abs(exact))) - (NORM_DIGITS - 1)), 1e-4)
-    if abs(got - exact) > unit / 2 * (1 + 1e-6):  # (the difference itself is off by an ulp of got)
+    # (the difference itself is off by an ulp of got; past 2**53 / 1e4 a double holds no 4 decimals)
+    if abs(got - exact) > max(unit / 2 * (1 + 1e-6), math.ulp(exact)):
         return f"{got} is more than half of {unit} from {exact}"
     places = -round(math.log10(unit))
     if places <= EXACT_POWERS and round(got, places) != got:  # round() is correctly rounded

@@ -283,6 +283,15 @@ typedef struct {
     unsigned long long seq_base;
 } Ctx;
 
+/* A saved list holding a tensor (IndexBackward0's indices start with None for a skipped dim). */
+static int holds_tensor(PyObject *seq) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyObject_TypeCheck(PySequence_Fast_GET_ITEM(seq, i), (PyTypeObject *)Tensor))
+            return 1;
+    return 0;
+}
+
 /* The saved values of one node into ``saved``; slots holding tensors into ``held``. 0 or -1. */
 static int read_saved(Ctx *c, PyObject *node, PyObject *nid, PyObject *slots, PyObject *saved,
                       PyObject *held, PyObject *storages) {
@@ -320,8 +329,7 @@ static int read_saved(Ctx *c, PyObject *node, PyObject *nid, PyObject *slots, Py
         } else if (PyObject_TypeCheck(value, (PyTypeObject *)Tensor)) {
             entry = tensor_entry(label, value, storages, c->index, c->shared);
             kind_slot = PyTuple_GET_ITEM(slot, 2);
-        } else if ((PyList_CheckExact(value) || PyTuple_CheckExact(value)) && PySequence_Size(value) > 0 &&
-                   PyObject_TypeCheck(PySequence_Fast_GET_ITEM(value, 0), (PyTypeObject *)Tensor)) {
+        } else if ((PyList_CheckExact(value) || PyTuple_CheckExact(value)) && holds_tensor(value)) {
             entry = PyObject_CallFunctionObjArgs(describe, label, s_tensors, value, storages, c->of, NULL);
             kind_slot = PyTuple_GET_ITEM(slot, 3);
         } else {

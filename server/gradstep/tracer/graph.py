@@ -478,8 +478,9 @@ HOOKED = "built under a saved-tensor hook: not read, since reading it would run 
 
 
 def _is_tensor_list(value: Any) -> bool:
+    """A saved list holding a tensor (IndexBackward0's indices start with None for a skipped dim)."""
     kind = type(value)
-    return (kind is list or kind is tuple) and bool(value) and isinstance(value[0], _TENSOR)
+    return (kind is list or kind is tuple) and any(isinstance(v, _TENSOR) for v in value)
 
 
 def _tensors_in(packed: Any) -> list[torch.Tensor]:
@@ -509,7 +510,7 @@ def _can_raise(t: type) -> bool:
     can raise while the engine runs it: then only hooks on each node say what really ran."""
     known = _RAISES.get(t)
     if known is None:
-        known = _RAISES[t] = issubclass(t, _CUSTOM) or t.__name__ == "Error"
+        known = _RAISES[t] = issubclass(t, _CUSTOM) or t.__name__ in ("Error", "NotImplemented")
     return known
 
 
@@ -594,6 +595,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 def _describe(label: str, kind: str, tensors, storages: list, of: Names) -> dict:
+    tensors = [t for t in tensors if isinstance(t, _TENSOR)]
     total = 0
     for t in tensors:
         st = t.untyped_storage()

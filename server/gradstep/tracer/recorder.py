@@ -36,6 +36,8 @@ _NO_CUDA = re.compile(r"not compiled with CUDA|no NVIDIA driver|CUDA is not avai
 _seq_nr = torch._C._autograd._get_sequence_nr
 _exec_order = torch._C._current_graph_task_execution_order
 _TENSOR_BACKWARD = torch.Tensor.backward.__code__
+_ANOMALY = re.compile(r"Function '(\w+)' returned nan values")
+EXACT_ORDER_NODES = 256  # graphs up to this size get the execution order from a hook per node
 _transform_level = torch._C._functorch.maybe_current_level  # not None inside a torch.func transform
 
 
@@ -65,6 +67,7 @@ class _Call:
     ran: set  # input nodes that did run
     unusable_before: set[int]  # freed or stale before the call
     started: list | None = None  # nodes in the order they started, where a node may raise after running
+    finished: set | None = None  # nodes whose post hooks ran (anomaly mode raises after those)
     rebuilt: int = 0  # autograd nodes built while the call ran without create_graph
 
 
@@ -420,16 +423,22 @@ class Recorder:
         handles.extend(r.register_prehook(capture_order) for r in dict.fromkeys(roots))
         for node in input_nodes:
             handles.append(node.register_prehook(lambda _g, node=node: ran.add(node)))
-        started = None
-        reach = graph.reachable(graph.ids[r] for r in roots if r in graph.ids) if graph.raising else ()
-        if torch.is_anomaly_enabled() or not graph.raising.isdisjoint(reach):
+        started = finished = None
+        small = len(graph.objs) <= EXACT_ORDER_NODES
+        reach = (
+            graph.reachable(graph.ids[r] for r in roots if r in graph.ids) if graph.raising or small else ()
+        )
+        if small or torch.is_anomaly_enabled() or not graph.raising.isdisjoint(reach):
             # A node may raise after the engine planned the nodes past it (anomaly mode checks
-            # outputs after a node ran; a custom backward raises): a prehook on each node says
-            # what really started. Only here: a hook per node costs ~2 us a call.
-            started = []
+            # outputs after a node ran; a custom backward or a double backward torch does not
+            # implement raises): a prehook on each node says what really started. Always on a
+            # graph of a learner's size; on a big one (a hook per node costs ~2 us a call) only
+            # where such a node is reachable.
+            started, finished = [], set()
             for nid in reach or graph.reachable(graph.ids[r] for r in roots if r in graph.ids):
                 node = graph.objs[nid]
                 handles.append(node.register_prehook(lambda _g, node=node: started.append(node)))
+                handles.append(node.register_hook(lambda _i, _o, node=node: finished.add(node)))
 
         return _Call(
             kind,
@@ -445,6 +454,7 @@ class Recorder:
             ran,
             graph.freed | graph.stale.keys(),
             started,
+            finished,
         )
 
     def _record_call(self, call: _Call, error: BaseException | None, result) -> None:
@@ -466,7 +476,7 @@ class Recorder:
         failed = None
         if call.started is not None:
             order = graph.ids_of(call.started)
-            if error is not None and order:  # the last node to start is the one that raised
+            if error is not None and order and _raised_in(call.started[-1], call.finished, error):
                 failed, order = order[-1], order[:-1]
         elif error is not None and order:
             # The engine stops at the first node it cannot run: one freed before this
@@ -622,6 +632,16 @@ class Recorder:
         if self._live_cache[0] is not live:
             self._live_cache = (live, frozenset(live))
         return self._live_cache[1]
+
+
+def _raised_in(node, finished: set, error: BaseException) -> bool:
+    """Did the call fail in ``node``, the last to start? It did not finish, or anomaly mode
+    named it (its check runs after the node's post hooks); else the error came after the
+    engine's plan (an unused input without allow_unused)."""
+    if node not in finished:
+        return True
+    nan = _ANOMALY.match(str(error))
+    return nan is not None and nan.group(1) == node.name()
 
 
 def _tensors(value) -> list[torch.Tensor]:
