@@ -4,8 +4,9 @@ Every OpInfo that supports autograd, each CPU sample input in float64 and comple
 backward dtypes allow): a snippet draws the sample, calls the op, backward, backward again and,
 where the op supports gradgrad, a create_graph=True double backward (tests/opinfo_sweep.py).
 Each snippet runs traced and plain; a case agrees when tracing never stopped, the status, every
-call's error, every input's .grad after each call, autograd.grad's returns, the freed flags and
-the node a failing call stopped in all match plain torch (tests/truth.py).
+call's error, every input's .grad after each call, autograd.grad's returns, the freed flags,
+the node a failing call stopped in, the nodes each call ran (in the engine's order) and the stale
+flags all match plain torch (tests/truth.py).
 
 Prints agreeing/total, then the disagreeing cases grouped by cause (their first disagreement,
 particulars blanked out) with an example and the ops; every exception the tracer raised or

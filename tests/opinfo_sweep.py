@@ -6,7 +6,8 @@ itself, looks the op up, seeds, draws sample k, calls the op, sums the real part
 differentiable outputs into a loss, calls backward, backward again (which fails exactly when
 the first one freed what it needs), and, where the op supports gradgrad, takes the gradients
 with ``create_graph=True`` and backpropagates through them. ``check`` runs that snippet under
-the tracer and under plain torch (tests/truth.py) and compares the two.
+the tracer and under plain torch (tests/truth.py) and compares the two with every check in
+``CHECKS``.
 
 Used by tests/test_opinfo.py and benchmarks/opinfo_coverage.py. Importing op_db needs expecttest
 and takes about 4 s, so it happens on first use, not at import.
@@ -40,6 +41,8 @@ CHECKS = (
     ("returned", truth.compare_returned),
     ("freed", truth.compare_freed),
     ("failed", truth.compare_failed),
+    ("order", truth.compare_order),
+    ("stale", truth.compare_stale),
 )
 STOPPED = "Tracing stopped"
 
