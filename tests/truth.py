@@ -13,7 +13,8 @@ wrapper records:
 * the ``.grad`` of every named tensor (leaves that require grad, non-leaves
   that retain grad), cloned; names follow the trace's rules: a variable, a
   module's parameters as ``<var>.<qualified name>``, list/tuple elements as
-  ``var[i]``, found in the snippet globals and in the locals of every active
+  ``var[i]`` and dict values as ``var['key']`` (containers nested up to three
+  deep), found in the snippet globals and in the locals of every active
   ``<snippet>`` frame;
 * what ``autograd.grad`` returned (the values, in order, when it returned a dict);
 * for every node reachable from the named tensors' ``grad_fn`` and from the
@@ -113,20 +114,28 @@ def _snippet_frames() -> list:
     return frames[::-1]
 
 
-def _names_in(scope: dict, out: dict[int, tuple[torch.Tensor, set]]) -> None:
-    def add(name: str, t: Any) -> None:
-        if isinstance(t, torch.Tensor):
-            out.setdefault(id(t), (t, set()))[1].add(name)
+_MAX_DEPTH = 3  # containers nested this deep name their tensors, as in the tracer's names.py
+_MAX_ITEMS = 256  # items named per container, likewise
 
-    for var, value in list(scope.items()):
+
+def _names_in(scope: dict, out: dict[int, tuple[torch.Tensor, set]]) -> None:
+    def add(name: str, value: Any, depth: int) -> None:
         if isinstance(value, torch.Tensor):
-            add(var, value)
+            out.setdefault(id(value), (value, set()))[1].add(name)
         elif isinstance(value, torch.nn.Module):
             for qual, p in value.named_parameters():
-                add(f"{var}.{qual}", p)
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                add(f"{var}[{i}]", item)
+                add(f"{name}.{qual}", p, depth)
+        elif depth < _MAX_DEPTH and isinstance(value, (list, tuple)):
+            for i, item in enumerate(value[:_MAX_ITEMS]):
+                add(f"{name}[{i}]", item, depth + 1)
+        elif depth < _MAX_DEPTH and isinstance(value, dict):
+            for k, item in list(value.items())[:_MAX_ITEMS]:
+                if isinstance(k, str | int):
+                    add(f"{name}[{k!r}]", item, depth + 1)
+
+    for var, value in list(scope.items()):
+        if not var.startswith("__"):
+            add(var, value, 0)
 
 
 def named_tensors(globs: dict) -> dict[int, tuple[torch.Tensor, frozenset]]:
@@ -467,6 +476,8 @@ def grad_mismatch(expected: torch.Tensor | None, got: dict | None, has_fn: bool 
             bad = _printed_mismatch(flat, exp)
         return f"values {values} != {expected.tolist()}: {bad}" if bad else None
     norm = float(exp.norm())
+    if got["norm"] is None and not math.isfinite(norm) and not exp.is_complex():
+        return None  # the trace format's null for a norm that is not finite
     if got["norm"] is None or not _close(float(got["norm"]), norm):
         return f"norm {got['norm']} != {norm}"
     return None
