@@ -81,8 +81,10 @@ def build_args() -> list[str]:
         for item in value.split():
             path = item.removeprefix("file://")
             if path.startswith("/") and os.path.exists(path):
-                mounts.add(os.path.dirname(path) if name == "PIP_CERT" else path)
+                mounts.add(path)
     args += [f"--volume={m}:{m}:ro" for m in sorted(mounts)]
+    if ENGINE == "podman":
+        args += ["--format", "docker"]  # OCI images drop the HEALTHCHECK
     if base := os.environ.get("GRADSTEP_IMAGE_BASE"):
         args += ["--build-arg", f"BASE_IMAGE={base}"]
     return args + shlex.split(os.environ.get("GRADSTEP_IMAGE_BUILD_ARGS", ""))
