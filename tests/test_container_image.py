@@ -32,6 +32,7 @@ from container import image_env
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = os.environ.get("GRADSTEP_ENGINE", "podman")
 START_TIMEOUT = 240.0  # seconds: the zygote imports torch and warms up (slower in a busy container)
+NAME = f"gradstep-test-{os.getpid()}"  # the container
 
 
 def why_not() -> str | None:
@@ -114,7 +115,7 @@ def get(url: str, timeout: float = 5) -> dict:
 def server(image):
     """The image's server, started with the README's flags on a loopback port: its base URL."""
     port = free_port()
-    name = f"gradstep-test-{os.getpid()}"
+    name = NAME
     flags = documented_run_flags()
     if ENGINE == "podman":  # podman's defaults are lower than these machines' hard limits allow
         flags += ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
@@ -165,6 +166,12 @@ def test_healthz_lists_every_layer_the_image_requires_as_active(server):
     required = image_env()["GRADSTEP_REQUIRE_LAYERS"].split(",")
     assert {name: layers[name] for name in required} == dict.fromkeys(required, "active")
     assert set(layers) - set(required) == {"cgroup"}  # the container's --memory/--pids-limit stand in
+
+
+@pytest.mark.skipif(ENGINE != "podman", reason="`healthcheck run` is podman's (docker runs it on its own)")
+def test_the_images_healthcheck_passes(server):
+    done = engine("healthcheck", "run", NAME, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_a_snippet_runs_as_its_slots_uid_with_no_capability(server):
