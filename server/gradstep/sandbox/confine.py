@@ -9,6 +9,7 @@ drop a child may not be able to import anything new.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -16,6 +17,7 @@ import resource
 import signal
 import struct
 import time
+from collections.abc import Iterator
 
 from gradstep.sandbox import capabilities
 from gradstep.sandbox.libc import check as _check
@@ -57,6 +59,19 @@ PR_SET_NO_NEW_PRIVS = 38
 CODE_HEADER = struct.Struct("<Q")  # the code pipe carries <u64 length><UTF-8 code> (from the parent: trusted)
 RESULT_FD = 3  # where close_fds puts the result pipe (the snippet may write to it: the parent checks)
 CODE_FD = 4  # where close_fds puts the code pipe until the code is read (then it is closed)
+
+
+@contextlib.contextmanager
+def _fs_user(uid: int) -> Iterator[None]:
+    """Check file access as ``uid`` (setfsuid/setfsgid; the other ids and capabilities stay)."""
+    old_uid, old_gid = _libc.setfsuid(uid), _libc.setfsgid(uid)
+    if _libc.setfsuid(-1) != uid or _libc.setfsgid(-1) != uid:  # -1: no change, returns the current one
+        raise PermissionError(f"setfsuid/setfsgid({uid}) refused")
+    try:
+        yield
+    finally:
+        _libc.setfsgid(old_gid)
+        _libc.setfsuid(old_uid)
 
 
 class LayerFailed(Exception):
@@ -272,7 +287,11 @@ class Confinement:
             MS_NOSUID | MS_NODEV | MS_NOEXEC,
             f"size={plan['tmp_mb']}m,nr_inodes=4096,mode=0700,uid={self.run_uid},gid={self.run_uid}",
         )
-        self._bind_back(under_tmp, read_only)
+        if under_tmp:
+            # The tmpfs is 0700 and the run's: a server that is not root (no CAP_DAC_OVERRIDE) can
+            # only make the way in as that uid (its capabilities to mount stay).
+            with _fs_user(self.run_uid):
+                self._bind_back(under_tmp, read_only)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
         self.workdir = "/tmp"
 
