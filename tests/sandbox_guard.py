@@ -138,8 +138,14 @@ def write_attempts(targets: list[str], own: str) -> str:
         "    except OSError as e:\n"
         "        print(type(e).__name__, e.errno)\n"
         f"open({own!r}, 'w').write('mine')\n"
-        "print(os.getcwd(), os.listdir('.'))\n"
+        "print(os.getcwd(), sorted(os.listdir('.')))\n"
     )
+
+
+def work_dir_listing(own: str, visible: list[str]) -> str:
+    """The last line of ``write_attempts``: the work dir holds the file it wrote and the way to
+    what the minimal root shows under /tmp (a checkout there, with its venv)."""
+    return f"/tmp {sorted({own, *(p.split('/')[2] for p in visible if p.startswith('/tmp/'))})}"
 
 
 def settle(sb, timeout: float = 10.0) -> dict:

@@ -31,6 +31,7 @@ from sandbox_guard import (
     guard_unavailable,
     mount_points,
     settle,
+    work_dir_listing,
     write_attempts,
 )
 
@@ -365,7 +366,9 @@ def test_writing_outside_the_work_dir_fails(both, guard, mounts_before):
     lines = trace["stdout"].splitlines()
     # EROFS: the minimal root and what is bound into it are read-only; ENOENT: the host's
     # /var/tmp, /dev/shm and the repo are not in it
-    assert lines == ["OSError 30"] * 2 + ["FileNotFoundError 2"] * 4 + [f"/tmp ['{marker}']"]
+    assert lines == ["OSError 30"] * 2 + ["FileNotFoundError 2"] * 4 + [
+        work_dir_listing(marker, sb.health()["visible"])
+    ]
     for path in [*targets, f"/tmp/{marker}"]:
         assert not os.path.exists(path), path
 
