@@ -288,10 +288,7 @@ class Confinement:
             f"size={plan['tmp_mb']}m,nr_inodes=4096,mode=0700,uid={self.run_uid},gid={self.run_uid}",
         )
         if under_tmp:
-            # The tmpfs is 0700 and the run's: a server that is not root (no CAP_DAC_OVERRIDE) can
-            # only make the way in as that uid (its capabilities to mount stay).
-            with _fs_user(self.run_uid):
-                self._bind_back(under_tmp, read_only)
+            self._bind_back_under_tmp(under_tmp, read_only)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
         self.workdir = "/tmp"
 
@@ -306,6 +303,26 @@ class Confinement:
             )
             self._bind_back(kept, read_only)
             _mount_setattr(hidden, set_=MOUNT_ATTR_RDONLY)
+
+    def _bind_back_under_tmp(self, paths: dict[str, int], read_only: int) -> None:
+        """The way to each path is a read-only tmpfs at its first step under /tmp (the snippet must
+        not write there: its files would show up inside the checkout's path)."""
+        # The work dir is 0700 and the run's: a server that is not root (no CAP_DAC_OVERRIDE) can
+        # only make the way in as that uid (setfsuid: its capability to mount stays).
+        with _fs_user(self.run_uid):
+            firsts = sorted({"/tmp/" + p.split("/")[2] for p in paths})
+            for first in firsts:
+                os.mkdir(first, 0o755)
+                _mount(
+                    "tmpfs",
+                    first,
+                    "tmpfs",
+                    MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    "size=64k,nr_inodes=256,mode=0755",
+                )
+            self._bind_back(paths, read_only)
+            for first in firsts:
+                _mount_setattr(first, set_=read_only)
 
     @staticmethod
     def _bind_back(paths: dict[str, int], read_only: int) -> None:
