@@ -217,6 +217,18 @@ def test_without_the_minimal_root_the_project_is_hidden_and_the_uid_guards_the_r
         assert sb.run(f"read {TESTS}").output == b"FileNotFoundError"  # the repo: an empty tmpfs
 
 
+def test_a_child_whose_root_is_not_the_minimal_one_fails_its_root_layer():
+    # Fail closed: a child checks that / is the root its zygote built (here: the host's is not).
+    from gradstep.sandbox.confine import Confinement
+
+    st = os.stat("/")
+    elsewhere = Confinement({"uid_base": 62600, "root_id": (st.st_dev, st.st_ino + 1)}, 0, result_fd=-1)
+    with pytest.raises(RuntimeError, match="not the zygote's minimal root"):
+        elsewhere.root()
+    with pytest.raises(RuntimeError, match="no minimal root"):
+        Confinement({"uid_base": 62600}, 0, result_fd=-1).root()
+
+
 def test_close_leaves_no_process_and_no_cgroup(guard):
     cgroups = Path("/sys/fs/cgroup/memory", guard.name)
     before = {p for p in cgroups.iterdir() if p.is_dir()}
