@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 TORCH   ?= torch==2.13.0
 PYTHON  ?= python3
 
-.PHONY: install browser serve test frontend format schema bench clean
+.PHONY: install browser serve test test-image frontend format schema bench clean
 
 $(STAMP): pyproject.toml server/gradstep/tracer/_nodes.c
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ test: install browser
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest
 	node --test tests/frontend/
+
+# The Docker image, built by a real engine (podman + runc, or GRADSTEP_ENGINE=docker) and attacked:
+# slow, so not part of `make test`. IMAGE_BASE: a local base where Docker Hub can't be pulled.
+IMAGE_BASE ?=
+test-image: install
+	GRADSTEP_TEST_IMAGE=1 GRADSTEP_IMAGE_BASE=$(IMAGE_BASE) $(PY) -m pytest tests/test_container_image.py
 
 # Rebuild the vendored, minified front-end libraries from the pinned npm packages.
 frontend:

@@ -10,7 +10,8 @@ result is read; the child's exit is not part of it. Printed: median
 milliseconds per run, the part until the result arrived, the same forked per
 run, and ratios against "all layers" (pre-forked) measured in this same
 process run. The per-layer column is the child's own measurement of that
-layer (median).
+layer (median). "without root" is the layout before the minimal root: children
+on the host's tree, read-only, with the project covered.
 Needs root (cgroups, namespaces); the sandbox's cgroups go under the root of
 each hierarchy (``--cgroup-parent``) and are removed at the end.
 """

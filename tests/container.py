@@ -12,10 +12,10 @@ refused calls) loaded. SIGTERM and SIGINT are passed on to the command.
 the capabilities above in its bounding set only (none permitted, effective, inheritable or
 ambient), so it holds a capability only when it executes a file that carries it.
 ``--no-new-privs`` sets no_new_privs first (Docker ``--security-opt no-new-privileges``,
-Kubernetes ``allowPrivilegeEscalation: false``). ``--reachable`` makes a path searchable by any
-user inside (this machine's interpreter lives under a 0700 home directory; an image's does not):
-the first directory on the way that others cannot search is covered by a 0755 tmpfs holding only
-the next step back, bind-mounted.
+Kubernetes ``allowPrivilegeEscalation: false``). ``--reachable`` (repeatable) makes a path
+searchable by any user inside (this machine's interpreter lives under a 0700 home directory, a
+checkout may live in a 0700 ``mktemp -d``; an image's do not): each directory on the way that
+others cannot search is covered by a 0755 tmpfs holding only the next steps back, bind-mounted.
 """
 
 from __future__ import annotations
@@ -142,13 +142,24 @@ class ImageUser:
             return Path(self.python).exists()
 
 
+def needed_by_the_server() -> list[str]:
+    """What the image's user must reach to run the server from this checkout: the interpreter's
+    installation, the venv (the image interpreter's copy lives in its bin/) and the gradstep
+    package being tested (a checkout can sit in a 0700 directory, e.g. ``mktemp -d`` or /root)."""
+    import gradstep
+
+    return sorted({sys.base_prefix, sys.prefix, str(Path(gradstep.__file__).resolve().parents[1])})
+
+
 def wrapper(caps: list[str], user: str | None = None, no_new_privs: bool = False) -> list[str]:
     """The command line that runs a command (appended to it) in this emulated container, with
-    deploy/seccomp.json; as ``user``, the interpreter's installation is made reachable."""
+    deploy/seccomp.json; as ``user``, what the server needs is made reachable."""
     argv = [sys.executable, str(REPO / "tests" / "container.py"), "--caps", ",".join(caps)]
     argv += ["--seccomp", str(REPO / "deploy" / "seccomp.json")]
     if user is not None:
-        argv += ["--user", user, "--reachable", sys.base_prefix]
+        argv += ["--user", user]
+        for path in needed_by_the_server():
+            argv += ["--reachable", path]
     if no_new_privs:
         argv.append("--no-new-privs")
     return [*argv, "--"]
@@ -201,22 +212,38 @@ def load_seccomp(profile_path: str) -> None:
     flt.load()
 
 
-def make_reachable(path: str) -> None:
-    """Cover the first directory on the way to ``path`` that others can't search with a 0755
-    tmpfs holding only the next step, bind-mounted back (in this mount namespace only)."""
+def first_blocked(path: str) -> tuple[Path, Path] | None:
+    """The first directory on the way to ``path`` that others can't search, and the next step."""
     parts = Path(path).resolve().parts
     for i in range(1, len(parts) - 1):
-        blocked = Path(*parts[: i + 1])
-        if not blocked.stat().st_mode & 0o001:
-            step = blocked / parts[i + 1]
-            is_dir = step.is_dir()
-            fd = os.open(step, os.O_PATH | os.O_CLOEXEC)
-            check(libc.mount(b"tmpfs", str(blocked).encode(), b"tmpfs", 0, b"mode=0755,size=64k"), "tmpfs")
-            step.mkdir() if is_dir else step.touch()
+        here = Path(*parts[: i + 1])
+        if not here.stat().st_mode & 0o001:
+            return here, here / parts[i + 1]
+    return None
+
+
+def make_reachable(paths: list[str]) -> None:
+    """Cover each directory on the way to ``paths`` that others can't search with a 0755 tmpfs
+    holding only the next steps towards them, bind-mounted back (in this mount namespace only),
+    shallowest first, until every path is reachable (a checkout in a 0700 directory, its venv and
+    an interpreter under a 0700 home all at once)."""
+    while True:
+        blocked: dict[Path, set[Path]] = {}
+        for path in paths:
+            found = first_blocked(path)
+            if found:
+                blocked.setdefault(found[0], set()).add(found[1])
+        if not blocked:
+            return
+        here = min(blocked, key=lambda p: len(p.parts))
+        steps = {step: os.open(step, os.O_PATH | os.O_CLOEXEC) for step in blocked[here]}
+        kinds = {step: step.is_dir() for step in steps}
+        check(libc.mount(b"tmpfs", str(here).encode(), b"tmpfs", 0, b"mode=0755,size=64k"), "tmpfs")
+        for step, fd in steps.items():
+            step.mkdir() if kinds[step] else step.touch()
             source = f"/proc/self/fd/{fd}".encode()
             check(libc.mount(source, str(step).encode(), None, MS_BIND | MS_REC, None), f"bind {step}")
             os.close(fd)
-            return
 
 
 def become(user: str) -> None:
@@ -232,8 +259,7 @@ def contain(keep: set[str], profile: str, argv: list[str], args: argparse.Namesp
     """In the new namespaces, as their pid 1: fresh /proc, fewer capabilities, seccomp, exec."""
     check(libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make mounts private")
     check(libc.mount(b"proc", b"/proc", b"proc", 0, None), "mount /proc")
-    for path in args.reachable:
-        make_reachable(path)
+    make_reachable(args.reachable)
     last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
     keep_numbers = {CAPS[c] for c in keep}
     for cap in range(last + 1):

@@ -138,8 +138,14 @@ def write_attempts(targets: list[str], own: str) -> str:
         "    except OSError as e:\n"
         "        print(type(e).__name__, e.errno)\n"
         f"open({own!r}, 'w').write('mine')\n"
-        "print(os.getcwd(), os.listdir('.'))\n"
+        "print(os.getcwd(), sorted(os.listdir('.')))\n"
     )
+
+
+def work_dir_listing(own: str, visible: list[str]) -> str:
+    """The last line of ``write_attempts``: the work dir holds the file it wrote and the way to
+    what the minimal root shows under /tmp (a checkout there, with its venv)."""
+    return f"/tmp {sorted({own, *(p.split('/')[2] for p in visible if p.startswith('/tmp/'))})}"
 
 
 def settle(sb, timeout: float = 10.0) -> dict:
@@ -188,10 +194,19 @@ def _write(path: Path, value: int | str) -> None:
 
 def target(code: str) -> bytes:
     """A light target: ``bytes N``, ``raise``, ``str``, ``sleep S``, ``exit N``, ``pid``, ``env``,
-    ``spin``, ``limits``, and ``early S`` / ``early-kill`` / ``early-oom``: write a whole
+    ``spin``, ``limits``, ``read PATH`` (a directory's sorted listing, a file's first bytes, or the
+    error's name), and ``early S`` / ``early-kill`` / ``early-oom``: write a whole
     result (``early <pid>``) first, then sleep S seconds / die by SIGKILL / blow the memory cgroup.
     """
     cmd, _, arg = code.partition(" ")
+    if cmd == "read":
+        try:
+            if os.path.isdir(arg):
+                return json.dumps(sorted(os.listdir(arg))).encode()
+            with open(arg, "rb") as f:
+                return f.read(200)
+        except OSError as e:
+            return type(e).__name__.encode()
     if cmd.startswith("early"):
         protocol.write_frame(3, protocol.RESULT, f"early {os.getpid()}".encode())
         if cmd == "early-kill":

@@ -28,7 +28,7 @@ from container import (
     wrapper,
 )
 from gradstep.sandbox import capabilities
-from sandbox_guard import Guard, guard_fixture, guard_unavailable, write_attempts
+from sandbox_guard import Guard, guard_fixture, guard_unavailable, work_dir_listing, write_attempts
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -200,6 +200,7 @@ def test_with_no_new_privs_the_server_refuses_to_start_saying_why(servers):
     assert isinstance(refused, RuntimeError), "it started under no_new_privs"
     assert "will not run untrusted snippets" in str(refused)
     assert "uid: unavailable" in str(refused)
+    assert "root: unavailable: PermissionError: [Errno 1] unshare(CLONE_NEWNS)" in str(refused)
     assert "with no_new_privs set" in str(refused)
 
 
@@ -245,24 +246,45 @@ def test_a_snippet_cannot_read_the_servers_environment(image_server):
     assert t["stdout"].splitlines() == ["None", "FileNotFoundError", "FileNotFoundError", "FileNotFoundError"]
 
 
-def test_a_snippet_cannot_read_a_file_only_the_server_user_may_read(image_server, private_dir):
+def test_a_snippet_cannot_read_a_file_only_the_server_user_may_read(image_server, private_dir, image):
+    # The server user's private files are not in the minimal root; its interpreter is (the
+    # zygote has it mapped), but readable by its group only: the snippet's uid cannot.
+    paths = [str(private_dir / "private" / "secret"), str(private_dir / "private"), image.python]
     code = (
-        f"for path in [{str(private_dir / 'private' / 'secret')!r}, {str(private_dir / 'private')!r}]:\n"
+        "import os\n"
+        f"for path in {paths!r}:\n"
         "    try:\n"
-        "        print(open(path).read() if path.endswith('secret') else __import__('os').listdir(path))\n"
+        "        print(os.listdir(path) if os.path.isdir(path) else open(path, 'rb').read(100))\n"
         "    except OSError as e:\n"
         "        print(type(e).__name__, e.errno)\n"
     )
+    assert image.python in image_server.get_health()["sandbox"]["visible"]
     t = trace(image_server, code)
     assert SECRET not in str(t)
-    assert t["stdout"].splitlines() == ["PermissionError 13", "PermissionError 13"]
+    assert t["stdout"].splitlines() == ["FileNotFoundError 2", "FileNotFoundError 2", "PermissionError 13"]
+
+
+def test_a_snippet_sees_only_the_minimal_root(image_server):
+    code = (
+        "import os\n"
+        "print(sorted(os.listdir('/')))\n"
+        "for path in ['/etc/passwd', '/home', '/var', '/sys/fs/cgroup', '/srv']:\n"
+        "    print(path, os.path.exists(path))\n"
+    )
+    visible = image_server.get_health()["sandbox"]["visible"]
+    top, *rest = lines(image_server, code)
+    assert top == str(sorted({"dev", "proc", "tmp"} | {p.split("/")[1] for p in visible}))
+    assert rest == [f"{p} False" for p in ["/etc/passwd", "/home", "/var", "/sys/fs/cgroup", "/srv"]]
 
 
 def test_a_snippet_cannot_write_outside_its_work_dir(image_server, private_dir):
     marker = f"nonroot-write-{os.getpid()}"
     targets = [str(private_dir / "open" / marker), f"/var/tmp/{marker}", f"/dev/shm/{marker}"]
     code = write_attempts(targets, marker)  # then one file in its own work dir
-    assert lines(image_server, code) == ["OSError 30"] * 3 + [f"/tmp ['{marker}']"]  # EROFS
+    # not in the minimal root (ENOENT); and where the root has a directory, read-only (EROFS)
+    visible = image_server.get_health()["sandbox"]["visible"]
+    assert lines(image_server, code) == ["FileNotFoundError 2"] * 3 + [work_dir_listing(marker, visible)]
+    assert lines(image_server, write_attempts(["/" + marker], marker))[0] == "OSError 30"
     for path in [*targets, f"/tmp/{marker}"]:
         assert not os.path.exists(path), path
 

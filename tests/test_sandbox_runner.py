@@ -197,6 +197,38 @@ def test_an_unavailable_layer_is_reported_and_warned_about(guard, capfd):
     assert "confinement layer 'cgroup' is unavailable" in capfd.readouterr().err
 
 
+def test_the_minimal_root_holds_no_host_file_and_is_listed_in_health(sandbox):
+    visible = sandbox.health()["visible"]
+    assert visible and not any(p.startswith(("/etc", "/home", "/sys", "/var")) for p in visible)
+    for path in ("/etc/passwd", "/etc/shadow", "/home", "/sys/fs/cgroup", "/var", TESTS):
+        assert sandbox.run(f"read {path}").output == b"FileNotFoundError", path
+    assert json.loads(sandbox.run("read /dev").output) == [
+        "fd", "full", "null", "random", "stderr", "stdin", "stdout", "urandom", "zero"
+    ]  # fmt: skip
+
+
+def test_without_the_minimal_root_the_project_is_hidden_and_the_uid_guards_the_rest(guard):
+    # The fallback (root disabled or unavailable): the host's tree, read-only, the project covered.
+    with Sandbox(light(guard, workers=1, uid_base=62500, disable=frozenset({"root"}))) as sb:
+        guard.hold(sb.health()["zygote_pid"])
+        assert sb.health()["layers"]["root"] == "disabled" and sb.health()["visible"] == []
+        assert sb.run("read /etc/shadow").output == b"PermissionError"  # uid
+        assert sb.run("read /etc/hostname").output != b"FileNotFoundError"  # there, readable
+        assert sb.run(f"read {TESTS}").output == b"FileNotFoundError"  # the repo: an empty tmpfs
+
+
+def test_a_child_whose_root_is_not_the_minimal_one_fails_its_root_layer():
+    # Fail closed: a child checks that / is the root its zygote built (here: the host's is not).
+    from gradstep.sandbox.confine import Confinement
+
+    st = os.stat("/")
+    elsewhere = Confinement({"uid_base": 62600, "root_id": (st.st_dev, st.st_ino + 1)}, 0, result_fd=-1)
+    with pytest.raises(RuntimeError, match="not the zygote's minimal root"):
+        elsewhere.root()
+    with pytest.raises(RuntimeError, match="no minimal root"):
+        Confinement({"uid_base": 62600}, 0, result_fd=-1).root()
+
+
 def test_close_leaves_no_process_and_no_cgroup(guard):
     cgroups = Path("/sys/fs/cgroup/memory", guard.name)
     before = {p for p in cgroups.iterdir() if p.is_dir()}

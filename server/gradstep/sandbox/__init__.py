@@ -66,8 +66,9 @@ Processes
   (``MADV_COLLAPSE``, best effort, ``SandboxConfig.huge_pages``: a fork copies
   and an exit tears down one page-table entry per 2 MB instead of 512, so fork
   + exit cost ~5 ms of CPU instead of ~15–20; copy-on-write stays per 4 KB
-  page, so a child copies no more memory), probes the layers, then serves fork
-  requests. It is a single-threaded process and a child subreaper; EOF on its
+  page, so a child copies no more memory), opens its slots' ``cgroup.procs``,
+  moves into the minimal root (layer 5: it needs no host file after warming),
+  probes the layers, then serves fork requests. It is a single-threaded process and a child subreaper; EOF on its
   control socket (the server died) kills its children and ends it.
 * **Parent ↔ zygote**: a Unix socketpair of framed JSON; each child's two pipe
   ends (the read end of its code pipe, the write end of its result pipe) go
@@ -113,35 +114,50 @@ a child stops that child before the target runs ("crashed", fail closed).
    nobody), the result pipe moves to fd 3, the code pipe to fd 4 (closed once
    the code is read, before the target runs), everything else is closed. (The
    control socket and other children's pipes are closed in every child regardless.)
-4. ``namespaces`` — ``unshare(NEWNS|NEWNET|NEWIPC|NEWUTS)``: no network at all
-   (even loopback is down: ENETUNREACH). Unavailable in an unprivileged
-   container: use ``--network none`` there.
-5. ``mounts`` (needs 4; never attempted without it) — all mounts private, then
+4. ``namespaces`` — ``unshare(NEWNS|NEWNET|NEWIPC|NEWUTS|NEWCGROUP)``: no network at
+   all (even loopback is down: ENETUNREACH); its own cgroup namespace, so
+   /proc/self/cgroup says ``/`` instead of naming the server's cgroups. Unavailable
+   in an unprivileged container: use ``--network none`` there.
+5. ``root`` — the minimal root (``rootfs.py``), which the *zygote* builds once
+   after warming and every child inherits: a read-only tmpfs holding only the
+   import path's directories, the files the zygote has mapped (a shared library's
+   whole directory, so ``import ssl`` or ``sqlite3`` later still finds its library),
+   /dev/null, zero, full, random and urandom, a fresh /proc and an empty /tmp; the
+   host's tree is detached (``pivot_root``). No /etc, /home, /var, /sys (no
+   cgroupfs), no other checkout, not the project (``hide``; ``keep`` paths such as a
+   venv inside it stay). ``health()["visible"]`` lists what it holds. The
+   directories on the way are 0755, so modules imported after the uid drop are
+   found even when the interpreter lives under a 0700 home. The child checks that
+   its root is that one (≈0.05 ms). A child's own mount namespace is then a copy
+   of this small tree. Unavailable where the zygote can't unshare a mount
+   namespace or pivot (an unprivileged container; a seccomp profile denying
+   ``pivot_root``): then ``mounts`` hides the project on the host's tree instead.
+6. ``mounts`` (needs 4; never attempted without it) — all mounts private, then
    read-only/nosuid/nodev recursively (``mount_setattr``), nodev cleared again on
-   /dev; each ``hide`` path (default: the gradstep repository) covered by an
-   empty read-only tmpfs with the ``keep`` paths (default: the interpreter's
-   prefixes, e.g. a venv inside the repo) bound back read-only; a private
-   size-limited tmpfs (``tmp_mb``, noexec, mode 0700, owned by the slot's uid) on
-   /tmp as the work dir (cwd, entered once every layer is on, as the slot's uid) —
-   it disappears with the child's mount namespace; a fresh /proc with
-   ``hidepid=invisible``. Unavailable: use ``--read-only --tmpfs /tmp``.
-6. ``rlimits`` — RLIMIT_DATA = the zygote's data size + ``memory_mb`` (not
+   the devices; a private size-limited tmpfs (``tmp_mb``, noexec, mode 0700, owned
+   by the slot's uid) on /tmp as the work dir (cwd, entered once every layer is
+   on, as the slot's uid; what the root shows under /tmp, a checkout's venv there,
+   is bound back into it) — it disappears with the child's mount namespace; a
+   fresh /proc with ``hidepid=invisible``. Without ``root``: each ``hide`` path
+   covered by an empty read-only tmpfs with the ``keep`` paths bound back
+   read-only. Unavailable: use ``--read-only --tmpfs /tmp``.
+7. ``rlimits`` — RLIMIT_DATA = the zygote's data size + ``memory_mb`` (not
    RLIMIT_AS: torch maps ~620 MB of address space), CPU (soft ``cpu_seconds``,
-   hard +1), FSIZE = ``tmp_mb``, NOFILE, NPROC (per uid, so it binds after 7),
+   hard +1), FSIZE = ``tmp_mb``, NOFILE, NPROC (per uid, so it binds after 8),
    CORE = 0.
-7. ``uid`` — per-slot unprivileged uid/gid ``uid_base + slot`` (one per slot, or
+8. ``uid`` — per-slot unprivileged uid/gid ``uid_base + slot`` (one per slot, or
    runs could signal each other), no supplementary groups, and no capability
    in any set (``capabilities.py``: the bounding set is emptied first, with
    CAP_SETPCAP; a non-root server's file capabilities would survive the uid
-   change, so every set is cleared and then checked). Everything the child
-   needs must be imported before this: the stdlib here lives under a 0700 home
-   directory; ``preload`` lists what snippets may import beyond what torch and
-   the tracer pull in. Unavailable when the server is neither root nor holding
+   change, so every set is cleared and then checked). Without ``root``, everything
+   the child needs must be imported before this (the stdlib here lives under a
+   0700 home directory); ``preload`` lists what snippets may import beyond what
+   torch and the tracer pull in. Unavailable when the server is neither root nor holding
    CAP_SETUID, CAP_SETGID and CAP_SETPCAP (the image's file capabilities:
    docs/deploy.md).
-8. ``no_new_privs`` — PR_SET_NO_NEW_PRIVS (a setuid binary gains nothing) and
+9. ``no_new_privs`` — PR_SET_NO_NEW_PRIVS (a setuid binary gains nothing) and
    PR_SET_PDEATHSIG(SIGKILL) (the uid change cleared it; the child dies with the zygote).
-9. ``seccomp`` — last, via pyseccomp, with TSYNC: EPERM for exec*, fork/vfork,
+10. ``seccomp`` — last, via pyseccomp, with TSYNC: EPERM for exec*, fork/vfork,
    ``clone`` without CLONE_THREAD, every socket (Unix sockets by path ignore the
    network namespace), ptrace, process_vm_*, signals to any pid but its own,
    mount/unshare/setns/pivot_root, bpf, io_uring, keyctl, set*id and other kernel

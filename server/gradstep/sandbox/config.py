@@ -12,8 +12,9 @@ LAYERS = (
     "setsid",  # own session and process group: kill(0, ...) hits only the child
     "cgroup",  # per-slot memory + pids cgroup: the hard backstop
     "close_fds",  # nothing inherited but the result pipe; 0/1/2 are /dev/null
-    "namespaces",  # unshare(NEWNS|NEWNET|NEWIPC|NEWUTS): no network, private mounts
-    "mounts",  # everything read-only/nosuid/nodev, tmpfs work dir, hidden paths, fresh /proc
+    "namespaces",  # unshare(NEWNS|NEWNET|NEWIPC|NEWUTS|NEWCGROUP): no network, private mounts
+    "root",  # the zygote's minimal root (the interpreter and its libraries, no host files): checked
+    "mounts",  # everything read-only/nosuid/nodev, tmpfs work dir, fresh /proc (hidden paths w/o root)
     "rlimits",  # DATA, CPU, FSIZE, NOFILE, NPROC, CORE=0
     "uid",  # per-slot unprivileged uid/gid, no supplementary groups
     "no_new_privs",  # PR_SET_NO_NEW_PRIVS + PR_SET_PDEATHSIG(SIGKILL)
@@ -67,10 +68,12 @@ class SandboxConfig:
     preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
     target: str = "gradstep.sandbox.target:run"  # "module:function", run(code: str) -> bytes
     warmup: str = DEFAULT_WARMUP  # passed once to the target in the zygote, before forking
-    # Paths a child must not see (an empty read-only tmpfs is mounted over each),
-    # and paths under them that stay visible (bind-mounted back, read-only).
-    # None: hide the gradstep project (the package's repo, or the package itself),
-    # keep the interpreter's prefixes (a venv inside the repo stays usable).
+    # Paths a child must not see, and paths under them that stay visible. With the minimal
+    # root ("root" layer) a hidden path is simply not bound into it (an empty tmpfs covers one
+    # inside a visible directory); without it an empty read-only tmpfs is mounted over each and
+    # the kept paths are bound back. None: hide the gradstep project (the package's repo, or
+    # the package itself, and any other gradstep checkout on the import path), keep the
+    # interpreter's prefixes (a venv inside the repo stays usable).
     hide: list[str] | None = None
     keep: list[str] | None = None
     uid_base: int = 61000  # slot i runs as uid = gid = uid_base + i (one Sandbox per uid range)

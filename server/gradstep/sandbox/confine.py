@@ -9,7 +9,7 @@ drop a child may not be able to import anything new.
 
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import errno
 import fcntl
 import os
@@ -17,11 +17,28 @@ import resource
 import signal
 import struct
 import time
+from collections.abc import Iterator
 
 from gradstep.sandbox import capabilities
 from gradstep.sandbox.libc import check as _check
 from gradstep.sandbox.libc import libc as _libc
 from gradstep.sandbox.libc import prctl
+from gradstep.sandbox.mounts import (
+    CLONE_NEWNS,
+    MOUNT_ATTR_NODEV,
+    MOUNT_ATTR_NOSUID,
+    MOUNT_ATTR_RDONLY,
+    MS_BIND,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_REC,
+    under,
+)
+from gradstep.sandbox.mounts import mount as _mount
+from gradstep.sandbox.mounts import mount_setattr as _mount_setattr
+from gradstep.sandbox.rootfs import DEVICES
 
 try:
     import pyseccomp
@@ -29,26 +46,11 @@ except Exception as e:  # not installed, or no libseccomp: the seccomp layer rep
     pyseccomp = None
     _NO_SECCOMP = f"pyseccomp is not usable: {type(e).__name__}: {e}"
 
-CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
 CLONE_THREAD = 0x00010000
-
-MS_RDONLY = 1
-MS_NOSUID = 2
-MS_NODEV = 4
-MS_NOEXEC = 8
-MS_BIND = 4096
-MS_REC = 16384
-MS_PRIVATE = 1 << 18
-
-AT_FDCWD = -100
-AT_RECURSIVE = 0x8000
-MOUNT_ATTR_RDONLY = 1
-MOUNT_ATTR_NOSUID = 2
-MOUNT_ATTR_NODEV = 4
-SYS_MOUNT_SETATTR = 442  # x86_64 and aarch64 (the unified syscall table)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -59,42 +61,23 @@ RESULT_FD = 3  # where close_fds puts the result pipe (the snippet may write to 
 CODE_FD = 4  # where close_fds puts the code pipe until the code is read (then it is closed)
 
 
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
+@contextlib.contextmanager
+def _fs_user(uid: int) -> Iterator[None]:
+    """Check file access as ``uid`` (setfsuid/setfsgid; the other ids and capabilities stay)."""
+    old_uid, old_gid = _libc.setfsuid(uid), _libc.setfsgid(uid)
+    if _libc.setfsuid(-1) != uid or _libc.setfsgid(-1) != uid:  # -1: no change, returns the current one
+        raise PermissionError(f"setfsuid/setfsgid({uid}) refused")
+    try:
+        yield
+    finally:
+        _libc.setfsgid(old_gid)
+        _libc.setfsuid(old_uid)
 
 
 class LayerFailed(Exception):
     def __init__(self, layer: str, error: BaseException):
         super().__init__(f"{layer}: {type(error).__name__}: {error}")
         self.layer = layer
-
-
-def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
-
-
-def _mount_setattr(path: str, set_: int = 0, clear: int = 0, recursive: bool = False) -> None:
-    attr = _MountAttr(set_, clear, 0, 0)
-    flags = AT_RECURSIVE if recursive else 0
-    res = _libc.syscall(
-        ctypes.c_long(SYS_MOUNT_SETATTR),
-        ctypes.c_int(AT_FDCWD),
-        ctypes.c_char_p(path.encode()),
-        ctypes.c_uint(flags),
-        ctypes.byref(attr),
-        ctypes.c_size_t(ctypes.sizeof(attr)),
-    )
-    _check(res, f"mount_setattr {path}")
-
-
-def _under(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 def seccomp_rules(own_pid: int) -> list[tuple[int, str, tuple]]:
@@ -141,18 +124,29 @@ class Confinement:
     holds limits, paths and ids, never anything secret.
     """
 
-    def __init__(self, plan: dict, slot: int, result_fd: int, code_fd: int | None = None):
+    def __init__(
+        self,
+        plan: dict,
+        slot: int,
+        result_fd: int,
+        code_fd: int | None = None,
+        cgroup_fds: list[int] | None = None,
+    ):
         self.plan = plan
         self.slot = slot
         self.run_uid = plan["uid_base"] + slot
         self.fd = result_fd
         self.code_fd = code_fd
+        # its slot's cgroup.procs files, opened by the zygote before it left the host's tree
+        self.cgroup_fds = list(cgroup_fds or [])
         self.timings: dict[str, float] = {}
         self.unshared = False
         self.workdir: str | None = None  # entered once every layer is on (see ``apply``)
 
     def apply(self, layers: list[str]) -> None:
         """Apply each layer; the first failure raises LayerFailed (the child must not go on)."""
+        if "cgroup" not in layers:
+            self._close_cgroup_fds()
         for name in layers:
             t = time.perf_counter()
             try:
@@ -171,6 +165,8 @@ class Confinement:
     def probe(self, layers: list[str]) -> dict[str, str]:
         """Try every layer, going on after failures: {name: "active" | "unavailable: why"}."""
         found = {}
+        if "cgroup" not in layers:
+            self._close_cgroup_fds()
         for name in layers:
             try:
                 getattr(self, name)()
@@ -218,13 +214,21 @@ class Confinement:
         os.setsid()
 
     def cgroup(self) -> None:
-        pid = str(os.getpid())
-        for procs in self.plan["slot_procs"][self.slot]:
-            fd = os.open(procs, os.O_WRONLY)
-            try:
-                os.write(fd, pid.encode())
-            finally:
-                os.close(fd)
+        pid = str(os.getpid()).encode()
+        try:
+            if not self.cgroup_fds:  # the zygote stayed on the host's tree: cgroupfs is there
+                self.cgroup_fds = [
+                    os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in self.plan["slot_procs"][self.slot]
+                ]
+            for fd in self.cgroup_fds:
+                os.write(fd, pid)
+        finally:
+            self._close_cgroup_fds()
+
+    def _close_cgroup_fds(self) -> None:
+        fds, self.cgroup_fds = self.cgroup_fds, []
+        for fd in fds:
+            os.close(fd)
 
     def close_fds(self) -> None:
         null = os.open("/dev/null", os.O_RDWR)
@@ -243,31 +247,39 @@ class Confinement:
         os.closerange(CODE_FD + 1 if self.code_fd is not None else RESULT_FD + 1, 1 << 20)
 
     def namespaces(self) -> None:
-        _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS), "unshare")
+        # A cgroup namespace too: /proc/self/cgroup then says "/", not the server's cgroup names.
+        _check(
+            _libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP),
+            "unshare",
+        )
         self.unshared = True
+
+    def root(self) -> None:
+        # The zygote built the minimal root and every child inherits it: check it is the one here.
+        expected = self.plan.get("root_id")
+        if expected is None:
+            raise RuntimeError("the zygote has no minimal root")
+        st = os.stat("/")
+        if (st.st_dev, st.st_ino) != tuple(expected):
+            raise RuntimeError("the root here is not the zygote's minimal root")
 
     def mounts(self) -> None:
         if not self.unshared:  # never touch the host's mount table
             raise RuntimeError("needs the namespaces layer (a private mount namespace)")
         plan = self.plan
+        rooted = plan.get("root_id") is not None
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for p in plan["keep"]}
-        _mount_setattr("/", set_=MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, recursive=True)
-        _mount_setattr("/dev", clear=MOUNT_ATTR_NODEV)  # /dev/null, /dev/urandom
-        for hidden in plan["hide"]:
-            _mount(
-                "tmpfs", hidden, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"
-            )
-            for path, fd in keep.items():
-                if _under(path, hidden):
-                    os.makedirs(path, exist_ok=True)
-                    _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-                    _mount_setattr(
-                        path, set_=MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, recursive=True
-                    )
-            _mount_setattr(hidden, set_=MOUNT_ATTR_RDONLY)
-        for fd in keep.values():
-            os.close(fd)
+        read_only = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+        _mount_setattr("/", set_=read_only, recursive=True)
+        if rooted:  # the devices of the minimal root are one bind mount each
+            for name in DEVICES:
+                _mount_setattr(f"/dev/{name}", clear=MOUNT_ATTR_NODEV)
+        else:
+            _mount_setattr("/dev", clear=MOUNT_ATTR_NODEV)  # /dev/null, /dev/urandom
+            self._hide(plan["hide"], plan["keep"], read_only)
+        # What the minimal root shows under /tmp (a checkout there, with its venv) is bound back
+        # into the private tmpfs that covers it.
+        under_tmp = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in plan.get("under_tmp", [])}
         _mount(
             "tmpfs",
             "/tmp",
@@ -275,8 +287,57 @@ class Confinement:
             MS_NOSUID | MS_NODEV | MS_NOEXEC,
             f"size={plan['tmp_mb']}m,nr_inodes=4096,mode=0700,uid={self.run_uid},gid={self.run_uid}",
         )
+        if under_tmp:
+            self._bind_back_under_tmp(under_tmp, read_only)
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
         self.workdir = "/tmp"
+
+    def _hide(self, hide: list[str], keep: list[str], read_only: int) -> None:
+        """Without a minimal root: an empty read-only tmpfs over each hidden path, kept ones bound back."""
+        for hidden in sorted(hide, key=len):
+            if not os.path.isdir(hidden):  # inside one hidden before
+                continue
+            kept = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in keep if under(p, hidden)}
+            _mount(
+                "tmpfs", hidden, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755"
+            )
+            self._bind_back(kept, read_only)
+            _mount_setattr(hidden, set_=MOUNT_ATTR_RDONLY)
+
+    def _bind_back_under_tmp(self, paths: dict[str, int], read_only: int) -> None:
+        """The way to each path is a read-only tmpfs at its first step under /tmp (the snippet must
+        not write there: its files would show up inside the checkout's path)."""
+        # The work dir is 0700 and the run's: a server that is not root (no CAP_DAC_OVERRIDE) can
+        # only make the way in as that uid (setfsuid: its capability to mount stays).
+        with _fs_user(self.run_uid):
+            firsts = sorted({"/tmp/" + p.split("/")[2] for p in paths})
+            for first in firsts:
+                os.mkdir(first, 0o755)
+                _mount(
+                    "tmpfs",
+                    first,
+                    "tmpfs",
+                    MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    "size=64k,nr_inodes=256,mode=0755",
+                )
+            self._bind_back(paths, read_only)
+            for first in firsts:
+                _mount_setattr(first, set_=read_only)
+
+    @staticmethod
+    def _bind_back(paths: dict[str, int], read_only: int) -> None:
+        """Bind each path (an O_PATH fd, closed here) back at its place, read-only."""
+        for path, fd in paths.items():
+            try:
+                if os.path.isdir(f"/proc/self/fd/{fd}"):
+                    os.makedirs(path, exist_ok=True)
+                else:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    open(path, "a").close()
+                _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+                _mount_setattr(path, set_=read_only, recursive=True)
+            finally:
+                os.close(fd)
 
     def rlimits(self) -> None:
         plan = self.plan

@@ -33,15 +33,25 @@ def _package_root() -> Path:
     return Path(gradstep.__file__).resolve().parent
 
 
-def default_hide() -> list[str]:
-    """The gradstep project: the package's repository if it has one, else the package itself."""
-    pkg = _package_root()
+def _project_of(pkg: Path) -> str:
+    """A gradstep package's repository if it has one, else the package itself."""
     for d in pkg.parents:
         if (d / "pyproject.toml").exists() or (d / ".git").exists():
-            return [str(d)]
+            return str(d)
         if d == d.parent:
             break
-    return [str(pkg)]
+    return str(pkg)
+
+
+def default_hide() -> list[str]:
+    """The gradstep project this is, and any other gradstep checkout on the import path (an
+    editable install of another clone, shadowed by this one)."""
+    found = [_project_of(_package_root())]
+    for entry in sys.path:
+        pkg = Path(entry) / "gradstep"
+        if entry and Path(entry).is_absolute() and (pkg / "__init__.py").is_file():
+            found.append(_project_of(pkg.resolve()))
+    return sorted(set(found))
 
 
 def default_keep() -> list[str]:
@@ -301,6 +311,8 @@ class Sandbox:
             "zygote_pid": z.pid if alive and z else None,
             "zygote_threads": z.info.get("threads") if alive and z else None,
             "zygote_huge_pages_mb": z.info.get("huge_pages_mb") if alive and z else None,
+            # what a child's root holds besides /dev's devices, /proc and /tmp ("root" layer)
+            "visible": z.info.get("visible") if alive and z else None,
             "layers": dict(self._layers) or {name: "not started" for name in LAYERS},
             "workers": self.config.workers,
             "busy": self.config.workers - self._free.qsize(),

@@ -32,8 +32,9 @@ import sys
 import time
 import traceback
 
-from gradstep.sandbox import protocol
+from gradstep.sandbox import protocol, rootfs
 from gradstep.sandbox.confine import PR_SET_CHILD_SUBREAPER, Confinement, LayerFailed, prctl
+from gradstep.sandbox.mounts import under
 from gradstep.sandbox.protocol import Channel, write_frame
 
 
@@ -97,6 +98,8 @@ class Zygote:
         self.pending: list[dict] = []
         self.huge_mb = 0
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.cgroup_fds: list[list[int]] = []  # per slot: its cgroup.procs files, open for writing
+        self.visible: list[str] = []  # what the minimal root holds, once entered
 
     # -- start-up ----------------------------------------------------------------
 
@@ -110,15 +113,44 @@ class Zygote:
         gc.freeze()  # forked children then don't touch (copy) the zygote's objects in gc passes
         self.huge_mb = collapse_huge_pages() if self.plan.get("huge_pages") else 0
 
-    def probe(self) -> dict[str, str]:
+    def open_cgroups(self) -> None:
+        """Open every slot's cgroup.procs now: in the minimal root there is no cgroupfs to open."""
+        if "cgroup" in self.plan["probe_layers"] and self.plan["slot_procs"]:
+            self.cgroup_fds = [
+                [os.open(p, os.O_WRONLY | os.O_CLOEXEC) for p in procs] for procs in self.plan["slot_procs"]
+            ]
+
+    def enter_root(self) -> str:
+        """Move into the minimal root (rootfs.py), after warming (the maps list what it loaded).
+        Returns the "root" layer's state; on failure the zygote stays on the host's tree."""
+        plan = self.plan
+        wanted = rootfs.wanted(sys.path, rootfs.mapped_files())
+        chosen, covers = rootfs.visible(wanted, plan["hide"], plan["keep"])
+        try:
+            root_id = rootfs.enter(chosen, covers, sys.path)
+        except OSError as e:
+            return f"unavailable: {type(e).__name__}: {e}"
+        plan["root_id"] = root_id
+        plan["under_tmp"] = [p for p in chosen if under(p, "/tmp")]
+        self.visible = chosen
+        return "active"
+
+    def slot_cgroup_fds(self, slot: int) -> list[int]:
+        return self.cgroup_fds[slot] if self.cgroup_fds else []
+
+    def other_cgroup_fds(self, slot: int) -> list[int]:
+        return [fd for i, fds in enumerate(self.cgroup_fds) if i != slot for fd in fds]
+
+    def probe(self, layers: list[str]) -> dict[str, str]:
         """Fork a child that tries every enabled layer; report what this host allows."""
-        layers = self.plan["probe_layers"]
         r, w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
         if pid == 0:
             try:
                 os.close(r)
-                conf = Confinement(self.plan, 0, w)
+                for fd in self.other_cgroup_fds(0):
+                    os.close(fd)
+                conf = Confinement(self.plan, 0, w, cgroup_fds=self.slot_cgroup_fds(0))
                 found = conf.probe(layers)
                 os.write(conf.fd, json.dumps(found).encode())  # small: one atomic pipe write
             finally:
@@ -236,9 +268,17 @@ class Zygote:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             # Always, whatever layers are on: the control socket, the wake-up pipe and
             # other children's pipes must never reach a snippet.
-            for other in (self.chan.fileno(), self.wake_r, self.wake_w, *self.chan.fds):
+            slot = msg["slot"]
+            others = (
+                self.chan.fileno(),
+                self.wake_r,
+                self.wake_w,
+                *self.chan.fds,
+                *self.other_cgroup_fds(slot),
+            )
+            for other in others:
                 os.close(other)
-            conf = Confinement(self.plan, msg["slot"], result_fd, code_fd)
+            conf = Confinement(self.plan, slot, result_fd, code_fd, cgroup_fds=self.slot_cgroup_fds(slot))
             conf.timings["fork"] = (t0 - t_fork) * 1e3
             try:
                 conf.apply(self.plan["layers"])
@@ -283,8 +323,15 @@ def main() -> None:
         zygote = Zygote(chan, plan)
         zygote.warm()
         plan["zygote_pid"] = os.getpid()
-        layers = zygote.probe()
-        plan["layers"] = [name for name in plan["probe_layers"] if layers[name] == "active"]
+        zygote.open_cgroups()
+        probe = list(plan["probe_layers"])
+        root = zygote.enter_root() if "root" in probe else "active"
+        if root != "active":
+            probe.remove("root")  # no child can check a root that is not there
+        layers = zygote.probe(probe)
+        if root != "active":
+            layers["root"] = root
+        plan["layers"] = [name for name in probe if layers[name] == "active"]
         threads = len(os.listdir("/proc/self/task"))
     except BaseException:
         chan.send({"op": "failed", "error": traceback.format_exc()})
@@ -296,6 +343,7 @@ def main() -> None:
             "layers": layers,
             "threads": threads,
             "huge_pages_mb": zygote.huge_mb,
+            "visible": zygote.visible,
         }
     )
     zygote.serve()
