@@ -159,6 +159,10 @@ class TraceRunner:
         cpu = max(1, min(self.cpu_seconds, math.floor(budget.seconds / len(codes))))
 
         def run(code: str) -> tuple[str, dict | None]:
+            if budget.cancel is not None and budget.cancel.is_set():
+                raise Cancelled("the request was withdrawn before this fix ran")
+            if time.monotonic() >= deadline:
+                return code, None  # the request's time for fixes is up: not run, not offered
             trace = self._trace(code, options, budget, deadline, cpu)
             if isinstance(trace, bytes):
                 return code, None
@@ -167,7 +171,12 @@ class TraceRunner:
 
         at_once = max(1, min(len(codes), self.workers - 1))  # leave a worker to everyone else
         with ThreadPoolExecutor(max_workers=at_once) as pool:
-            ran = list(pool.map(run, codes))
+            futures = [pool.submit(run, code) for code in codes]
+            try:
+                ran = [f.result() for f in futures]
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # the fixes not yet started never start
+                raise
         # only clean runs count: a fix whose run failed (or was cut by the deadline) is not offered
         return {code: trace for code, trace in ran if trace is not None and facts.runs_cleanly(trace)}
 
