@@ -12,7 +12,10 @@ import zlib
 from urllib.parse import parse_qsl, urlencode
 
 MAX_CODE_BYTES = 64 * 1024  # the API's request limit: a longer snippet could never run anyway
-MAX_ENCODED = 200_000  # characters of `c`; far more than 64 KB of code ever compresses to
+# Characters of `c`: 64 KB of code never deflates to more than itself plus a few bytes of block
+# headers (incompressible data is stored), ~87,400 base64url characters; frontend/permalink.js
+# refuses longer links before inflating anything.
+MAX_ENCODED = 90_000
 
 
 def encode_code(code: str) -> str:
