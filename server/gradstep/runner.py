@@ -209,11 +209,15 @@ def to_trace(code: str, result: RunResult) -> dict | bytes:
     if result.status != "ok":
         return failed_trace(code, result.status, result.detail, result.limit)
     try:
-        Trace.model_validate_json(result.output)
+        # parsed once, then validated as Python data: as complete as validating the JSON text, and
+        # cheaper (the parse is needed anyway, to write in what the server knows)
+        trace = orjson.loads(result.output)
+        Trace.model_validate(trace)
+    except orjson.JSONDecodeError:
+        return failed_trace(code, "crashed", "The run returned something that is not JSON.")
     except ValidationError as e:
         message = f"The run returned something that is not a trace ({e.error_count()} problems)."
         return failed_trace(code, "crashed", message)
-    trace = orjson.loads(result.output)
     # Not the child's to say: a snippet can write its own result, claiming other code or versions.
     trace.update(code=code, version=VERSION, torch=torch.__version__)
     return trace
