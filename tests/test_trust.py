@@ -30,7 +30,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gradstep import serving
 from gradstep.app import TraceOptions, create_app
-from gradstep.cache import fix_run_key
+from gradstep.cache import cache_key, fix_run_key
 from gradstep.diagnose import RULES, facts
 from gradstep.export import export_html
 from gradstep.runner import NOT_CHECKED, TraceRunner, sandbox_config
@@ -297,9 +297,24 @@ def test_forged_proposals_run_only_as_far_as_the_clients_budget_goes(stingy):
     fix_runs = trace_jobs(runs)[1:]
     assert [r["job"]["code"] for r in fix_runs] == fixes[:3]
     assert all(r["concurrent"] == 1 for r in fix_runs)
-    assert body["diagnoses"] == [] and NOT_CHECKED in body["notes"]
+    assert body["diagnoses"] == []
     # and the client's budget is spent: its next run is refused
     assert post(stingy, TRIVIAL + "# next\n", **me).status_code == 429
+
+
+def test_a_client_short_of_budget_gets_its_diagnosis_with_the_fixes_it_could_pay_for(stingy):
+    me = {"x-forwarded-for": "203.0.113.10"}
+    for i in range(2):  # 2 of its 4 runs
+        assert post(stingy, TRIVIAL + f"# spend {i}\n", **me).status_code == 200
+    code = FREED + "# short of budget\n"
+    with sandbox_runs(stingy.app) as runs:
+        body = post(stingy, code, **me).json()
+    assert len(trace_jobs(runs)) == 2  # its run and one of the two fixes: all it had left
+    (diagnosis,) = body["diagnoses"]
+    assert [f["code"] for f in diagnosis["fixes"]] == [trace_jobs(runs)[1]["job"]["code"]]
+    assert NOT_CHECKED in body["notes"]
+    # not cached: whoever asks next (with budget) gets both fixes checked
+    assert stingy.app.state.cache.get_now(cache_key(code, TraceOptions().model_dump())) is None
 
 
 def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy):

@@ -120,7 +120,7 @@ class TraceRunner:
         complete = True
         if proposed:
             trace["diagnoses"], complete = self._diagnose(trace, proposed, options, budget)
-            if not complete:
+            if not complete and trace["diagnoses"]:
                 trace.setdefault("notes", []).append(NOT_CHECKED)
         return orjson.dumps(trace), complete
 
@@ -148,6 +148,8 @@ class TraceRunner:
         granted = max(0, min(len(codes), budget.take(len(codes))))
         fixed = self._run_fixes(codes[:granted], options, budget) if granted else {}
         diagnoses = self._check(trace, fixed, budget)
+        if diagnoses is None:  # the check itself failed (a limit, a crash): try again next time
+            return [], False
         for d in diagnoses:
             d["fixes"] = [f for f in d["fixes"] if f["code"] in fixed]
         return diagnoses, granted == len(codes)
@@ -180,8 +182,9 @@ class TraceRunner:
         # only clean runs count: a fix whose run failed (or was cut by the deadline) is not offered
         return {code: trace for code, trace in ran if trace is not None and facts.runs_cleanly(trace)}
 
-    def _check(self, trace: dict, fixed: dict[str, dict], budget: RunBudget) -> list[dict]:
-        """The diagnoses of ``trace`` with the fixes that passed, from a check job in the sandbox."""
+    def _check(self, trace: dict, fixed: dict[str, dict], budget: RunBudget) -> list[dict] | None:
+        """The diagnoses of ``trace`` with the fixes that passed, from a check job in the sandbox
+        (None when that job failed)."""
         head = orjson.dumps(trace)
         size, items = len(head), []
         for code, fix_trace in fixed.items():
@@ -196,11 +199,11 @@ class TraceRunner:
         payload = (body + b'"cpu_seconds":%d}' % CHECK_CPU_SECONDS).decode()
         result = self._run(payload, budget, time.monotonic() + CHECK_WALL_SECONDS)
         if result.status != "ok":
-            return []
+            return None
         try:
             found = _DIAGNOSES.validate_json(result.output)
         except ValidationError:
-            return []
+            return None
         return [d.model_dump(mode="json") for d in found[:MAX_DIAGNOSES]]
 
 
