@@ -13,7 +13,7 @@ import truth
 from fastapi.testclient import TestClient
 from gradstep.app import create_app
 from gradstep.diagnose.service import may_need_diagnosis
-from gradstep.schema import Trace
+from gradstep.schema import VERSION, Trace
 from gradstep.settings import Settings
 from gradstep.tracer import record
 from truth import run_plain
@@ -84,7 +84,7 @@ def test_api_returns_the_diagnosis_with_fixes_verified_in_the_sandbox(client):
 def test_api_narrates_every_step(client):
     r = client.post("/api/trace", json={"code": (SNIPPETS / "backward_twice_fails.py").read_text()})
     trace = Trace.model_validate_json(r.content)
-    assert trace.version == 2 and all(step.explanation for step in trace.steps)
+    assert trace.version == VERSION and all(step.explanation for step in trace.steps)
 
 
 def test_api_gives_a_fine_snippet_no_diagnosis(client):
