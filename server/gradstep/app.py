@@ -149,7 +149,7 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
             413: {"description": "Body too large"},
             422: {"description": "Invalid request"},
             429: {"description": "Rate limit: retry after Retry-After seconds"},
-            503: {"description": "All workers are busy and the queue full: retry after Retry-After seconds"},
+            503: {"description": "All workers busy and the queue full: retry after Retry-After seconds"},
         },
     )
     async def trace(

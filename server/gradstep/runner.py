@@ -51,15 +51,16 @@ class Cancelled(Exception):
 
 @dataclass
 class RunBudget:
-    """What one request may spend on the runs its own run causes: fix runs, and their check.
+    """What one request may spend on the fix runs its own run causes.
 
     ``take(n)``: how many of ``n`` more runs the client may have now (its rate budget; at most n).
     The fix runs together get ``seconds`` of wall time from when the first starts, and as much
-    CPU, split between them; ``cancel``, once set, stops every run of the request.
+    CPU, split between them (the check job after them has small limits of its own: no snippet
+    runs in it); ``cancel``, once set, stops every run of the request.
     """
 
     take: Callable[[int], int] = lambda n: n
-    seconds: float = 15.0
+    seconds: float = 10.0
     cancel: threading.Event | None = None
     fix_runs: dict[str, bytes] = field(default_factory=dict)  # code -> trace of each fix run made
 
