@@ -1,8 +1,9 @@
 """What verified diagnoses cost a request: sandboxed trace alone vs trace + diagnoses, in one run.
 
-For a snippet with a diagnosis the server runs each candidate fix in the sandbox
-(concurrently, up to the worker count); for a fine snippet it only scans the
-trace's bytes. Prints median milliseconds of both paths, interleaved, and their
+For a snippet with a diagnosis the child that ran it proposes fixes, the server
+runs each in the sandbox (one at a time with 2 workers: a request never takes
+every worker) and a sandboxed check job decides which to show; for a fine snippet
+the child only scans the trace's bytes. Prints median milliseconds of both paths, interleaved, and their
 ratio. Usage:
     python benchmarks/diagnose_cost.py [--repeat N] [--workers N]
 """
@@ -36,7 +37,7 @@ def main() -> None:
         for label, path in CASES.items():
             code = path.read_text()
             payload = payload_for(code)
-            runner.trace_bytes(code, payload)  # warm
+            runner.trace_bytes(code)  # warm
             plain, diagnosed = [], []
             for i in range(args.repeat):
                 # interleaved, alternating which goes first: a run right after another waits for
@@ -46,7 +47,7 @@ def main() -> None:
                     if bare:
                         to_trace(code, runner.sandbox.run(payload))
                     else:
-                        runner.trace_bytes(code, payload)
+                        runner.trace_bytes(code)
                     (plain if bare else diagnosed).append((time.perf_counter() - t0) * 1e3)
                     time.sleep(0.05)  # let the slot's child be reaped and a spare prepared
             p, d = statistics.median(plain), statistics.median(diagnosed)

@@ -6,7 +6,11 @@
 // code in the fragment (/embed#code=<c>&step=3): fragment parameters override query ones.
 
 export const MAX_CODE_BYTES = 64 * 1024; // the API's limit: longer code could never run
-export const MAX_ENCODED = 200_000; // characters of c
+// Characters of c: 64 KB never deflates to more than itself plus a few bytes of block headers
+// (incompressible data is stored), i.e. ~87,400 base64url characters. A longer c is refused
+// before anything is inflated (a 194 K-character link used to grow the tab to ~155 MB first).
+export const MAX_ENCODED = 90_000;
+const INFLATE_CHUNK = 1024; // compressed bytes fed at a time: each inflates to at most ~1 MB
 export const THEMES = ["light", "dark", "auto"];
 export const EDITOR_MODES = ["hidden", "readonly", "editable"];
 
@@ -37,8 +41,20 @@ export async function decodeCode(c) {
   if (typeof c !== "string" || !c) throw new Error("The link's code is empty.");
   if (c.length > MAX_ENCODED) throw new Error(`The code in this link is too long (${c.length} characters; at most ${MAX_ENCODED}).`);
   const raw = fromBase64Url(c);
-  // Read chunk by chunk and stop past the limit: a small link must not inflate into gigabytes.
-  const reader = new Blob([raw]).stream().pipeThrough(new DecompressionStream("deflate-raw")).getReader();
+  // Feed the inflater a little at a time, on demand, and stop past the limit: however well a
+  // link compresses, at most what one INFLATE_CHUNK inflates to is held at once.
+  let at = 0;
+  const compressed = new ReadableStream(
+    {
+      pull(controller) {
+        if (at >= raw.length) return controller.close();
+        controller.enqueue(raw.subarray(at, at + INFLATE_CHUNK));
+        at += INFLATE_CHUNK;
+      },
+    },
+    { highWaterMark: 0 },
+  );
+  const reader = compressed.pipeThrough(new DecompressionStream("deflate-raw")).getReader();
   const chunks = [];
   let size = 0;
   try {
@@ -57,10 +73,10 @@ export async function decodeCode(c) {
     throw new Error("The link's code is corrupt (it does not decompress): was it cut short?");
   }
   const bytes = new Uint8Array(size);
-  let at = 0;
+  let offset = 0;
   for (const ch of chunks) {
-    bytes.set(ch, at);
-    at += ch.length;
+    bytes.set(ch, offset);
+    offset += ch.length;
   }
   try {
     return new TextDecoder("utf-8", { fatal: true }).decode(bytes);

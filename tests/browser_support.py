@@ -69,7 +69,34 @@ needs_chromium = pytest.mark.skipif(not HAVE_CHROMIUM, reason=f"no Chromium at {
 
 def launch(playwright):
     """Chromium launched with the flags every test and benchmark uses."""
+    _csp_proof_waits()
     return playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+
+
+def _csp_proof_waits() -> None:
+    """Page/Frame.wait_for_function that works on our pages. Playwright's compiles the predicate with
+    eval in the page, which their Content-Security-Policy refuses (no 'unsafe-eval'); evaluate() is
+    not subject to it, so poll that. Same arguments, same truthiness test; returns the value."""
+    from playwright.sync_api import Error, Frame, TimeoutError
+    from playwright.sync_api import Page as PlaywrightPage
+
+    def wait_for_function(self, expression: str, *, arg=None, timeout: float | None = None, polling=None):
+        end = time.monotonic() + (30_000 if timeout is None else timeout) / 1000
+        while True:
+            try:
+                value = self.evaluate(expression, arg)
+            except Error as e:  # a navigation replaced the document under the poll: poll the new one
+                if "context was destroyed" not in str(e):
+                    raise
+                value = None
+            if value:
+                return value
+            if time.monotonic() > end:
+                raise TimeoutError(f"wait_for_function: {timeout} ms exceeded waiting for {expression}")
+            time.sleep(0.03)
+
+    PlaywrightPage.wait_for_function = wait_for_function
+    Frame.wait_for_function = wait_for_function
 
 
 # ---------------------------------------------------------------- server

@@ -153,9 +153,33 @@ def test_healthz_lists_the_sandbox_layers(client):
     assert all(isinstance(v, str) for v in body["sandbox"]["layers"].values())
 
 
-def test_openapi_docs_are_served(client):
+def test_healthz_gives_counts_of_sandbox_processes_never_their_ids(client):
+    sandbox = client.get("/healthz").json()["sandbox"]
+    internal = client.app.state.runner.health()
+    assert sandbox["spares"] == internal["spares"] and sandbox["zygote"] is True
+    ids = {str(internal["zygote_pid"]), *map(str, internal["spare_pids"])}
+    assert not any("pid" in key for key in sandbox)
+    text = client.get("/healthz").text
+    assert not any(f":{pid}" in text or f"[{pid}" in text or f",{pid}" in text for pid in ids)
+
+
+def test_openapi_schema_is_served_and_swagger_ui_is_off_by_default(client):
     assert client.get("/openapi.json").json()["paths"]["/api/trace"]
-    assert client.get("/docs").status_code == 200
+    # Swagger UI loads its code from a CDN: a page of ours never does unless asked to
+    assert client.get("/docs").status_code == 404
+    assert client.get("/redoc").status_code == 404
+    assert 'href="/openapi.json"' in client.get("/").text
+
+
+def test_swagger_ui_when_enabled_allows_only_its_cdn_and_its_own_inline_script():
+    app = create_app(Settings(api_docs=True))
+    r = TestClient(app).get("/docs")  # no lifespan: no sandbox needed
+    assert r.status_code == 200
+    policy = dict(p.strip().split(" ", 1) for p in r.headers["content-security-policy"].split(";"))
+    script = policy["script-src"].split()
+    assert script[0] == "https://cdn.jsdelivr.net" and all(s.startswith("'sha256-") for s in script[1:])
+    assert "'unsafe-inline'" not in script and "'unsafe-eval'" not in script
+    assert policy["frame-ancestors"] == "'self'"
 
 
 def test_responses_are_gzipped_when_asked(client):

@@ -27,7 +27,7 @@ SNIPPET = "retain_graph_accumulates"
 @pytest.fixture(scope="module")
 def client():
     # No lifespan: these routes never run a snippet, so no sandbox is started.
-    return TestClient(create_app(Settings()))
+    return TestClient(create_app(Settings(public_url=BASE)))
 
 
 class Links(HTMLParser):
@@ -74,26 +74,63 @@ def test_embed_page_names_the_snippet_in_its_title(client):
     assert f"<title>gradstep: {snippets.load_all()[SNIPPET].title}</title>" in r.text
 
 
+def csp(response) -> dict[str, str]:
+    """The response's Content-Security-Policy as {directive: sources}."""
+    directives = (d.strip().split(" ", 1) for d in response.headers["content-security-policy"].split(";"))
+    return {d[0]: d[1] if len(d) > 1 else "" for d in directives}
+
+
 def test_embed_may_be_framed_by_any_page_by_default(client):
     r = client.get("/embed")
-    assert r.headers["content-security-policy"] == "frame-ancestors *"
+    assert csp(r)["frame-ancestors"] == "*"
     assert "x-frame-options" not in r.headers
 
 
 def test_app_page_may_only_be_framed_by_itself(client):
     r = client.get("/")
-    assert r.headers["content-security-policy"] == "frame-ancestors 'self'"
+    assert csp(r)["frame-ancestors"] == "'self'"
     assert r.headers["x-frame-options"] == "SAMEORIGIN"
 
 
-def test_api_docs_may_only_be_framed_by_itself(client):
-    assert client.get("/docs").headers["x-frame-options"] == "SAMEORIGIN"
+def test_api_docs_may_only_be_framed_by_itself():
+    r = TestClient(create_app(Settings(api_docs=True))).get("/docs")
+    assert r.headers["x-frame-options"] == "SAMEORIGIN" and csp(r)["frame-ancestors"] == "'self'"
 
 
 def test_frame_ancestors_setting_is_sent_by_the_embed():
     app = create_app(Settings(frame_ancestors="https://*.example.edu 'self'"))
     r = TestClient(app).get("/embed")
-    assert r.headers["content-security-policy"] == "frame-ancestors https://*.example.edu 'self'"
+    assert csp(r)["frame-ancestors"] == "https://*.example.edu 'self'"
+
+
+@pytest.mark.parametrize(
+    "path", ["/", f"/embed?snippet={SNIPPET}", "/embed", "/static/app.js", "/api/snippets", "/nope"]
+)
+def test_every_response_allows_scripts_only_from_this_origin(client, path):
+    policy = csp(client.get(path))
+    assert policy["default-src"] == "'self'" and policy["script-src"] == "'self'"
+    assert policy["object-src"] == "'none'" and policy["base-uri"] == "'none'"
+    assert "unsafe" not in policy["script-src"] and "*" not in policy["default-src"]
+
+
+class Scripts(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.scripts: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "script":
+            self.scripts.append(dict(attrs))
+
+
+@pytest.mark.parametrize("path", ["/", f"/embed?snippet={SNIPPET}", "/embed"])
+def test_pages_have_no_inline_script_the_policy_would_block(client, path):
+    p = Scripts()
+    p.feed(client.get(path).text)
+    assert p.scripts
+    for script in p.scripts:  # a module from /static, or data the page reads (never executed)
+        assert script.get("src", "").startswith("/static/") or script.get("type") == "application/json"
+        assert not any(name.startswith("on") for name in script)
 
 
 def test_frame_ancestors_setting_names_who_may_message_the_frame():
@@ -253,3 +290,50 @@ def test_oembed_format_that_oembed_does_not_define_is_a_clear_400(client):
     r = oembed(client, f"{BASE}/?snippet={SNIPPET}", format="yaml")
     assert r.status_code == 400
     assert "format=json" in r.json()["error"]
+
+
+# ---------------------------------------------------------------- public URLs, never the Host header
+
+
+def test_oembed_urls_come_from_the_public_url_not_the_host_header(client):
+    r = client.get("/oembed", params={"url": f"{BASE}/?snippet={SNIPPET}"}, headers={"host": "evil.example"})
+    body = r.json()
+    assert iframe_src(body) == f"{BASE}/embed?snippet={SNIPPET}"
+    assert body["provider_url"] == f"{BASE}/" and "evil" not in r.text
+
+
+@pytest.mark.parametrize("path", [f"/?snippet={SNIPPET}", f"/embed?snippet={SNIPPET}"])
+def test_discovery_links_come_from_the_public_url_not_the_host_header(client, path):
+    (link,) = oembed_links(client.get(path, headers={"host": "evil.example"}).text)
+    assert link["href"].startswith(f"{BASE}/oembed?") and "evil" not in link["href"]
+    assert parse_qs(urlsplit(link["href"]).query)["url"] == [BASE + path]
+
+
+def test_an_oembed_url_on_the_requests_host_is_not_taken_for_this_server(client):
+    r = client.get(
+        "/oembed",
+        params={"url": f"https://evil.example/?snippet={SNIPPET}"},
+        headers={"host": "evil.example"},
+    )
+    assert r.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("settings", "public"),
+    [
+        (Settings(host="127.0.0.1", port=8123), "http://127.0.0.1:8123"),
+        (Settings(host="0.0.0.0", port=8000), "http://localhost:8000"),
+        (Settings(public_url="https://gradstep.example.edu/"), "https://gradstep.example.edu"),
+    ],
+)
+def test_without_a_public_url_the_servers_own_address_is_used(settings, public):
+    r = TestClient(create_app(settings)).get(
+        "/oembed", params={"url": f"{public}/?snippet={SNIPPET}"}, headers={"host": "evil.example"}
+    )
+    assert iframe_src(r.json()) == f"{public}/embed?snippet={SNIPPET}"
+
+
+@pytest.mark.parametrize("bad", ["gradstep.example.edu", "https://x.edu/app", "ftp://x.edu", "https://"])
+def test_a_public_url_that_is_not_an_origin_stops_the_server_with_a_message(bad):
+    with pytest.raises(ValueError, match="GRADSTEP_PUBLIC_URL"):
+        create_app(Settings(public_url=bad))

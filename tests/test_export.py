@@ -7,6 +7,8 @@ the sandbox, and what it says is checked here against plain PyTorch run on the s
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import subprocess
@@ -151,6 +153,18 @@ def test_code_and_output_with_script_tags_cannot_break_out_of_the_page():
     page = parse(export_html(data))
     assert json.loads(page.scripts["gradstep-trace"]) == data
     assert [t for t, _ in page.tags].count("script") == 3  # trace, options, the module
+
+
+def test_the_page_runs_only_its_own_module_by_its_hash():
+    page = parse(export_html(record(POW)))
+    (meta,) = [a for t, a in page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    policy = dict(d.strip().split(" ", 1) for d in meta["content"].split(";"))
+    digest = base64.b64encode(hashlib.sha256(page.scripts["module"].encode()).digest()).decode()
+    # the inline module, and the Blob / data: URLs it makes of the front end's sources: nothing else runs
+    assert policy["script-src"].split() == [f"'sha256-{digest}'", "blob:", "data:"]
+    assert policy["default-src"] == "'none'"  # no network: no fetch, no image, no frame from anywhere
+    assert "connect-src" not in policy and "unsafe" not in policy["script-src"]
+    assert page.tags.index(("meta", meta)) < [t for t, _ in page.tags].index("script")  # before any script
 
 
 def test_a_step_past_the_end_opens_the_last_step():

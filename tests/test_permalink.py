@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import shutil
 import subprocess
 import zlib
 from pathlib import Path
 
 import pytest
+from browser_support import needs_chromium
 from gradstep import snippets
 from gradstep.permalink import MAX_CODE_BYTES, MAX_ENCODED, decode_code, encode_code
 
@@ -85,10 +87,23 @@ def test_code_over_the_api_limit_is_refused():
 
 
 def test_decompression_bomb_is_refused_without_inflating_it():
-    bomb = raw_deflate(b"\0" * (100 << 20))  # 100 MB of zeros in a 136 KB link
+    bomb = raw_deflate(b"\0" * (60 << 20))  # 60 MB of zeros in an 82 K-character link
     assert len(bomb) < MAX_ENCODED
     with pytest.raises(ValueError, match="larger than 64 KB"):
         decode_code(bomb)
+
+
+def test_the_longest_possible_code_fits_in_a_link():
+    # random characters, 1 to 3 UTF-8 bytes each: deflate cannot shrink them, it stores them
+    rng = random.Random(0)
+    chars = [
+        chr(rng.choice([rng.randrange(0x21, 0x7F), rng.randrange(0xA1, 0x800), rng.randrange(0x800, 0xD7FF)]))
+        for _ in range(40_000)
+    ]
+    code = "".join(chars).encode()[:MAX_CODE_BYTES].decode("utf-8", "ignore")
+    assert len(code.encode()) > MAX_CODE_BYTES - 3
+    c = encode_code(code)
+    assert len(c) <= MAX_ENCODED and decode_code(c) == code
 
 
 def test_oversized_link_is_refused_before_decoding():
@@ -124,3 +139,86 @@ def test_code_encoded_by_the_browser_module_decodes_on_the_server():
         json.dumps(codes),
     )
     assert [decode_code(c) for c in json.loads(out)] == codes
+
+
+# What the browser module gives the inflater for a link (frontend/permalink.js), counted by a
+# DecompressionStream that tallies the compressed bytes written to it. Deflate inflates a byte to
+# at most 1032, so what was fed bounds what the tab held (all 145 KB of a bomb's link at once:
+# ~150 MB in Chromium). `probe(c)` resolves to [the error message, whether one was made, bytes fed].
+INFLATE_COUNTER = """
+const Real = globalThis.DecompressionStream;
+let made = false, fed = 0;
+globalThis.DecompressionStream = class {
+  constructor(format) {
+    made = true;
+    const real = new Real(format);
+    const counter = new TransformStream({ transform(chunk, out) { fed += chunk.length; out.enqueue(chunk); } });
+    counter.readable.pipeTo(real.writable).catch(() => {});
+    this.writable = counter.writable;
+    this.readable = real.readable;
+  }
+};
+async function probe(decodeCode, c) {
+  made = false;
+  fed = 0;
+  let message = null;
+  try { await decodeCode(c); } catch (e) { message = e.message; }
+  return [message, made, fed];
+}
+"""
+
+
+def inflate_probe(c: str) -> list:
+    """The probe in node, the link on stdin (too long for an argument)."""
+    script = (
+        "import { readFileSync } from 'node:fs';\nimport { decodeCode } from './frontend/permalink.js';\n"
+        + INFLATE_COUNTER
+        + "console.log(JSON.stringify(await probe(decodeCode, readFileSync(0, 'utf8'))));"
+    )
+    out = subprocess.run(
+        [NODE, "--input-type=module", "-e", script],
+        input=c,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
+@needs_node
+def test_the_browser_refuses_an_oversized_link_before_inflating_anything():
+    bomb = raw_deflate(b"\0" * (142 << 20))  # the 194 K-character link that grew a tab to ~155 MB
+    assert len(bomb) > MAX_ENCODED
+    message, made, fed = inflate_probe(bomb)
+    assert "too long" in message and not made and fed == 0
+
+
+@needs_chromium
+def test_chromium_feeds_the_inflater_a_bomb_only_a_few_kilobytes_at_a_time(browser):
+    # Chromium's DecompressionStream inflates whatever it is given into its queue: fed the whole
+    # link at once, it held ~1032 times the link's size (node's applies no such pressure: not shown there)
+    page = browser.new_page()
+    module = (ROOT / "frontend" / "permalink.js").read_text()
+    try:
+        page.route(
+            "http://probe.test/**",
+            lambda route: route.fulfill(
+                body=module if route.request.url.endswith(".js") else "<!doctype html><title>probe</title>",
+                content_type="text/javascript" if route.request.url.endswith(".js") else "text/html",
+            ),
+        )
+        page.goto("http://probe.test/")
+        page.evaluate(INFLATE_COUNTER.replace("async function probe", "window.probe = async function"))
+        for mb in (142, 60):
+            bomb = raw_deflate(b"\0" * (mb << 20))
+            message, made, fed = page.evaluate(
+                "async (c) => window.probe((await import('/permalink.js')).decodeCode, c)", bomb
+            )
+            if len(bomb) > MAX_ENCODED:  # the 194 K-character link: refused before inflating anything
+                assert "too long" in message and not made and fed == 0
+            else:  # 60 KB that inflate to 60 MB: fed a few KB at a time, at most ~8 MB inflated
+                assert "larger than 64 KB" in message and fed <= 8 << 10
+    finally:
+        page.close()

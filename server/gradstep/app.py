@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
+import threading
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 import anyio
-import orjson
 import torch
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse, Response
@@ -18,14 +17,15 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gradstep import snippets
-from gradstep.cache import cache_key, fix_run_key, open_cache
+from gradstep.cache import open_cache
 from gradstep.confinement import require_confinement, required_layers
 from gradstep.embed import mount_embed
-from gradstep.limits import Admission, BodyLimit, RateLimiter, retry_after
-from gradstep.pages import mount_pages
-from gradstep.runner import TraceRunner
+from gradstep.limits import BodyLimit, withdrawn
+from gradstep.pages import mount_api_docs, mount_pages, public_url
+from gradstep.runner import Cancelled, TraceRunner
 from gradstep.schema import VERSION, json_schema
 from gradstep.settings import Settings
+from gradstep.traces import TraceService
 
 MAX_CODE = 60_000  # characters of a snippet
 
@@ -51,6 +51,18 @@ class TraceRequest(BaseModel):
         return code
 
 
+class SandboxHealth(BaseModel):
+    """What /healthz says about the sandbox: states and counts, never a process id."""
+
+    zygote: bool
+    layers: dict[str, str]
+    workers: int
+    busy: int
+    spares: int
+    prefork: bool
+    starts: int
+
+
 class Health(BaseModel):
     status: str
     version: int
@@ -58,18 +70,31 @@ class Health(BaseModel):
     workers: int
     running_or_queued: int
     cache: dict
-    sandbox: dict
+    sandbox: SandboxHealth
+
+
+def client_of(request: Request) -> str:
+    """Whom a request's runs are charged to: its address (X-Forwarded-For's first behind a trusted proxy)."""
+    if request.app.state.settings.trust_proxy:
+        forwarded = request.headers.get("x-forwarded-for")
+        if forwarded:
+            return forwarded.split(",")[0].strip()
+    return request.client.host if request.client else "?"
+
+
+async def client_gone(request: Request) -> AsyncIterator[threading.Event]:
+    """Set when the client disconnects: its runs stop, its place in the queue is given back."""
+    async with withdrawn(request.receive) as gone:
+        yield gone
 
 
 def create_app(settings: Settings | None = None, runner: TraceRunner | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
     runner = runner or TraceRunner(settings)
     required_layers(settings.require_layers)  # a misspelt layer fails here, before the zygote starts
+    public = public_url(settings)
     cache = open_cache(settings)
-    rate = RateLimiter(settings.rate, settings.burst)
-    admission = Admission(settings.workers + settings.queue)
-    threads = anyio.CapacityLimiter(settings.workers + settings.queue)
-    in_flight: dict[str, asyncio.Future] = {}  # identical requests share one run
+    service = TraceService(settings, runner, cache)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -86,6 +111,8 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
         version=str(VERSION),
         description="Step through PyTorch autograd: run a snippet in a sandbox, get its trace.",
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI loads from a CDN: only with GRADSTEP_API_DOCS (mount_api_docs)
+        redoc_url=None,
     )
     app.add_middleware(GZipMiddleware, minimum_size=1024)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
@@ -110,13 +137,6 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
             message = "The request body is not valid JSON text (UTF-8)."
         return JSONResponse(status_code=exc.status_code, content={"error": message}, headers=exc.headers)
 
-    def client_of(request: Request) -> str:
-        if settings.trust_proxy:
-            forwarded = request.headers.get("x-forwarded-for")
-            if forwarded:
-                return forwarded.split(",")[0].strip()
-        return request.client.host if request.client else "?"
-
     @app.post(
         "/api/trace",
         summary="Run a snippet and return its trace",
@@ -132,46 +152,17 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
             503: {"description": "All workers busy and the queue full: retry after Retry-After seconds"},
         },
     )
-    async def trace(body: TraceRequest, request: Request) -> Response:
+    async def trace(
+        body: TraceRequest,
+        client: Annotated[str, Depends(client_of)],
+        gone: Annotated[threading.Event, Depends(client_gone)],
+    ) -> Response:
         options = (body.options or TraceOptions()).model_dump()
-        key = cache_key(body.code, options)
-        cached = await cache.get(key)
-        if cached is not None:
-            return _json(cached, cache="hit")
-        wait = rate.acquire(client_of(request))
-        if wait > 0:
-            raise HTTPException(
-                429, "Too many runs from this client: slow down.", {"Retry-After": retry_after(wait)}
-            )
-        shared = in_flight.get(key)
-        if shared is not None:
-            return _json(await asyncio.shield(shared), cache="shared")
-        if not admission.enter():
-            raise HTTPException(503, "All workers are busy: try again shortly.", {"Retry-After": "2"})
-        future = asyncio.get_running_loop().create_future()
-        in_flight[key] = future
         try:
-            payload = orjson.dumps({"code": body.code, "options": options}).decode()
-            # A fix that diagnoses verified, asked for by Apply fix: its run is in the cache
-            # (shared by every replica) and needs no second run in the sandbox.
-            verified = await cache.get(fix_run_key(body.code, options))
-            fix_runs: dict[str, bytes] = {}
-            out, cacheable = await anyio.to_thread.run_sync(
-                functools.partial(runner.trace_bytes, body.code, payload, verified, fix_runs), limiter=threads
-            )
-            if cacheable:
-                await cache.put(key, out)
-            for fix_code, fix_body in fix_runs.items():
-                await cache.put(fix_run_key(fix_code, options), fix_body)
-            future.set_result(out)
-            return _json(out, cache="miss" if verified is None else "verified")
-        except BaseException as e:
-            future.set_exception(e)
-            future.exception()  # retrieved: waiters get it; no "never retrieved" warning
-            raise
-        finally:
-            admission.leave()
-            in_flight.pop(key, None)
+            out, how = await service.trace(body.code, options, client, gone)
+        except Cancelled:
+            return Response(status_code=499)  # nobody is listening: nginx's "client closed request"
+        return _json(out, cache=how)
 
     @app.get("/api/snippets", response_model=list[snippets.SnippetInfo], summary="The curated snippets")
     def list_snippets() -> list[snippets.SnippetInfo]:
@@ -198,16 +189,18 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
             version=VERSION,
             torch=torch.__version__,
             workers=settings.workers,
-            running_or_queued=admission.inside,
+            running_or_queued=service.admission.inside,
             cache=cache.stats(),
-            sandbox=sandbox,
+            sandbox=SandboxHealth.model_validate(sandbox),
         )
 
-    mount_embed(app, settings.frame_ancestors)
-    mount_pages(app)
+    if settings.api_docs:
+        mount_api_docs(app)
+    mount_embed(app, settings.frame_ancestors, public)
+    mount_pages(app, public, api_docs=settings.api_docs)
 
     app.state.settings, app.state.runner, app.state.cache = settings, runner, cache
-    app.state.admission = admission
+    app.state.service, app.state.admission = service, service.admission
     return app
 
 

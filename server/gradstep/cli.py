@@ -21,14 +21,14 @@ def _read_snippet(file: str) -> str | None:
 
 
 def _run_sandboxed(code: str, timeout: float) -> bytes:
-    from gradstep.runner import TraceRunner, payload_for
+    from gradstep.runner import TraceRunner
     from gradstep.settings import Settings
 
     # The same sandbox the server uses: the CLI is exactly as confined.
     runner = TraceRunner(Settings.from_env(workers=1, wall_seconds=timeout))
     runner.start()
     try:
-        body, _ = runner.trace_bytes(code, payload_for(code))
+        body, _ = runner.trace_bytes(code)
     finally:
         runner.close()
     return body
@@ -80,8 +80,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from gradstep import serving
     from gradstep.app import create_app
     from gradstep.settings import Settings
 
@@ -95,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
         f"gradstep: serving on http://{settings.host}:{settings.port} ({settings.workers} workers)",
         file=sys.stderr,
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level)
+    serving.serve(app, settings, log_level=args.log_level)
     return 0
 
 

@@ -1,7 +1,9 @@
-"""Embeds: ``/embed`` (the stepper with minimal chrome, for an ``<iframe>``), ``/oembed``, frame headers.
+"""Embeds: ``/embed`` (the stepper with minimal chrome, for an ``<iframe>``), ``/oembed``, security headers.
 
 ``/embed`` may be framed by the pages the ``frame_ancestors`` setting names (a CSP source list,
 default ``*``); every other response says ``frame-ancestors 'self'`` and ``X-Frame-Options``.
+Every response carries a Content-Security-Policy (``PAGE_POLICY``: no inline script). URLs the
+server writes (oEmbed, discovery links) start with the public URL setting, never the Host header.
 The snippet's code travels in the URL fragment (``/embed#code=…``): it never reaches the server,
 so the page itself decodes it (frontend/embed-page.js). docs/embed.md describes the parameters,
 the frame's messages and oEmbed.
@@ -51,8 +53,17 @@ def parse_frame_ancestors(value: str) -> list[str]:
     return sources
 
 
-class FrameHeaders:
-    """CSP frame-ancestors on every response: the setting's for /embed, 'self' (and XFO) elsewhere."""
+# Every page: scripts only from this origin's files (no inline script, no eval), nothing from
+# elsewhere. Inline styles stay allowed: the graph and the editor set element styles.
+PAGE_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "object-src 'none'; base-uri 'none'; form-action 'self'"
+)
+
+
+class SecurityHeaders:
+    """A Content-Security-Policy on every response (a route may set its own: frame-ancestors is
+    added to it), with frame-ancestors from the setting for /embed and 'self' (and XFO) elsewhere."""
 
     def __init__(self, app: ASGIApp, embed_ancestors: str) -> None:
         self.app = app
@@ -67,9 +78,10 @@ class FrameHeaders:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
-                policy = self.embed_policy if embed else "frame-ancestors 'self'"
-                existing = headers.get("content-security-policy")
-                headers["Content-Security-Policy"] = f"{existing}; {policy}" if existing else policy
+                frame = self.embed_policy if embed else "frame-ancestors 'self'"
+                own = headers.get("content-security-policy") or PAGE_POLICY
+                headers["Content-Security-Policy"] = f"{own}; {frame}"
+                headers["X-Content-Type-Options"] = "nosniff"
                 if not embed:
                     headers["X-Frame-Options"] = "SAMEORIGIN"  # browsers without CSP level 2
             await send(message)
@@ -149,10 +161,10 @@ def _embed_target(url: str, base: str) -> tuple[str, str]:
     return f"{base}/embed?{urlencode(query_out)}", f"gradstep: {found.title}"
 
 
-def mount_embed(app: FastAPI, frame_ancestors: str) -> None:
-    """Serve /embed and /oembed; frame headers on every response."""
+def mount_embed(app: FastAPI, frame_ancestors: str, public: str) -> None:
+    """Serve /embed and /oembed (URLs in them based on ``public``); security headers on every response."""
     sources = parse_frame_ancestors(frame_ancestors)
-    app.add_middleware(FrameHeaders, embed_ancestors=frame_ancestors)
+    app.add_middleware(SecurityHeaders, embed_ancestors=frame_ancestors)
     folder = pages.frontend_dir()
     version = pages._version(folder) if folder else "none"
     templates = Jinja2Templates(directory=str(pages.TEMPLATES))
@@ -176,7 +188,7 @@ def mount_embed(app: FastAPI, frame_ancestors: str) -> None:
             {
                 "static": f"/static/{{path}}?v={version}",
                 "title": f"gradstep: {found.title}" if found else "gradstep",
-                "oembed_href": discovery_href(str(request.url)),
+                "oembed_href": discovery_href(public, request.url.path, request.url.query),
                 "config_json": pages._script_json(config),
             },
         )
@@ -192,7 +204,6 @@ def mount_embed(app: FastAPI, frame_ancestors: str) -> None:
         },
     )
     def oembed(
-        request: Request,
         url: str,
         maxwidth: str | None = None,
         maxheight: str | None = None,
@@ -203,12 +214,11 @@ def mount_embed(app: FastAPI, frame_ancestors: str) -> None:
         if format != "json":
             raise HTTPException(400, f"format={format[:20]!r} is not an oEmbed format: use format=json.")
         max_w, max_h = _positive("maxwidth", maxwidth), _positive("maxheight", maxheight)
-        base = str(request.base_url).rstrip("/")
-        src, title = _embed_target(url, base)
+        src, title = _embed_target(url, public)
         width = min(DEFAULT_SIZE[0], max_w or DEFAULT_SIZE[0])
         height = min(DEFAULT_SIZE[1], max_h or DEFAULT_SIZE[1])
         frame = (
             f'<iframe src="{html.escape(src)}" width="{width}" height="{height}" title="{html.escape(title)}"'
             ' style="border:0;max-width:100%" loading="lazy" allow="clipboard-write"></iframe>'
         )
-        return OEmbed(provider_url=base + "/", title=title, html=frame, width=width, height=height)
+        return OEmbed(provider_url=public + "/", title=title, html=frame, width=width, height=height)

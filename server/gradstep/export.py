@@ -15,6 +15,8 @@ imports as data: URLs: from ``file://`` Chromium starts a module worker from not
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 import sys
 from collections.abc import Callable
@@ -26,6 +28,7 @@ from gradstep.schema import Trace
 THEMES: tuple[str, ...] = ("light", "dark", "auto")
 FORMATS: tuple[str, ...] = ("html", "json", "widget")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+_MAIN = TEMPLATES / "export-main.js"  # the page's own code, after the inlined front end
 
 # `import … from "./x.js"`, `export … from "./x.js"`, `import "./x.js"` at the start of a line (our
 # modules put top-level statements there; comments quoting an import are indented or prefixed).
@@ -258,13 +261,26 @@ def export_html(
     data = trace_json(trace)
     folder = folder or frontend_folder()
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
+    # the stylesheet is inlined in the page, once
+    module = bundle("embed.js", folder=folder, stub=("style.css",)) + "\n" + _MAIN.read_text(encoding="utf-8")
     return env.get_template("export.html").render(
         title=title or "gradstep",
         theme=theme,
         css=(folder / "style.css").read_text(encoding="utf-8").replace("</", "<\\/"),
         trace_json=_js_string(data),
         options_json=_js_string({"step": clamp_step(data, step), "theme": theme}),
-        bundle=bundle("embed.js", folder=folder, stub=("style.css",)),  # inlined above, once
+        module=module,
+        policy=page_policy(module),
+    )
+
+
+def page_policy(module: str) -> str:
+    """The page's own Content-Security-Policy (a <meta>): its one inline module, by hash, and the
+    Blob and data: URLs that module makes of the front end's sources; no network, no other script."""
+    digest = base64.b64encode(hashlib.sha256(module.encode("utf-8")).digest()).decode()
+    return (
+        f"default-src 'none'; script-src 'sha256-{digest}' blob: data:; worker-src blob: data:; "
+        "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
     )
 
 

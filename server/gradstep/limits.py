@@ -1,13 +1,17 @@
-"""Cross-cutting limits: request body size, per-client rate, bounded queue."""
+"""Cross-cutting limits: request body size, per-client rate, bounded queue, withdrawn requests."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 
 import orjson
+from starlette.types import Receive
 
 
 class BodyLimit:
@@ -78,10 +82,28 @@ class RateLimiter:
                 tokens -= 1
             else:
                 wait = (1 - tokens) / self.rate
-            self._buckets[client] = (tokens, now)
-            while len(self._buckets) > self.max_clients:
-                self._buckets.popitem(last=False)
+            self._store(client, tokens, now)
             return wait
+
+    def take(self, client: str, n: int) -> int:
+        """Up to ``n`` more runs for ``client`` now, never waiting or going into debt: how many it may have.
+
+        The runs a request causes beyond its own (fix runs) are charged here: a client whose
+        budget is spent gets its trace, and fewer of them."""
+        if self.rate <= 0:
+            return n
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.pop(client, (float(self.burst), now))
+            tokens = min(self.burst, tokens + (now - last) * self.rate)
+            granted = max(0, min(n, math.floor(tokens)))
+            self._store(client, tokens - granted, now)
+            return granted
+
+    def _store(self, client: str, tokens: float, now: float) -> None:
+        self._buckets[client] = (tokens, now)
+        while len(self._buckets) > self.max_clients:
+            self._buckets.popitem(last=False)
 
 
 class Admission:
@@ -102,6 +124,26 @@ class Admission:
     def leave(self) -> None:
         with self._lock:
             self.inside -= 1
+
+
+@contextlib.asynccontextmanager
+async def withdrawn(receive: Receive) -> AsyncIterator[threading.Event]:
+    """An event set when the client goes away (``http.disconnect``) while the block runs.
+
+    Use once the request's body has been read: the server's ``receive`` then has nothing more
+    to give until the client disconnects (or the response is complete)."""
+    gone = threading.Event()
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    task = asyncio.create_task(watch())
+    try:
+        yield gone
+    finally:
+        task.cancel()
 
 
 def retry_after(seconds: float) -> str:

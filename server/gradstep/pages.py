@@ -9,13 +9,17 @@ needed). ``pip install .`` copies them to ``share/gradstep/frontend`` (see
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -23,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gradstep import snippets
 from gradstep.permalink import discovery_href
+from gradstep.settings import Settings
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 SERVED = {".js", ".mjs", ".css", ".svg", ".png", ".woff2", ".json", ".txt"}
@@ -71,7 +76,43 @@ def _version(folder: Path) -> str:
     return h.hexdigest()[:12]
 
 
-def mount_pages(app: FastAPI) -> None:
+def public_url(settings: Settings) -> str:
+    """The base of every URL the server writes for others to open: GRADSTEP_PUBLIC_URL, else this
+    server's own address from its settings. Never the request's Host header, which anyone can set."""
+    if settings.public_url:
+        url = settings.public_url.rstrip("/")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query:
+            raise ValueError(
+                f"GRADSTEP_PUBLIC_URL must be like https://gradstep.example.edu (no path), not {url!r}"
+            )
+        return url
+    host = "localhost" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{settings.port}"
+
+
+def mount_api_docs(app: FastAPI) -> None:
+    """Swagger UI at /docs (GRADSTEP_API_DOCS=1). Its script and CSS come from a CDN, so this page
+    alone allows that CDN, and its one inline script by hash."""
+    page = get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API")
+    html = bytes(page.body).decode()
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
+        for s in re.findall(r"<script>(.*?)</script>", html, re.DOTALL)
+    )
+    cdn = "https://cdn.jsdelivr.net"
+    policy = (
+        f"default-src 'self'; script-src {cdn} {hashes}; style-src {cdn} 'unsafe-inline'; "
+        "img-src 'self' data: https://fastapi.tiangolo.com; object-src 'none'; base-uri 'none'"
+    )
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return HTMLResponse(html, headers={"Content-Security-Policy": policy})
+
+
+def mount_pages(app: FastAPI, public: str, api_docs: bool = False) -> None:
     """Serve the app at ``/`` and its files at ``/static``."""
     folder = frontend_dir()
     templates = Jinja2Templates(directory=str(TEMPLATES))
@@ -96,7 +137,9 @@ def mount_pages(app: FastAPI) -> None:
                 # </script> cannot appear inside JSON from json.dumps with these replacements
                 "snippets_json": _script_json(listed),
                 "config_json": _script_json(config),
-                "oembed_href": discovery_href(str(request.url)),  # CMSs find /oembed for snippet URLs
+                # CMSs find /oembed for snippet URLs
+                "oembed_href": discovery_href(public, request.url.path, request.url.query),
+                "api_docs": "/docs" if api_docs else "/openapi.json",
             },
         )
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 import base64
 import binascii
 import zlib
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode
 
 MAX_CODE_BYTES = 64 * 1024  # the API's request limit: a longer snippet could never run anyway
-MAX_ENCODED = 200_000  # characters of `c`; far more than 64 KB of code ever compresses to
+# Characters of `c`: 64 KB of code never deflates to more than itself plus a few bytes of block
+# headers (incompressible data is stored), ~87,400 base64url characters; frontend/permalink.js
+# refuses longer links before inflating anything.
+MAX_ENCODED = 90_000
 
 
 def encode_code(code: str) -> str:
@@ -53,9 +56,10 @@ def decode_code(c: str) -> str:
         raise ValueError("The link's code is not UTF-8 text.") from e
 
 
-def discovery_href(page_url: str) -> str | None:
-    """oEmbed discovery for a page URL the server sees: only snippet URLs (code URLs keep it in the fragment)."""
-    parts = urlsplit(page_url)
-    if not dict(parse_qsl(parts.query)).get("snippet"):
+def discovery_href(public: str, path: str, query: str) -> str | None:
+    """oEmbed discovery for a page of this server (``public`` + path?query): only snippet URLs (code
+    URLs keep it in the fragment). Built from the public URL setting, not the request's Host."""
+    if not dict(parse_qsl(query)).get("snippet"):
         return None
-    return f"{parts.scheme}://{parts.netloc}/oembed?" + urlencode({"url": page_url, "format": "json"})
+    page = public + path + (f"?{query}" if query else "")
+    return f"{public}/oembed?" + urlencode({"url": page, "format": "json"})

@@ -1,23 +1,68 @@
 """Traces through the sandbox: what the server and the CLI share.
 
-The sandbox returns bytes or a failure; this turns either into trace JSON, and
-treats the child's bytes as untrusted (served only if they fit the schema).
+The sandboxed child writes bytes the snippet can forge (it may write its own result frame), so
+its output is data, never authority:
+
+* it is served only if it fits the trace schema, and the server writes in what it knows itself:
+  the submitted ``code``, the trace ``version`` and the ``torch`` version;
+* its ``diagnoses`` are proposals (gradstep.jobs): the server takes from them only which fix
+  codes to run, runs those itself (each charged to the request's ``RunBudget``), and has a check
+  job, in a sandbox too, decide what to show. A fix is offered only if the server ran its code
+  and that run ended cleanly;
+* the server's own work on the bytes is linear in their size: validating, parsing, and
+  overwriting a few fields. Rules, narration and checks run in sandboxed children.
 """
 
 from __future__ import annotations
 
+import math
+import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import orjson
-from pydantic import ValidationError
+import torch
+from pydantic import TypeAdapter, ValidationError
 
-from gradstep.diagnose.service import with_diagnoses
+from gradstep.diagnose import facts, proposed_codes
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
 from gradstep.sandbox.config import DEFAULT_WARMUP
-from gradstep.schema import VERSION, Trace
+from gradstep.schema import VERSION, Diagnosis, Trace
 from gradstep.settings import Settings
 
-TARGET = "gradstep.tracer.remote:run"
+TARGET = "gradstep.jobs:run"
+MAX_FIX_CODE = 70_000  # characters of a proposed fix (a snippet is at most 60 000; a fix adds a little)
+CHECK_CPU_SECONDS = 3  # a check job's CPU limit (its rules and comparisons, no snippet)
+CHECK_WALL_SECONDS = 6.0
+MAX_CHECK_BYTES = 16 << 20  # a check job's input: the trace and the fix runs that fit
+MAX_DIAGNOSES = 32
+_DIAGNOSES = TypeAdapter(list[Diagnosis])
+NOT_CHECKED = (
+    "Some fixes were not checked: this client has used its run budget for now. Run again in a few "
+    "seconds to have them checked."
+)
+
+
+class Cancelled(Exception):
+    """The request a run belonged to was withdrawn (its client went away): the runs were stopped."""
+
+
+@dataclass
+class RunBudget:
+    """What one request may spend on the fix runs its own run causes.
+
+    ``take(n)``: how many of ``n`` more runs the client may have now (its rate budget; at most n).
+    The fix runs together get ``seconds`` of wall time from when the first starts, and as much
+    CPU, split between them (the check job after them has small limits of its own: no snippet
+    runs in it); ``cancel``, once set, stops every run of the request.
+    """
+
+    take: Callable[[int], int] = lambda n: n
+    seconds: float = 10.0
+    cancel: threading.Event | None = None
+    fix_runs: dict[str, bytes] = field(default_factory=dict)  # code -> trace of each fix run made
 
 
 def failed_trace(code: str, status: str, message: str, limit: str | None = None) -> bytes:
@@ -28,6 +73,7 @@ def failed_trace(code: str, status: str, message: str, limit: str | None = None)
             "limit": limit,
             "error": {"type": status, "message": message, "line": None},
             "code": code,
+            "torch": torch.__version__,
         }
     )
 
@@ -35,17 +81,9 @@ def failed_trace(code: str, status: str, message: str, limit: str | None = None)
 class TraceRunner:
     def __init__(self, settings: Settings, sandbox: Sandbox | None = None):
         self.workers = settings.workers
-        self.sandbox = sandbox or Sandbox(
-            SandboxConfig(
-                workers=settings.workers,
-                wall_seconds=settings.wall_seconds,
-                cpu_seconds=settings.cpu_seconds,
-                memory_mb=settings.memory_mb,
-                uid_base=settings.uid_base,
-                target=TARGET,
-                warmup=payload_for(DEFAULT_WARMUP),
-            )
-        )
+        self.cpu_seconds = settings.cpu_seconds
+        self.fix_seconds = settings.fix_budget
+        self.sandbox = sandbox or Sandbox(sandbox_config(settings))
 
     def start(self) -> None:
         self.sandbox.start()
@@ -59,47 +97,154 @@ class TraceRunner:
     def trace_bytes(
         self,
         code: str,
-        payload: str,
+        options: dict | None = None,
+        *,
         verified: bytes | None = None,
-        fix_runs: dict[str, bytes] | None = None,
+        budget: RunBudget | None = None,
     ) -> tuple[bytes, bool]:
         """(trace JSON, whether it may be cached) for one run of ``code``, with verified diagnoses.
 
-        ``verified``: the trace of this very payload, run earlier to verify a fix, served instead
-        of running it again (Apply fix asks for exactly that run). ``fix_runs`` gets the code ->
-        trace of each fix run here to verify this run's diagnoses, for the caller to keep.
+        ``verified``: the trace this very run gave when it verified a fix (kept by the caller from
+        ``budget.fix_runs``), served instead of running it again: Apply fix asks for exactly that
+        run. Raises ``Cancelled`` once ``budget.cancel`` is set.
         """
-        body, cacheable = (
-            (verified, True) if verified is not None else to_trace(code, self.sandbox.run(payload))
-        )
-        if cacheable:
-            body = with_diagnoses(body, lambda codes: self._run_fixes(codes, payload, fix_runs))
-        return body, cacheable
+        options = options or {}
+        budget = budget or RunBudget(seconds=self.fix_seconds)
+        if verified is not None:
+            trace = orjson.loads(verified)
+        else:
+            trace = self._trace(code, options, budget)
+            if isinstance(trace, bytes):
+                return trace, False
+        proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
+        trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
+        complete = True
+        if proposed:
+            trace["diagnoses"], complete = self._diagnose(trace, proposed, options, budget)
+            if not complete and trace["diagnoses"]:
+                trace.setdefault("notes", []).append(NOT_CHECKED)
+        return orjson.dumps(trace), complete
 
-    def _run_fixes(self, codes: list[str], payload: str, fix_runs: dict[str, bytes] | None) -> list[dict]:
-        """Candidate fixes run in the sandbox like any snippet (same options), as many at once as slots allow."""
-        options = orjson.loads(payload).get("options") or {}
+    def _run(self, payload: str, budget: RunBudget, deadline: float | None = None) -> RunResult:
+        result = self.sandbox.run(payload, deadline=deadline, cancel=budget.cancel)
+        if result.status == "cancelled":
+            raise Cancelled(result.detail)
+        return result
 
-        def run(code: str) -> dict:
-            body, cacheable = to_trace(code, self.sandbox.run(payload_for(code, options)))
-            if cacheable and fix_runs is not None:
-                fix_runs[code] = body
-            return orjson.loads(body)
+    def _trace(
+        self,
+        code: str,
+        options: dict,
+        budget: RunBudget,
+        deadline: float | None = None,
+        cpu: int | None = None,
+    ) -> dict | bytes:
+        """``to_trace`` of one run of ``code``."""
+        return to_trace(code, self._run(payload_for(code, options, cpu_seconds=cpu), budget, deadline))
 
-        with ThreadPoolExecutor(max_workers=max(1, min(len(codes), self.workers))) as pool:
-            return list(pool.map(run, codes))
+    def _diagnose(
+        self, trace: dict, codes: list[str], options: dict, budget: RunBudget
+    ) -> tuple[list[dict], bool]:
+        """Run the proposed fixes (as many as the budget allows), then check them in a sandbox."""
+        granted = max(0, min(len(codes), budget.take(len(codes))))
+        fixed = self._run_fixes(codes[:granted], options, budget) if granted else {}
+        diagnoses = self._check(trace, fixed, budget)
+        if diagnoses is None:  # the check itself failed (a limit, a crash): try again next time
+            return [], False
+        for d in diagnoses:
+            d["fixes"] = [f for f in d["fixes"] if f["code"] in fixed]
+        return diagnoses, granted == len(codes)
 
+    def _run_fixes(self, codes: list[str], options: dict, budget: RunBudget) -> dict[str, dict]:
+        """Each fix run like any snippet (same options), within the request's budget: a deadline for
+        all of them, an even share of its CPU each, and never every worker at once."""
+        deadline = time.monotonic() + budget.seconds
+        cpu = max(1, min(self.cpu_seconds, math.floor(budget.seconds / len(codes))))
 
-def to_trace(code: str, result: RunResult) -> tuple[bytes, bool]:
-    if result.status == "ok":
+        def run(code: str) -> tuple[str, dict | None]:
+            if budget.cancel is not None and budget.cancel.is_set():
+                raise Cancelled("the request was withdrawn before this fix ran")
+            if time.monotonic() >= deadline:
+                return code, None  # the request's time for fixes is up: not run, not offered
+            trace = self._trace(code, options, budget, deadline, cpu)
+            if isinstance(trace, bytes):
+                return code, None
+            budget.fix_runs[code] = orjson.dumps(trace)
+            return code, trace
+
+        at_once = max(1, min(len(codes), self.workers - 1))  # leave a worker to everyone else
+        with ThreadPoolExecutor(max_workers=at_once) as pool:
+            futures = [pool.submit(run, code) for code in codes]
+            try:
+                ran = [f.result() for f in futures]
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # the fixes not yet started never start
+                raise
+        # only clean runs count: a fix whose run failed (or was cut by the deadline) is not offered
+        return {code: trace for code, trace in ran if trace is not None and facts.runs_cleanly(trace)}
+
+    def _check(self, trace: dict, fixed: dict[str, dict], budget: RunBudget) -> list[dict] | None:
+        """The diagnoses of ``trace`` with the fixes that passed, from a check job in the sandbox
+        (None when that job failed)."""
+        head = orjson.dumps(trace)
+        size, items = len(head), []
+        for code, fix_trace in fixed.items():
+            item = orjson.dumps([code, {**fix_trace, "diagnoses": []}])
+            if size + len(item) + 1 > MAX_CHECK_BYTES:
+                break  # checked without it: a fix missing from the check is not offered
+            items.append(item)
+            size += len(item) + 1
+        if size > MAX_CHECK_BYTES:
+            return []
+        body = b'{"check":{"trace":' + head + b',"fixes":[' + b",".join(items) + b"]},"
+        payload = (body + b'"cpu_seconds":%d}' % CHECK_CPU_SECONDS).decode()
+        result = self._run(payload, budget, time.monotonic() + CHECK_WALL_SECONDS)
+        if result.status != "ok":
+            return None
         try:
-            Trace.model_validate_json(result.output)
-        except ValidationError as e:
-            message = f"The run returned something that is not a trace ({e.error_count()} problems)."
-            return failed_trace(code, "crashed", message), False
-        return result.output, True
-    return failed_trace(code, result.status, result.detail, result.limit), False
+            found = _DIAGNOSES.validate_json(result.output)
+        except ValidationError:
+            return None
+        return [d.model_dump(mode="json") for d in found[:MAX_DIAGNOSES]]
 
 
-def payload_for(code: str, options: dict | None = None) -> str:
-    return orjson.dumps({"code": code, "options": options or {}}).decode()
+def to_trace(code: str, result: RunResult) -> dict | bytes:
+    """The child's trace with what the server knows written in, or a failed trace's JSON (bytes)."""
+    if result.status != "ok":
+        return failed_trace(code, result.status, result.detail, result.limit)
+    try:
+        # parsed once, then validated as Python data: as complete as validating the JSON text, and
+        # cheaper (the parse is needed anyway, to write in what the server knows)
+        trace = orjson.loads(result.output)
+        Trace.model_validate(trace)
+    except orjson.JSONDecodeError:
+        return failed_trace(code, "crashed", "The run returned something that is not JSON.")
+    except ValidationError as e:
+        message = f"The run returned something that is not a trace ({e.error_count()} problems)."
+        return failed_trace(code, "crashed", message)
+    # Not the child's to say: a snippet can write its own result, claiming other code or versions.
+    trace.update(code=code, version=VERSION, torch=torch.__version__)
+    return trace
+
+
+def payload_for(code: str, options: dict | None = None, *, cpu_seconds: int | None = None) -> str:
+    job: dict = {"code": code, "options": options or {}}
+    if cpu_seconds is not None:
+        job["cpu_seconds"] = cpu_seconds
+    return orjson.dumps(job).decode()
+
+
+def sandbox_config(settings: Settings, **overrides) -> SandboxConfig:
+    """The sandbox the server runs snippets in (``overrides``: tests put it in a guard cgroup)."""
+    config = SandboxConfig(
+        workers=settings.workers,
+        wall_seconds=settings.wall_seconds,
+        cpu_seconds=settings.cpu_seconds,
+        memory_mb=settings.memory_mb,
+        uid_base=settings.uid_base,
+        target=TARGET,
+        warmup=payload_for(DEFAULT_WARMUP),
+    )
+    for name, value in overrides.items():
+        setattr(config, name, value)
+    return config

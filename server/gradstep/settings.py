@@ -26,6 +26,20 @@ class Settings:
     wall_seconds: float = 15.0  # per run
     cpu_seconds: int = 10  # per run
     memory_mb: int = 1024  # per run
+    # Seconds of wall time, and of CPU, that the fix runs one request causes may take together
+    # (each fix run also costs the client one run of its rate budget).
+    fix_budget: float = 10.0
+    # Where the public reaches this server ("https://gradstep.example.edu"): the base of the URLs
+    # it writes into oEmbed answers and discovery links. Empty: http://<host>:<port> of these
+    # settings, never the request's Host header (anyone can send any Host).
+    public_url: str = ""
+    api_docs: bool = False  # serve Swagger UI at /docs (it loads its script and CSS from a CDN)
+    # Slow clients (uvicorn, `gradstep serve`): a request must arrive whole (headers and body)
+    # within request_timeout seconds; an idle keep-alive connection is closed after keep_alive
+    # seconds; past max_connections open connections, new requests get 503.
+    request_timeout: float = 10.0
+    keep_alive: float = 5.0
+    max_connections: int = 1000
     # Pages that may frame /embed: a CSP frame-ancestors source list ("*", "'self'",
     # "https://*.example.edu https://lms.example.org"); the app's own pages only allow 'self'.
     frame_ancestors: str = "*"

@@ -28,13 +28,26 @@ from gradstep.diagnose import (
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.source import Source, moved_line
 
-Run = Callable[[list[str]], list[dict]]  # codes -> their traces (plain dicts), in order
+Run = Callable[[list[str]], list[dict | None]]  # codes -> their traces (plain dicts; None: not run), in order
 
 MAX_FIX_RUNS = 8
+MAX_CANDIDATES = 16  # diagnoses one trace can get (each rule caps its own; this caps them together)
 
 RULES = (hidden_state, freed_graph, non_scalar, inplace, zero_grad, non_leaf_grad, integer_grad)
 
-__all__ = ["Candidate", "CandidateFix", "Run", "add_in_process", "diagnose", "find", "run_locally", "verify"]
+__all__ = [
+    "Candidate",
+    "CandidateFix",
+    "Run",
+    "add_in_process",
+    "check",
+    "diagnose",
+    "find",
+    "propose",
+    "proposed_codes",
+    "run_locally",
+    "verify",
+]
 
 
 def find(trace: dict) -> list[Candidate]:
@@ -47,7 +60,46 @@ def find(trace: dict) -> list[Candidate]:
             found.extend(rule.find(trace, src))
         except Exception:  # a rule that trips on an unusual snippet must not cost the user the trace
             continue
-    return found
+    return found[:MAX_CANDIDATES]
+
+
+def propose(trace: dict) -> list[dict]:
+    """The candidates as ``Trace.diagnoses`` entries whose fixes are only proposals, not yet run.
+
+    The sandboxed run sends these to the server in its trace's ``diagnoses``: the server takes
+    nothing from them but the codes of the fixes to run (``proposed_codes``), runs those itself,
+    and lets ``check`` (in a sandbox of its own) decide what to show.
+    """
+    return [
+        {
+            "kind": c.kind,
+            "severity": c.severity,
+            "line": c.line,
+            "message": c.message,
+            "fixes": [
+                {
+                    "title": f.title,
+                    "explanation": f.explanation if isinstance(f.explanation, str) else "",
+                    "code": f.code,
+                }
+                for f in c.fixes
+            ],
+        }
+        for c in find(trace)
+    ]
+
+
+def proposed_codes(diagnoses: list[dict], max_chars: int) -> list[str]:
+    """The distinct fix codes in proposed diagnoses, at most ``MAX_FIX_RUNS``, none over ``max_chars``."""
+    codes = (f.get("code") for d in diagnoses for f in d.get("fixes") or ())
+    fitting = (c for c in codes if isinstance(c, str) and 0 < len(c) <= max_chars)
+    return list(dict.fromkeys(fitting))[:MAX_FIX_RUNS]
+
+
+def check(trace: dict, fixed: dict[str, dict]) -> list[dict]:
+    """``diagnose`` with fix runs that were already made: ``fixed`` maps a fix's code to its run's trace
+    (a fix whose code is not there is not offered)."""
+    return diagnose(trace, lambda codes: [fixed.get(code) for code in codes])
 
 
 def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
@@ -55,7 +107,7 @@ def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
     # a bound on the runs one trace can cause (a snippet reading .grad of 100 non-leaves): fixes past it
     # are not run, so not offered
     codes = list(dict.fromkeys(fix.code for c in candidates for fix in c.fixes))[:MAX_FIX_RUNS]
-    runs = dict(zip(codes, run(codes), strict=True)) if codes else {}
+    runs: dict[str, dict | None] = dict(zip(codes, run(codes), strict=True)) if codes else {}
     out = []
     for candidate in candidates:
         passed: dict[str, dict] = {}

@@ -8,49 +8,63 @@ the syntax tree says which tensor and where it was assigned. Fix: call
 from __future__ import annotations
 
 import ast
+import bisect
 
 from gradstep.diagnose import facts
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.source import Source, assigned_names, moved_line
 
 KIND = "grad_of_non_leaf"
+MAX_CANDIDATES = 16  # one diagnosis per tensor read; past this many, more say nothing new
 
 
-def _grad_reads(src: Source, line: int) -> list[ast.Attribute]:
-    return sorted(
-        (
-            n
-            for n in src.walk()
-            if isinstance(n, ast.Attribute)
-            and n.attr == "grad"
-            and isinstance(n.ctx, ast.Load)
-            and n.lineno <= line <= n.end_lineno
-            and isinstance(n.value, ast.Name)
-        ),
-        key=lambda n: (n.lineno, n.col_offset),
-    )
+class _Index:
+    """Every ``.grad`` read of a plain name (by line) and every assignment (by name): one walk of the tree.
 
+    Found once per trace, so each warning costs a lookup, not a walk (a snippet that writes or forges
+    thousands of warnings made this rule walk the tree once per warning).
+    """
 
-def _assignment_before(src: Source, name: str, line: int) -> ast.stmt | None:
-    found = [
-        s
-        for s in src.walk()
-        if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign))
-        and s.end_lineno < line
-        and name in assigned_names(s)
-    ]
-    return max(found, key=lambda s: (s.lineno, s.col_offset)) if found else None
+    def __init__(self, src: Source):
+        self.reads: dict[int, list[ast.Attribute]] = {}
+        self.assignments: dict[str, list[ast.stmt]] = {}
+        for n in src.walk():
+            if (
+                isinstance(n, ast.Attribute)
+                and n.attr == "grad"
+                and isinstance(n.ctx, ast.Load)
+                and isinstance(n.value, ast.Name)
+            ):
+                # `name.grad` spans only the name, brackets and blanks: spans of two reads never overlap
+                for line in range(n.lineno, n.end_lineno + 1):
+                    self.reads.setdefault(line, []).append(n)
+            elif isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for name in assigned_names(n):
+                    self.assignments.setdefault(name, []).append(n)
+        for reads in self.reads.values():
+            reads.sort(key=lambda n: (n.lineno, n.col_offset))
+        for stmts in self.assignments.values():
+            stmts.sort(key=lambda s: (s.lineno, s.col_offset))
+        self._ends = {name: [s.end_lineno for s in stmts] for name, stmts in self.assignments.items()}
+
+    def assignment_before(self, name: str, line: int) -> ast.stmt | None:
+        """The last assignment to ``name`` that ends before ``line`` (assignments never overlap)."""
+        before = bisect.bisect_left(self._ends.get(name, []), line)
+        return self.assignments[name][before - 1] if before else None
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    out = []
+    out: list[Candidate] = []
     seen: set[str] = set()
+    lines: set[int] = set()
+    index: _Index | None = None
     for warning in trace.get("warnings") or ():
-        if facts.NON_LEAF_MARK not in warning.get("message", "") or warning.get("line") is None:
+        line = warning.get("line")
+        if line in lines or line is None or facts.NON_LEAF_MARK not in warning.get("message", ""):
             continue
-        line = warning["line"]
-        reads = _grad_reads(src, line)
-        names = [r.value.id for r in reads if r.value.id not in seen]
+        lines.add(line)
+        index = index or _Index(src)
+        names = [r.value.id for r in index.reads.get(line, ()) if r.value.id not in seen]
         if not names:
             continue
         name = names[0]
@@ -61,7 +75,7 @@ def find(trace: dict, src: Source) -> list[Candidate]:
             ".grad, unless you ask for it."
         )
         fixes = []
-        stmt = _assignment_before(src, name, line)
+        stmt = index.assignment_before(name, line)
         code = src.apply([src.insert_after(stmt, f"{name}.retain_grad()")]) if stmt is not None else None
         if code:
             at = moved_line(src.code, code, line)
@@ -85,4 +99,6 @@ def find(trace: dict, src: Source) -> list[Candidate]:
                 )
             )
         out.append(Candidate(KIND, "warning", line, message, fixes))
+        if len(out) >= MAX_CANDIDATES:
+            break
     return out

@@ -1,17 +1,16 @@
-"""Diagnoses for the server and the CLI: trace bytes in, trace bytes with verified diagnoses out.
+"""Whether a run needs the rules at all: a scan of its trace bytes, in the sandboxed child.
 
 Most runs have nothing to diagnose, and they must not pay for it: a scan of the
 bytes for what every rule needs (an error, torch's non-leaf warning, a call line
-that ran twice) skips the rest.
+that ran twice) skips the rest. gradstep.jobs runs it, and the rules, in the
+child that ran the snippet (under that run's limits), never in the server.
 """
 
 from __future__ import annotations
 
 import re
 
-import orjson
-
-from gradstep.diagnose import Run, diagnose, facts
+from gradstep.diagnose import facts
 
 _HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode())
 # a call step as the tracer writes it (kind, then line): the rules without an error or a warning to go
@@ -24,18 +23,3 @@ def may_need_diagnosis(body: bytes) -> bool:
         return True
     lines = _CALL_LINE.findall(body)
     return len(set(lines)) < len(lines)
-
-
-def with_diagnoses(body: bytes, run: Run) -> bytes:
-    """``body`` (a validated trace) with ``diagnoses`` filled in; unchanged when there are none."""
-    if not may_need_diagnosis(body):
-        return body
-    trace = orjson.loads(body)
-    try:
-        found = diagnose(trace, run)
-    except Exception:  # e.g. the sandbox closed under a fix's run: the trace is still the answer
-        return body
-    if not found:
-        return body
-    trace["diagnoses"] = found
-    return orjson.dumps(trace)

@@ -90,7 +90,7 @@ class SandboxConfig:
     huge_pages: bool = True
 
 
-Status = Literal["ok", "timeout", "limit", "crashed"]
+Status = Literal["ok", "timeout", "limit", "crashed", "cancelled"]  # cancelled: run(cancel=) was set
 
 
 @dataclass

@@ -25,6 +25,8 @@ from gradstep.sandbox.protocol import FRAME, Channel
 START_TIMEOUT = 180.0  # seconds for the zygote to import, warm and probe
 EXIT_GRACE = 5.0  # seconds a child gets to exit after its result (or a kill) before the cgroup kill
 LINGER_CHECK = 0.5  # seconds between the reader's checks for children that outstay EXIT_GRACE
+_CANCEL_CHECK = 0.05  # seconds between a cancellable run's looks at its cancel event
+_CANCELLED = "The run was cancelled: the request it belonged to was withdrawn."
 
 
 def _package_root() -> Path:
@@ -528,16 +530,28 @@ class Sandbox:
 
     # -- running ---------------------------------------------------------------------
 
-    def run(self, code: str) -> RunResult:
+    def run(
+        self, code: str, *, deadline: float | None = None, cancel: threading.Event | None = None
+    ) -> RunResult:
         """Run ``code`` in a fresh confined child; blocks (queueing for a slot); thread-safe.
 
         Returns once the result is read, before the child has exited; its slot
-        stays busy until the child is reaped.
+        stays busy until the child is reaped. ``deadline`` (``time.monotonic()``) ends
+        the run earlier than its wall limit, or while it still waits for a slot
+        ("timeout"); once ``cancel`` is set the run stops the same way ("cancelled").
         """
         t0 = time.monotonic()
         if self._closed:
             return RunResult("crashed", detail="The sandbox is closed.")
-        slot = self._free.get()
+        slot = self._wait_for_slot(deadline, cancel)
+        if slot is None:
+            cancelled = cancel is not None and cancel.is_set()
+            return RunResult(
+                "cancelled" if cancelled else "timeout",
+                limit=None if cancelled else "wall",
+                detail=_CANCELLED if cancelled else "The run's deadline passed while it waited for a worker.",
+                seconds=time.monotonic() - t0,
+            )
         t_slot = time.monotonic()
         with self._state_lock:
             self._busy.add(slot)
@@ -551,7 +565,7 @@ class Sandbox:
                     self._busy.discard(slot)
                 self._free.put(slot)
                 return RunResult("crashed", detail=str(e), seconds=time.monotonic() - t0)
-            result = self._run(child, code)
+            result = self._run(child, code, deadline, cancel)
         finally:
             if child is not None:
                 self._collected(child)
@@ -559,13 +573,30 @@ class Sandbox:
         result.seconds = time.monotonic() - t0
         return result
 
-    def _run(self, child: _Child, code: str) -> RunResult:
+    def _wait_for_slot(self, deadline: float | None, cancel: threading.Event | None) -> int | None:
+        """A free slot; None once ``deadline`` passes or ``cancel`` is set first."""
+        if deadline is None and cancel is None:
+            return self._free.get()
+        while not (cancel is not None and cancel.is_set()):
+            wait = _CANCEL_CHECK if deadline is None else min(_CANCEL_CHECK, deadline - time.monotonic())
+            if wait <= 0:
+                return None
+            try:
+                return self._free.get(timeout=wait)
+            except queue.Empty:
+                continue
+        return None
+
+    def _run(
+        self, child: _Child, code: str, deadline: float | None, cancel: threading.Event | None
+    ) -> RunResult:
         cg = self._cgroups
         oom_before = cg.oom_kills(child.slot) if cg else 0
         data = code.encode("utf-8", "surrogatepass")
         try:
             # The wall clock starts now, when the code is handed over.
-            result = self._collect(child, CODE_HEADER.pack(len(data)) + data, time.monotonic())
+            t_hand = time.monotonic()
+            result = self._collect(child, CODE_HEADER.pack(len(data)) + data, t_hand, deadline, cancel)
         finally:
             child.close_fds()
         killed = result.status in ("crashed", "limit") and result.signal == "SIGKILL"
@@ -576,9 +607,18 @@ class Sandbox:
             )
         return result
 
-    def _collect(self, child: _Child, code: bytes, t_hand: float) -> RunResult:
-        """Hand the code over and read the child's frames, until a result, EOF or the deadline."""
+    def _collect(
+        self,
+        child: _Child,
+        code: bytes,
+        t_hand: float,
+        until: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> RunResult:
+        """Hand the code over and read the child's frames, until a result, EOF, the deadline or ``cancel``."""
         deadline = t_hand + self.config.wall_seconds
+        if until is not None:
+            deadline = min(deadline, until)
         r, w = child.result_r, child.code_w
         assert r is not None and w is not None
         os.set_blocking(r, False)
@@ -636,16 +676,22 @@ class Sandbox:
                     return RunResult("ok", output=payload, timings=timings)
             if eof:
                 return self._after_exit(child, RunResult("crashed", timings=timings))
+            if cancel is not None and cancel.is_set():
+                self._kill(child)
+                return RunResult("cancelled", signal="SIGKILL", detail=_CANCELLED, timings=timings)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._kill(child)
+                took = min(self.config.wall_seconds, round(deadline - t_hand, 1))
                 return RunResult(
                     "timeout",
                     limit="wall",
                     signal="SIGKILL",
-                    detail=f"The run took longer than {self.config.wall_seconds:g} s and was stopped (SIGKILL).",
+                    detail=f"The run took longer than {took:g} s and was stopped (SIGKILL).",
                     timings=timings,
                 )
+            if cancel is not None:
+                remaining = min(remaining, _CANCEL_CHECK)
             for fd, _events in poller.poll(remaining * 1e3):
                 if fd == w:
                     try:

@@ -1,0 +1,116 @@
+"""What the sandboxed child runs for the server (the sandbox's target): trace a snippet, or check fixes.
+
+Everything derived from a run that can cost much is computed here, in the child, under the run's
+own CPU, memory and wall limits — never in the server:
+
+* a **trace** job records the snippet (with narration) and, when the run shows a known mistake,
+  puts the rules' proposals in the trace's ``diagnoses``: unverified, only so that the server
+  knows which fixes to run (it runs them itself, and never shows a proposal);
+* a **check** job gets a trace and the traces of the fix runs the server made for it, and
+  returns the diagnoses with the fixes that passed (``gradstep.diagnose.check``). No snippet
+  runs in a check job's child.
+
+``cpu_seconds`` lowers the run's CPU limit below the sandbox's (a fix run's share of its
+request's budget; a check's own small limit).
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import signal
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+
+from gradstep.diagnose import check, propose
+from gradstep.diagnose.service import may_need_diagnosis
+from gradstep.tracer.recorder import Limits, record
+
+PROPOSE_CPU_SECONDS = 2.0  # CPU the proposals may take after the snippet, within the run's own limit
+MAX_PROPOSING_TRACE = 6 << 20  # bytes: a larger trace gets no proposals (they would crowd the output cap)
+
+T = TypeVar("T")
+
+
+class Options(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    max_steps: int | None = None
+    line_repeats: int | None = None
+
+
+class CheckInput(BaseModel):
+    trace: dict[str, Any]
+    fixes: list[tuple[str, dict[str, Any]]] = Field(
+        description="(code, trace) of each fix run the server made"
+    )
+
+
+class Job(BaseModel):
+    """The payload the server sends a child: a trace job (``code``), or a check job (``check``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = ""
+    options: Options = Options()
+    check: CheckInput | None = None
+    cpu_seconds: Annotated[int, Field(ge=1)] | None = None
+
+
+def run(payload: str) -> bytes:
+    job = Job.model_validate_json(payload)
+    if job.cpu_seconds is not None:
+        lower_cpu_limit(job.cpu_seconds)
+    if job.check is not None:
+        return orjson.dumps(check(job.check.trace, dict(job.check.fixes)))
+    limits = Limits(**job.options.model_dump(exclude_none=True))
+    trace = record(job.code, limits)
+    body = orjson.dumps(trace, default=repr)
+    if len(body) <= MAX_PROPOSING_TRACE and may_need_diagnosis(body):
+        proposals = within_cpu(PROPOSE_CPU_SECONDS, lambda: propose(trace))
+        if proposals:
+            trace["diagnoses"] = proposals
+            body = orjson.dumps(trace, default=repr)
+    return body
+
+
+def cpu_used() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def lower_cpu_limit(seconds: int) -> None:
+    """At most ``seconds`` more CPU for this process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
+    new = math.ceil(cpu_used()) + seconds
+    if soft == resource.RLIM_INFINITY or new < soft:
+        resource.setrlimit(resource.RLIMIT_CPU, (new, new + 1))  # new < soft <= hard: only ever lower
+
+
+class _OutOfTime(BaseException):  # not an Exception: the rules' own `except Exception` must not swallow it
+    pass
+
+
+def within_cpu(seconds: float, work: Callable[[], T]) -> T | None:
+    """``work()``, or None when it takes more than ``seconds`` of CPU (or than the run has left)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
+    if soft != resource.RLIM_INFINITY:
+        seconds = min(seconds, soft - cpu_used() - 0.5)  # keep the trace: never run into the run's own limit
+    if seconds < 0.05:
+        return None
+
+    def stop(signum, frame):
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGPROF, stop)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    try:
+        return work()
+    except _OutOfTime:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)

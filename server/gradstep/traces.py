@@ -1,0 +1,84 @@
+"""The trace service behind ``POST /api/trace``: cache, sharing, rate, admission, then the sandbox.
+
+One request's costs are its client's: its run and the fix runs it causes come out of the client's
+rate budget (fix runs only as far as the budget goes, never into debt), and all of them stop when
+the client goes away. What costs nothing is not charged: a cached trace, or a share of an
+identical run already under way — so a class opening the same page (one address behind a NAT)
+pays for one run and its fixes, not thirty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+
+import anyio
+from fastapi import HTTPException
+
+from gradstep.cache import TraceCache, cache_key, fix_run_key
+from gradstep.limits import Admission, RateLimiter, retry_after
+from gradstep.runner import Cancelled, RunBudget, TraceRunner
+from gradstep.settings import Settings
+
+
+class TraceService:
+    def __init__(self, settings: Settings, runner: TraceRunner, cache: TraceCache):
+        self.settings, self.runner, self.cache = settings, runner, cache
+        self.rate = RateLimiter(settings.rate, settings.burst)
+        self.admission = Admission(settings.workers + settings.queue)
+        self.threads = anyio.CapacityLimiter(settings.workers + settings.queue)
+        self.in_flight: dict[str, asyncio.Future] = {}  # identical requests share one run
+
+    async def trace(self, code: str, options: dict, client: str, gone: threading.Event) -> tuple[bytes, str]:
+        """(trace JSON, how it was answered: hit | shared | miss | verified). Raises ``Cancelled`` once
+        ``gone`` is set (every run of the request is stopped), HTTPException 429 / 503 when refused."""
+        key = cache_key(code, options)
+        while True:
+            cached = await self.cache.get(key)
+            if cached is not None:
+                return cached, "hit"
+            shared = self.in_flight.get(key)
+            if shared is None:
+                break
+            try:
+                return await asyncio.shield(shared), "shared"
+            except Cancelled:
+                continue  # its own client went away before it finished: run it for this one
+        wait = self.rate.acquire(client)
+        if wait > 0:
+            raise HTTPException(
+                429, "Too many runs from this client: slow down.", {"Retry-After": retry_after(wait)}
+            )
+        if not self.admission.enter():
+            raise HTTPException(503, "All workers are busy: try again shortly.", {"Retry-After": "2"})
+        future = asyncio.get_running_loop().create_future()
+        self.in_flight[key] = future
+        try:
+            out, how = await self._run(key, code, options, client, gone)
+            future.set_result(out)
+            return out, how
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved: waiters get it; no "never retrieved" warning
+            raise
+        finally:
+            self.admission.leave()
+            self.in_flight.pop(key, None)
+
+    async def _run(
+        self, key: str, code: str, options: dict, client: str, gone: threading.Event
+    ) -> tuple[bytes, str]:
+        # A fix that diagnoses verified, asked for by Apply fix: its run is in the cache
+        # (shared by every replica) and needs no second run in the sandbox.
+        verified = await self.cache.get(fix_run_key(code, options))
+        budget = RunBudget(
+            take=functools.partial(self.rate.take, client), seconds=self.settings.fix_budget, cancel=gone
+        )
+        run = functools.partial(self.runner.trace_bytes, code, options, verified=verified, budget=budget)
+        out, cacheable = await anyio.to_thread.run_sync(run, limiter=self.threads)
+        if cacheable:
+            await self.cache.put(key, out)
+        for fix_code, fix_body in budget.fix_runs.items():
+            await self.cache.put(fix_run_key(fix_code, options), fix_body)
+        return out, "miss" if verified is None else "verified"
