@@ -109,9 +109,10 @@ leaves = [t for t in tree_leaves([inp, args, kwargs]) if isinstance(t, torch.Ten
 
 
 def scalar(outputs):
-    \"\"\"The sum of the real parts of every differentiable output.\"\"\"
+    \"\"\"The sum of the real parts of every differentiable output (a zero when there is none).\"\"\"
     diff = [t for t in tree_leaves(outputs) if isinstance(t, torch.Tensor) and t.requires_grad]
-    return sum(t.real.sum() for t in diff)
+    dense = [t.to_dense() if t.layout != torch.strided else t for t in diff]  # sparse has no .real
+    return sum((t.real.sum() for t in dense), torch.zeros(()))
 
 
 def forward():
@@ -132,7 +133,7 @@ for leaf in leaves:
 loss = forward()
 grads = torch.autograd.grad(loss, leaves, create_graph=True, allow_unused=True)
 gradgrad = scalar(grads)
-if torch.is_tensor(gradgrad):
+if gradgrad.requires_grad:  # a linear op's gradient is constant: nothing to differentiate
     gradgrad.backward()
 """
 
@@ -190,7 +191,7 @@ def stem(message: str, limit: int = 140) -> str:
     """A message with the case's particulars (values, numbers, names, node seqs) blanked out."""
     s = message.split("\n", 1)[0]
     s = re.sub(r"^call \d+( \(line \d+\))?: ", "", s)
-    s = re.sub(r"\b(leaves|args|inp|grads)(\[\d+\])?(/\w+(\[\d+\])?)*", "<tensor>", s)
+    s = re.sub(r"\b(leaves|args|inp|kwargs|leaf|grads)(\[[^\]]+\])?(/\w+(\[[^\]]+\])?)*", "<tensor>", s)
     s = re.sub(r"\[[^\[\]]*(\[[^\[\]]*\][^\[\]]*)*\]", "[…]", s)  # lists, one level of nesting
     s = re.sub(r"tensor\(.*", "tensor(…)", s)
     s = re.sub(r"0x[0-9a-f]+", "0x…", s)
