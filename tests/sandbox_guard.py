@@ -142,6 +142,15 @@ def write_attempts(targets: list[str], own: str) -> str:
     )
 
 
+# Snippet code printing the mount points of its root (/healthz does not list paths).
+MOUNT_POINTS = "print(sorted({line.split()[4] for line in open('/proc/self/mountinfo')}))\n"
+
+
+def bound(mount_points: list[str]) -> list[str]:
+    """What a child's minimal root holds besides itself, /proc, /tmp and the devices."""
+    return [m for m in mount_points if m not in ("/", "/proc", "/tmp") and not m.startswith("/dev/")]
+
+
 def work_dir_listing(own: str, visible: list[str]) -> str:
     """The last line of ``write_attempts``: the work dir holds the file it wrote and the way to
     what the minimal root shows under /tmp (a checkout there, with its venv)."""
