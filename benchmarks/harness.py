@@ -256,7 +256,7 @@ class Server:
                     self.stop()
                     raise RuntimeError(f"the server did not get ready in {START_TIMEOUT:.0f} s")
                 time.sleep(0.1)
-        self.health = health
+        self.health = self._with_zygote_pid(health)
         self.cgroup_dirs = self._cgroup_dirs()
         self.sample()
         return self
@@ -329,8 +329,22 @@ class Server:
         return count_entries(f"/proc/{self.pid}/task")
 
     def get_health(self) -> dict:
+        """/healthz, with the zygote's pid added (for tests that check it survived an attack)."""
         with httpx.Client(base_url=self.url, trust_env=False, timeout=10) as client:
-            return client.get("/healthz").json()
+            return self._with_zygote_pid(client.get("/healthz").json())
+
+    def zygote_pid(self) -> int | None:
+        """The server's zygote, found in its process tree: /healthz gives counts, never process ids."""
+        table = proc_table()
+        mine = {pid for pid in descendants(self.pid, table) if "gradstep.sandbox.zygote" in cmdline(pid)}
+        roots = [pid for pid in mine if table[pid][0] not in mine]  # not one of its forked children
+        return roots[0] if len(roots) == 1 else None
+
+    def _with_zygote_pid(self, health: dict) -> dict:
+        sandbox = health.get("sandbox")
+        if isinstance(sandbox, dict) and sandbox.get("zygote"):
+            sandbox.setdefault("zygote_pid", self.zygote_pid())
+        return health
 
     def stop(self) -> Leftovers:
         """SIGTERM (uvicorn's graceful stop runs the lifespan's close), SIGKILL if it hangs; then look."""

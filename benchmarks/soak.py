@@ -157,7 +157,7 @@ async def worker(
 async def run_soak(server: Server, runs: list, concurrency: int, wall: float, max_seconds: float) -> Soak:
     soak = Soak()
     every = max(1, len(runs) // 200)
-    zygote = server.health["sandbox"]["zygote_pid"]
+    zygote = server.zygote_pid()
     todo = collections.deque(runs)
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     timeout = httpx.Timeout(wall + 60.0)

@@ -159,6 +159,8 @@ def test_healthz_gives_counts_of_sandbox_processes_never_their_ids(client):
     assert sandbox["spares"] == internal["spares"] and sandbox["zygote"] is True
     ids = {str(internal["zygote_pid"]), *map(str, internal["spare_pids"])}
     assert not any("pid" in key for key in sandbox)
+    # everything else the sandbox reports is there (a new field must be declared public: SandboxHealth)
+    assert set(sandbox) == set(internal) - {"zygote_pid", "spare_pids"}
     text = client.get("/healthz").text
     assert not any(f":{pid}" in text or f"[{pid}" in text or f",{pid}" in text for pid in ids)
 

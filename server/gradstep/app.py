@@ -56,11 +56,15 @@ class SandboxHealth(BaseModel):
 
     zygote: bool
     layers: dict[str, str]
+    # what a child's root holds besides /dev's devices, /proc and /tmp ("root" layer)
+    visible: list[str] | None = None
     workers: int
     busy: int
     spares: int
     prefork: bool
     starts: int
+    zygote_threads: int | None = None
+    zygote_huge_pages_mb: float | None = None
 
 
 class Health(BaseModel):
