@@ -132,7 +132,7 @@ def shifted(values):
 
 
 def test_a_doctored_trace_is_caught(monkeypatch):
-    """A trace whose .grad differs from torch's by one value disagrees, and says where."""
+    """A trace whose first .grad is off by one everywhere disagrees, and says it is the grads."""
     import gradstep.tracer
 
     real = gradstep.tracer.record
@@ -140,8 +140,9 @@ def test_a_doctored_trace_is_caught(monkeypatch):
     def doctored(code: str) -> dict:
         trace = real(code)
         step = truth.call_steps(trace)[0]
-        grad = next(t["grad"] for t in step["tensors"] if t.get("grad") and t["grad"].get("values"))
-        grad["values"] = shifted(grad["values"])
+        doctor = next(t for t in step["tensors"] if t.get("grad") and t["grad"].get("values"))
+        off = doctor | {"grad": doctor["grad"] | {"values": shifted(doctor["grad"]["values"])}}
+        step["tensors"] = [off if t is doctor else t for t in step["tensors"]]  # records are shared: copied
         return trace
 
     monkeypatch.setattr(gradstep.tracer, "record", doctored)
