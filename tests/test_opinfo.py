@@ -9,8 +9,11 @@ whole sweep, every op with autograd in float64 and complex128, is marked slow:
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import os
+import signal
+import time
 
 import pytest
 
@@ -132,7 +135,7 @@ def shifted(values):
 
 
 def test_a_doctored_trace_is_caught(monkeypatch):
-    """A trace whose .grad differs from torch's by one value disagrees, and says where."""
+    """A trace whose first .grad is off by one everywhere disagrees, and says it is the grads."""
     import gradstep.tracer
 
     real = gradstep.tracer.record
@@ -140,13 +143,34 @@ def test_a_doctored_trace_is_caught(monkeypatch):
     def doctored(code: str) -> dict:
         trace = real(code)
         step = truth.call_steps(trace)[0]
-        grad = next(t["grad"] for t in step["tensors"] if t.get("grad") and t["grad"].get("values"))
-        grad["values"] = shifted(grad["values"])
+        doctor = next(t for t in step["tensors"] if t.get("grad") and t["grad"].get("values"))
+        off = doctor | {"grad": doctor["grad"] | {"values": shifted(doctor["grad"]["values"])}}
+        step["tensors"] = [off if t is doctor else t for t in step["tensors"]]  # records are shared: copied
         return trace
 
     monkeypatch.setattr(gradstep.tracer, "record", doctored)
     outcome = sweep.check(first_case("mul"))
     assert outcome.cause is not None and outcome.cause.startswith("grads:")
+
+
+def fake_check(case: sweep.Case) -> sweep.Outcome:
+    """Case 1 crashes its worker (as a fault in the tracer's C reader would), case 2 hangs."""
+    if case.index == 1:
+        faulthandler.disable()  # pytest's would print this worker's stack
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if case.index == 2:
+        time.sleep(60)
+    return sweep.Outcome(case)
+
+
+def test_sweep_outlives_a_crashing_and_a_hanging_case(monkeypatch):
+    monkeypatch.setattr(sweep, "check", fake_check)  # the forked workers inherit it
+    cases = tuple(sweep.Case("fake", "", "float64", k, False) for k in range(4))
+    outcomes = {o.case.index: o for o in sweep.sweep([sweep.Job(cases)], workers=2, timeout=2.0)}
+    assert sorted(outcomes) == [0, 1, 2, 3]
+    assert outcomes[0].agrees and outcomes[3].agrees
+    assert outcomes[1].cause == f"worker crashed (exit code {-signal.SIGSEGV})"
+    assert outcomes[2].cause == "timed out after 2 s"
 
 
 def slow_ops() -> list:
