@@ -16,6 +16,7 @@ itself raised (the op cannot do something; the tracer is checked to say the same
     python benchmarks/opinfo_coverage.py --samples 0 --jobs 2 # every sample (~4 CPU hours)
     python benchmarks/opinfo_coverage.py --ops add linalg.svd --samples 0 -v
     python benchmarks/opinfo_coverage.py --limit 20 --json out.jsonl
+    python benchmarks/opinfo_coverage.py --report out.jsonl   # that run's report again, with this code
 
 Cost: about 0.17 s per case (a traced and a plain run of one snippet), plus drawing the
 samples before sample k again in each run (the snippet must stand alone), which grows with k
@@ -54,6 +55,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds one case may take")
     ap.add_argument("--json", type=Path, help="write every case's outcome here, one JSON line each")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every disagreeing case")
+    ap.add_argument(
+        "--report", type=Path, metavar="JSON", help="print the report of a saved --json run, run nothing"
+    )
     return ap.parse_args()
 
 
@@ -105,7 +109,12 @@ def print_causes(failing: list[sweep.Outcome]) -> None:
         per_dtype = ", ".join(f"{n} {d}" for d, n in sorted(dtypes.items()))
         print(f"\n[{len(group)} cases ({per_dtype}), {len(ops)} ops] {cause}")
         print(f"    e.g. {example.case.label}: {example.problems[0][:300]}")
-        print(f"    ops: {listed(ops)}")
+        if len(dtypes) == 1:
+            print(f"    ops: {listed(ops)}")
+        for dtype in sorted(dtypes) if len(dtypes) > 1 else ():
+            print(
+                f"    {dtype} ops: {listed(sorted({op_of(o.case) for o in group if o.case.dtype == dtype}))}"
+            )
         reasons = Counter(e for o in group for e in o.torch_errors)
         for reason, n in reasons.most_common(3):
             print(f"    plain torch raised ({n}): {reason[:200]}")
@@ -152,16 +161,16 @@ def print_torch_reasons(outcomes: list[sweep.Outcome]) -> None:
         print(f"      ops: {listed(sorted(set(ops)))}")
 
 
-def print_summary(ops: list, outcomes: list[sweep.Outcome], seconds: float, samples: int | None) -> None:
+def print_summary(ops: list, outcomes: list[sweep.Outcome], seconds: float | None) -> None:
     untestable = [sweep.op_name(op) for op in ops if not sweep.op_dtypes(op)]
     agreeing = sum(o.agrees for o in outcomes)
     by_op: dict[str, bool] = defaultdict(lambda: True)
     for o in outcomes:
         by_op[op_of(o.case)] &= o.agrees
     cpu = sum(o.seconds for o in outcomes)
-    per = f"first {samples}" if samples else "all"
+    most = 1 + max((o.case.index for o in outcomes), default=-1)
     print(
-        f"\nOpInfo sweep: {len(ops)} ops with autograd, {per} samples per op and dtype (float64, complex128)"
+        f"\nOpInfo sweep: {len(ops)} ops with autograd, up to {most} samples per op and dtype (float64, complex128)"
     )
     if untestable:
         print(f"  not run (no float64 or complex128 backward on the CPU): {', '.join(untestable)}")
@@ -171,19 +180,30 @@ def print_summary(ops: list, outcomes: list[sweep.Outcome], seconds: float, samp
     pct = 100 * agreeing / max(1, len(outcomes))
     print(f"agreeing: {agreeing}/{len(outcomes)} cases ({pct:.1f}%)")
     print(f"ops with every case agreeing: {sum(by_op.values())}/{len(by_op)}")
-    print(f"wall {seconds:.0f} s, {cpu:.0f} s in the cases ({cpu / max(1, len(outcomes)):.2f} s each)")
+    wall = f"wall {seconds:.0f} s, " if seconds is not None else ""
+    print(f"{wall}{cpu:.0f} s in the cases ({cpu / max(1, len(outcomes)):.2f} s each)")
+
+
+def saved_outcomes(path: Path) -> list[sweep.Outcome]:
+    """The outcomes a --json run wrote (all it finished, if it was stopped)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line]
+    return [
+        sweep.Outcome(sweep.Case(**r["case"]), r["problems"], r["cause"], r["torch_errors"], r["seconds"])
+        for r in rows
+    ]
 
 
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(1)  # before any op runs: workers are forked from this process
     warnings.simplefilter("ignore")  # sample inputs warn a lot; warnings are not compared
-    samples = args.samples or None
     start = time.perf_counter()
     ops = ops_named(args)
-    jobs = sweep.jobs_of(ops, samples)
-    outcomes = run(jobs, args)
-    seconds = time.perf_counter() - start
+    if args.report:
+        outcomes, seconds = saved_outcomes(args.report), None
+    else:
+        outcomes = run(sweep.jobs_of(ops, args.samples or None), args)
+        seconds = time.perf_counter() - start
     outcomes.sort(key=lambda o: (o.case.op, o.case.variant, o.case.dtype, o.case.index))
     failing = [o for o in outcomes if not o.agrees]
     if failing:
@@ -191,7 +211,7 @@ def main() -> None:
         print_exceptions(failing)
         print_kinds(failing)
     print_torch_reasons(outcomes)
-    print_summary(ops, outcomes, seconds, samples)
+    print_summary(ops, outcomes, seconds)
 
 
 if __name__ == "__main__":
