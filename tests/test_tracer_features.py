@@ -33,6 +33,7 @@ import torch
 from gradstep import trace
 from gradstep.schema import Trace
 from gradstep.tracer import Limits, record
+import truth
 from torch_print import printed
 
 SNIPPET = "<snippet>"
@@ -1124,3 +1125,28 @@ def test_each_step_lists_the_saved_tensors_stale_at_that_step_not_later():
                 seen[step["line"]] = sorted(st["stale_saved"])
     assert seen == {line: sorted(stale_after(line)) for line in (5, 6)}
     assert seen[5] != seen[6]  # the snippet is what it claims: one more tensor goes stale at line 6
+
+
+def test_compile_without_inductor_runs_aot_eager_and_says_so():
+    """Where inductor cannot build (the sandbox), torch.compile's default backend becomes
+    aot_eager: the same gradients as the uncompiled function, one CompiledFunctionBackward node,
+    no step for the compiler's own use of autograd, and a note naming the line."""
+    code = textwrap.dedent(
+        """
+        import torch
+        def f(x):
+            return (x.sin() * x).sum()
+        step = torch.compile(f, mode="max-autotune")
+        x = torch.linspace(-1, 1, 5, requires_grad=True)
+        step(x).backward()
+        """
+    )
+    trace = record(code, Limits(inductor=False))
+    assert trace["status"] == "ok", trace["error"]
+    assert [s["kind"] for s in trace["steps"]] == ["forward", "backward"]
+    assert [n["op"] for n in trace["nodes"]] == ["CompiledFunctionBackward", "AccumulateGrad"]
+    assert any("torch.compile at line(s) 5" in n and "aot_eager" in n for n in trace["notes"])
+    x = torch.linspace(-1, 1, 5, requires_grad=True)
+    (x.sin() * x).sum().backward()
+    (traced,) = [t for t in trace["steps"][-1]["tensors"] if t["name"] == "x"]
+    assert truth.grad_mismatch(x.grad, traced["grad"]) is None

@@ -246,6 +246,8 @@ class _Recorder:
         def wrapper(*args, **kwargs):
             if torch._C._functorch.maybe_current_level() is not None:
                 return real(*args, **kwargs)  # torch.func's own use of autograd, on wrapped tensors
+            if torch.compiler.is_compiling():
+                return real(*args, **kwargs)  # torch.compile tracing its joint graph, on fake tensors
             if self.running:  # called while another call runs: part of that one
                 return real(*args, **kwargs)
             caller = sys._getframe(1).f_code

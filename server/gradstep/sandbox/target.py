@@ -5,7 +5,8 @@ from __future__ import annotations
 import orjson
 
 from gradstep.tracer import record
+from gradstep.tracer.recorder import Limits
 
 
 def run(code: str) -> bytes:
-    return orjson.dumps(record(code))
+    return orjson.dumps(record(code, Limits(inductor=False)))

@@ -7,6 +7,7 @@
 * ``saved_tensors_hooks.__enter__/__exit__``: nodes built under pack hooks are marked, and
   their saved values are never unpacked by the tracer;
 * ``forward_ad.dual_level.__enter__``: where forward-mode AD is used (not drawn: a note says so);
+* ``torch.compile``, where ``Limits.inductor`` is off: inductor becomes aot_eager (a note says so);
 * ``sys.stdout`` / ``sys.stderr``: the snippet's output is captured.
 """
 
@@ -87,6 +88,9 @@ def patched(rec: Recorder):
     dual_cls = torch.autograd.forward_ad.dual_level
     dual_enter = dual_cls.__enter__
     dual_cls.__enter__ = _noting(dual_enter, rec.forward_ad_lines, rec.current_line)
+    orig_compile = torch.compile
+    if not rec.limits.inductor:
+        torch.compile = _without_inductor(orig_compile, rec.compile_lines, rec.current_line)
     sys.stdout = sys.stderr = rec.out
     try:
         with rec.warnings:
@@ -95,6 +99,7 @@ def patched(rec: Recorder):
         sys.stdout, sys.stderr = orig_out, orig_err
         hooks_cls.__enter__, hooks_cls.__exit__ = hooks_enter, hooks_exit
         dual_cls.__enter__ = dual_enter
+        torch.compile = orig_compile
         torch.autograd.backward, torch.autograd.grad = orig_backward, orig_grad
         for m, orig in saved.items():
             setattr(module_cls, m, orig)
@@ -155,3 +160,17 @@ def _noting(method, lines: set, line_now):
         return method(*args, **kwargs)
 
     return noted
+
+
+def _without_inductor(compile_, lines: set, line_now):
+    """``torch.compile`` with inductor (and its inductor-only ``mode``/``options``) replaced by
+    aot_eager: the same AOTAutograd graph and CompiledFunctionBackward node, run by eager kernels."""
+
+    @functools.wraps(compile_)
+    def compiled(model=None, *args, backend="inductor", mode=None, options=None, **kwargs):
+        if backend == "inductor":
+            lines.add(line_now())
+            backend, mode, options = "aot_eager", None, None
+        return compile_(model, *args, backend=backend, mode=mode, options=options, **kwargs)
+
+    return compiled

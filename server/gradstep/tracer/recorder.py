@@ -48,6 +48,9 @@ class Limits:
     max_stdout: int = 64_000
     max_values: int = 64  # gradients with at most this many elements carry their values
     line_repeats: int = 3  # executions of one line shown as steps before a loop is folded
+    # torch.compile's default backend, inductor, builds C++ in subprocesses: a sandbox that has no
+    # compiler and forks nothing says False, and compiled code runs with aot_eager (see patches.py)
+    inductor: bool = True
 
 
 @dataclass
@@ -119,6 +122,7 @@ class Recorder:
         self.transformed: set[int | None] = set()  # lines that ran inside a torch.func transform
         self.call_lines: set[int] = set()  # snippet lines the engine ran during the current call
         self.forward_ad_lines: set[int | None] = set()  # lines that entered forward_ad.dual_level
+        self.compile_lines: set[int | None] = set()  # lines whose torch.compile ran with aot_eager
         self._last_roots: frozenset[int] = frozenset()
         self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
         self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
@@ -216,6 +220,13 @@ class Recorder:
                 f"Line(s) {where} use forward-mode AD (torch.autograd.forward_ad): dual tensors carry their "
                 "tangents forward with the values and build no backward graph. gradstep draws reverse mode, so "
                 "the dual computation is not drawn; its prints are in the output."
+            )
+        if self.compile_lines:
+            where = ", ".join(str(n) for n in sorted(n for n in self.compile_lines if n is not None))
+            notes.append(
+                f"torch.compile at line(s) {where} ran with its aot_eager backend: this sandbox has no C++ "
+                "compiler for inductor, the default. Autograd sees the same graph either way (one "
+                "CompiledFunctionBackward node for the compiled region); only the generated kernels differ."
             )
         notes.extend(self.failures)
         return notes
@@ -319,6 +330,8 @@ class Recorder:
             if self.in_call or self.busy:  # re-entrant: inside a hook, or run by the tracer's own reads
                 return orig(*args, **kwargs)
             if _transform_level() is not None:  # torch.func's own use of autograd (see _on_line)
+                return orig(*args, **kwargs)
+            if torch.compiler.is_compiling():  # torch.compile tracing its joint graph, on fake tensors
                 return orig(*args, **kwargs)
             caller = sys._getframe(1)
             api = "torch.autograd.grad" if kind == "grad" else "torch.autograd.backward"
