@@ -30,10 +30,10 @@ from typing import Any
 
 import pytest
 import torch
+import truth
 from gradstep import trace
 from gradstep.schema import Trace
 from gradstep.tracer import Limits, record
-import truth
 from torch_print import printed
 
 SNIPPET = "<snippet>"
