@@ -24,11 +24,14 @@ import subprocess
 import sys
 import time
 
-from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig
+from gradstep.runner import payload_for, sandbox_config
+from gradstep.sandbox import LAYERS, Sandbox
+from gradstep.settings import Settings
 
 SNIPPET = (
     "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * x).sum()\ny.backward()\nprint(x.grad)\n"
 )
+JOB = payload_for(SNIPPET)  # what the server hands its target
 
 
 def measure(
@@ -40,8 +43,13 @@ def measure(
     """
     boxes = {
         (label, prefork): Sandbox(
-            SandboxConfig(
-                workers=1, cgroup_parent=cgroup_parent, disable=off, uid_base=63000 + 10 * i, prefork=prefork
+            sandbox_config(  # the server's target and preloads
+                Settings(),
+                workers=1,
+                cgroup_parent=cgroup_parent,
+                disable=off,
+                uid_base=63000 + 10 * i,
+                prefork=prefork,
             )
         )
         for i, ((label, prefork), off) in enumerate(configs.items())
@@ -53,10 +61,10 @@ def measure(
         for sb in boxes.values():
             sb.start()
             for _ in range(3):  # warm the path (first forks, page cache)
-                assert sb.run(SNIPPET).status == "ok"
+                assert sb.run(JOB).status == "ok"
         for _ in range(runs):
             for label, sb in boxes.items():
-                r = sb.run(SNIPPET)
+                r = sb.run(JOB)
                 assert r.status == "ok", r.detail
                 got = samples[label]
                 got["total"].append(r.seconds * 1e3)

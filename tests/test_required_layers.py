@@ -13,19 +13,14 @@ import pytest
 from fastapi.testclient import TestClient
 from gradstep.app import create_app
 from gradstep.confinement import missing_layers, required_layers
-from gradstep.runner import TARGET, TraceRunner, payload_for
-from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig
-from gradstep.sandbox.config import DEFAULT_WARMUP
+from gradstep.runner import TraceRunner, sandbox_config
+from gradstep.sandbox import LAYERS, Sandbox
 from gradstep.settings import Settings
 
 
 def app_without(layer: str, require: str):
     settings = Settings(workers=1, rate=0, require_layers=require)
-    sandbox = Sandbox(
-        SandboxConfig(
-            workers=1, target=TARGET, warmup=payload_for(DEFAULT_WARMUP), disable=frozenset({layer})
-        )
-    )
+    sandbox = Sandbox(sandbox_config(settings, disable=frozenset({layer})))
     return create_app(settings, runner=TraceRunner(settings, sandbox=sandbox))
 
 

@@ -23,7 +23,9 @@ from pathlib import Path
 import gradstep.sandbox
 import orjson
 import pytest
-from gradstep.sandbox import Sandbox, SandboxConfig
+from gradstep.runner import payload_for, sandbox_config
+from gradstep.sandbox import Sandbox
+from gradstep.settings import Settings
 from sandbox_guard import (
     Guard,
     files_owned_by,
@@ -53,7 +55,8 @@ def mounts_before():
 
 
 def _start(guard: Guard, kind: str):
-    config = SandboxConfig(
+    config = sandbox_config(  # the production target and preloads: what the server runs
+        Settings(),
         workers=WORKERS,
         memory_mb=512,
         cpu_seconds=2,
@@ -104,13 +107,13 @@ def both(request):
 def attack(sb: Sandbox, code: str, guard: Guard, mounts_before: set[str]):
     """Run an attack; check the sandbox is healthy and clean after it. Returns (result, trace)."""
     zygote = sb.health()["zygote_pid"]
-    result = sb.run(code)
+    result = sb.run(payload_for(code))
     trace = orjson.loads(result.output) if result.status == "ok" else None
     # healthy: the same zygote, inside the guard, and a normal snippet still runs
     health = sb.health()
     assert health["zygote"] and health["zygote_pid"] == zygote
     assert guard.contains(zygote)
-    normal = sb.run(NORMAL)
+    normal = sb.run(payload_for(NORMAL))
     assert normal.status == "ok", normal.detail
     assert orjson.loads(normal.output)["status"] == "ok"
     # clean, once the slots are free again (a run answers before its child exits): no

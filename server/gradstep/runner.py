@@ -28,7 +28,6 @@ from pydantic import TypeAdapter, ValidationError
 
 from gradstep.diagnose import facts, proposed_codes
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
-from gradstep.sandbox.config import DEFAULT_WARMUP
 from gradstep.schema import VERSION, Diagnosis, Trace
 from gradstep.settings import Settings
 
@@ -39,6 +38,40 @@ CHECK_WALL_SECONDS = 6.0
 MAX_CHECK_BYTES = 16 << 20  # a check job's input: the trace and the fix runs that fit
 MAX_DIAGNOSES = 32
 _DIAGNOSES = TypeAdapter(list[Diagnosis])
+# What the zygote imports before forking: torch and the tracer, and what snippets may import
+# (after the uid drop a module not already imported may be unreadable when there is no minimal
+# root: the stdlib can live under a 0700 home).
+PRELOAD = [
+    "torch",
+    "torch.nn",
+    "torch.optim",
+    "gradstep.tracer",
+    "torch.nn.functional",
+    "numpy",
+    "math",
+    "random",
+    "itertools",
+    "functools",
+    "collections",
+    "dataclasses",
+    "typing",
+    "copy",
+    "time",
+    "encodings.idna",  # resolving a host name needs it: without it a network attempt is a LookupError
+]
+
+# Run once in the zygote: a forward, a backward and optimizer steps (what the tracer imports lazily).
+WARMUP = """\
+import torch
+x = torch.randn(4, 3, requires_grad=True)
+layer = torch.nn.Linear(3, 2)
+loss = layer(x).pow(2).sum()
+loss.backward()
+for opt in (torch.optim.SGD(layer.parameters(), lr=0.1), torch.optim.Adam(layer.parameters())):
+    opt.step()
+    opt.zero_grad()
+print(x.grad)
+"""
 NOT_CHECKED = (
     "Some fixes were not checked: this client has used its run budget for now. Run again in a few "
     "seconds to have them checked."
@@ -243,7 +276,8 @@ def sandbox_config(settings: Settings, **overrides) -> SandboxConfig:
         memory_mb=settings.memory_mb,
         uid_base=settings.uid_base,
         target=TARGET,
-        warmup=payload_for(DEFAULT_WARMUP),
+        preload=list(PRELOAD),
+        warmup=payload_for(WARMUP),
     )
     for name, value in overrides.items():
         setattr(config, name, value)

@@ -2,13 +2,15 @@
 
 It knows nothing about autograd. It calls a *target* — a function
 ``run(code: str) -> bytes`` named by ``SandboxConfig.target`` — in a fresh,
-confined child process and hands back the bytes, or a clear failure.
+confined child process and hands back the bytes, or a clear failure. What it runs,
+preloads and warms up with is its caller's configuration (the server's is
+``gradstep.runner.sandbox_config``: the tracer's job runner, torch).
 
 API
 ---
 ::
 
-    sb = Sandbox(SandboxConfig(workers=2, memory_mb=1024, cpu_seconds=10, wall_seconds=15))
+    sb = Sandbox(SandboxConfig(target="pkg.module:run", preload=["numpy"], workers=2, cpu_seconds=10))
     sb.start()                # start the zygote (imports + warms the preloads); raises if it can't
     r = sb.run(code)          # thread-safe, blocking; at most `workers` children at once, callers queue
     r.status                  # "ok" | "timeout" | "limit" | "crashed"

@@ -21,39 +21,6 @@ LAYERS = (
     "seccomp",  # deny exec, fork, sockets, ptrace, signals to others, mount, bpf, ...
 )
 
-DEFAULT_PRELOAD = [
-    "torch",
-    "torch.nn",
-    "torch.optim",
-    "gradstep.tracer",
-    # Snippets may import these; after the uid drop a module that is not already
-    # imported may be unreadable (the stdlib can live under a 0700 home).
-    "torch.nn.functional",
-    "numpy",
-    "math",
-    "random",
-    "itertools",
-    "functools",
-    "collections",
-    "dataclasses",
-    "typing",
-    "copy",
-    "time",
-    "encodings.idna",  # resolving a host name needs it: without it a network attempt is a LookupError
-]
-
-DEFAULT_WARMUP = """\
-import torch
-x = torch.randn(4, 3, requires_grad=True)
-layer = torch.nn.Linear(3, 2)
-loss = layer(x).pow(2).sum()
-loss.backward()
-for opt in (torch.optim.SGD(layer.parameters(), lr=0.1), torch.optim.Adam(layer.parameters())):
-    opt.step()
-    opt.zero_grad()
-print(x.grad)
-"""
-
 
 @dataclass
 class SandboxConfig:
@@ -65,9 +32,10 @@ class SandboxConfig:
     tmp_mb: int = 16  # the child's private tmpfs work dir (/tmp in its mount namespace)
     max_tasks: int = 64  # per child: threads + processes (cgroup pids.max, RLIMIT_NPROC)
     max_files: int = 256  # per child: RLIMIT_NOFILE
-    preload: list[str] = field(default_factory=lambda: list(DEFAULT_PRELOAD))
-    target: str = "gradstep.sandbox.target:run"  # "module:function", run(code: str) -> bytes
-    warmup: str = DEFAULT_WARMUP  # passed once to the target in the zygote, before forking
+    # What to run is the caller's: "module:function", run(code: str) -> bytes (required).
+    target: str = ""
+    preload: list[str] = field(default_factory=list)  # modules the zygote imports before forking
+    warmup: str = ""  # passed once to the target in the zygote, before forking (empty: no warm-up run)
     # Paths a child must not see, and paths under them that stay visible. With the minimal
     # root ("root" layer) a hidden path is simply not bound into it (an empty tmpfs covers one
     # inside a visible directory); without it an empty read-only tmpfs is mounted over each and

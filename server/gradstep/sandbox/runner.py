@@ -119,8 +119,10 @@ class _Zygote:
 class Sandbox:
     """Runs ``config.target(code)`` in a confined child forked from a warm zygote."""
 
-    def __init__(self, config: SandboxConfig | None = None):
-        self.config = config or SandboxConfig()
+    def __init__(self, config: SandboxConfig):
+        self.config = config
+        if not config.target:
+            raise ValueError("SandboxConfig.target is required: the 'module:function' children run")
         unknown = set(self.config.disable) - set(LAYERS)
         if unknown:
             raise ValueError(f"unknown layers in disable: {sorted(unknown)}")

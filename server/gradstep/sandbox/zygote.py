@@ -106,9 +106,10 @@ class Zygote:
     def warm(self) -> None:
         preload(self.plan["preload"])
         self.target = load_target(self.plan["target"])
-        out = self.target(self.plan["warmup"])
-        if not isinstance(out, bytes):
-            raise TypeError(f"the target returned {type(out).__name__}, not bytes")
+        if self.plan["warmup"]:
+            out = self.target(self.plan["warmup"])
+            if not isinstance(out, bytes):
+                raise TypeError(f"the target returned {type(out).__name__}, not bytes")
         gc.collect()
         gc.freeze()  # forked children then don't touch (copy) the zygote's objects in gc passes
         self.huge_mb = collapse_huge_pages() if self.plan.get("huge_pages") else 0
