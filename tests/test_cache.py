@@ -14,9 +14,10 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from gradstep import trace as trace_in_process
-from gradstep.app import TraceOptions, create_app
+from gradstep.app import create_app
 from gradstep.cache import MemoryCache, RedisCache, TieredCache, cache_key, open_cache, shared
 from gradstep.cache.shared import MAGIC, MAX_TRACE_BYTES, PREFIX, encode_entry
+from gradstep.routes.trace import TraceOptions
 from gradstep.schema import Trace
 from gradstep.settings import Settings
 from services import RedisServer, free_port, installed

@@ -29,10 +29,11 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from gradstep import serving
-from gradstep.app import TraceOptions, create_app
+from gradstep.app import create_app
 from gradstep.cache import cache_key, fix_run_key
 from gradstep.diagnose import RULES, facts
 from gradstep.export import export_html
+from gradstep.routes.trace import TraceOptions
 from gradstep.runner import NOT_CHECKED, TraceRunner, sandbox_config
 from gradstep.sandbox import Sandbox
 from gradstep.schema import VERSION, Trace

@@ -1,0 +1,45 @@
+"""Dependencies of the routes: what the app holds (``app.state``) and who is asking."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import AsyncIterator
+
+from fastapi import Request
+
+from gradstep.cache import TraceCache
+from gradstep.limits import withdrawn
+from gradstep.runner import TraceRunner
+from gradstep.settings import Settings
+from gradstep.traces import TraceService
+
+
+def settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def service(request: Request) -> TraceService:
+    return request.app.state.service
+
+
+def runner(request: Request) -> TraceRunner:
+    return request.app.state.runner
+
+
+def cache(request: Request) -> TraceCache:
+    return request.app.state.cache
+
+
+def client_of(request: Request) -> str:
+    """Whom a request's runs are charged to: its address (X-Forwarded-For's first behind a trusted proxy)."""
+    if request.app.state.settings.trust_proxy:
+        forwarded = request.headers.get("x-forwarded-for")
+        if forwarded:
+            return forwarded.split(",")[0].strip()
+    return request.client.host if request.client else "?"
+
+
+async def client_gone(request: Request) -> AsyncIterator[threading.Event]:
+    """Set when the client disconnects: its runs stop, its place in the queue is given back."""
+    async with withdrawn(request.receive) as gone:
+        yield gone

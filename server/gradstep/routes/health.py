@@ -1,0 +1,69 @@
+"""``GET /healthz`` (liveness, the sandbox's layers: states and counts, never a process id) and
+``GET /api/schema``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import torch
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel
+
+from gradstep.cache import TraceCache
+from gradstep.routes import deps
+from gradstep.runner import TraceRunner
+from gradstep.schema import VERSION, json_schema
+from gradstep.settings import Settings
+from gradstep.traces import TraceService
+
+router = APIRouter()
+
+
+class SandboxHealth(BaseModel):
+    """What /healthz says about the sandbox: states and counts, never a process id."""
+
+    zygote: bool
+    layers: dict[str, str]
+    # what a child's root holds besides /dev's devices, /proc and /tmp ("root" layer)
+    visible: list[str] | None = None
+    workers: int
+    busy: int
+    spares: int
+    prefork: bool
+    starts: int
+    zygote_threads: int | None = None
+    zygote_huge_pages_mb: float | None = None
+
+
+class Health(BaseModel):
+    status: str
+    version: int
+    torch: str
+    workers: int
+    running_or_queued: int
+    cache: dict
+    sandbox: SandboxHealth
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness, and which sandbox layers are active")
+def healthz(
+    settings: Annotated[Settings, Depends(deps.settings)],
+    runner: Annotated[TraceRunner, Depends(deps.runner)],
+    service: Annotated[TraceService, Depends(deps.service)],
+    cache: Annotated[TraceCache, Depends(deps.cache)],
+) -> Health:
+    sandbox = runner.health()
+    return Health(
+        status="ok" if sandbox.get("zygote") else "degraded",
+        version=VERSION,
+        torch=torch.__version__,
+        workers=settings.workers,
+        running_or_queued=service.admission.inside,
+        cache=cache.stats(),
+        sandbox=SandboxHealth.model_validate(sandbox),
+    )
+
+
+@router.get("/api/schema", summary="JSON Schema of the trace")
+def schema() -> dict:
+    return json_schema()

@@ -1,0 +1,69 @@
+"""``POST /api/trace``: run a snippet in the sandbox and return its trace."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+from pydantic import BaseModel, Field, field_validator
+
+from gradstep.routes import deps
+from gradstep.runner import Cancelled
+from gradstep.schema import Trace
+from gradstep.traces import TraceService
+
+MAX_CODE = 60_000  # characters of a snippet
+
+router = APIRouter()
+
+
+class TraceOptions(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    max_steps: Annotated[int, Field(ge=1, le=500)] = 500
+    line_repeats: Annotated[int, Field(ge=1, le=50)] = 3
+
+
+class TraceRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    code: Annotated[str, Field(max_length=MAX_CODE, description="The PyTorch snippet to run.")]
+    options: TraceOptions | None = None
+
+    @field_validator("code")
+    @classmethod
+    def no_nul(cls, code: str) -> str:
+        if "\x00" in code:
+            raise ValueError("code must not contain NUL characters")
+        return code
+
+
+@router.post(
+    "/api/trace",
+    summary="Run a snippet and return its trace",
+    # The trace is validated once, when the child's bytes arrive (gradstep.runner), and served as
+    # those bytes: declared here for OpenAPI, never re-validated per response.
+    response_class=Response,
+    responses={
+        200: {"description": "The trace; its `status` says how the run ended.", "model": Trace},
+        413: {"description": "Body too large"},
+        422: {"description": "Invalid request"},
+        429: {"description": "Rate limit: retry after Retry-After seconds"},
+        499: {"description": "The client went away before the trace was ready (nobody reads this)"},
+        503: {"description": "All workers busy and the queue full: retry after Retry-After seconds"},
+    },
+)
+async def trace(
+    body: TraceRequest,
+    service: Annotated[TraceService, Depends(deps.service)],
+    client: Annotated[str, Depends(deps.client_of)],
+    gone: Annotated[threading.Event, Depends(deps.client_gone)],
+) -> Response:
+    options = (body.options or TraceOptions()).model_dump()
+    try:
+        out, how = await service.trace(body.code, options, client, gone)
+    except Cancelled:
+        return Response(status_code=499)  # nobody is listening: nginx's "client closed request"
+    return Response(out, media_type="application/json", headers={"X-Gradstep-Cache": how})
