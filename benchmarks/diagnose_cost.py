@@ -37,7 +37,7 @@ def main() -> None:
         for label, path in CASES.items():
             code = path.read_text()
             payload = payload_for(code)
-            runner.trace_bytes(code)  # warm
+            runner.trace(code)  # warm
             plain, diagnosed = [], []
             for i in range(args.repeat):
                 # interleaved, alternating which goes first: a run right after another waits for
@@ -47,7 +47,7 @@ def main() -> None:
                     if bare:
                         to_trace(code, runner.sandbox.run(payload))
                     else:
-                        runner.trace_bytes(code)
+                        runner.trace(code)
                     (plain if bare else diagnosed).append((time.perf_counter() - t0) * 1e3)
                     time.sleep(0.05)  # let the slot's child be reaped and a spare prepared
             p, d = statistics.median(plain), statistics.median(diagnosed)

@@ -28,7 +28,7 @@ def _run_sandboxed(code: str, timeout: float) -> bytes:
     runner = TraceRunner(Settings.from_env(workers=1, wall_seconds=timeout))
     runner.start()
     try:
-        body, _ = runner.trace_bytes(code)
+        body = runner.trace(code).body
     finally:
         runner.close()
     return body

@@ -95,6 +95,14 @@ class RunBudget:
     take: Callable[[int], int] = lambda n: n
     seconds: float = 10.0
     cancel: threading.Event | None = None
+
+
+@dataclass
+class Traced:
+    """One run of a snippet, as the server serves it."""
+
+    body: bytes  # the trace JSON, validated, with the server's own fields and verified diagnoses
+    cacheable: bool  # False: a limit or the budget left something unchecked; run it again next time
     fix_runs: dict[str, bytes] = field(default_factory=dict)  # code -> trace of each fix run made
 
 
@@ -127,18 +135,18 @@ class TraceRunner:
     def health(self) -> dict:
         return self.sandbox.health()
 
-    def trace_bytes(
+    def trace(
         self,
         code: str,
         options: dict | None = None,
         *,
         verified: bytes | None = None,
         budget: RunBudget | None = None,
-    ) -> tuple[bytes, bool]:
-        """(trace JSON, whether it may be cached) for one run of ``code``, with verified diagnoses.
+    ) -> Traced:
+        """One run of ``code``, with verified diagnoses.
 
-        ``verified``: the trace this very run gave when it verified a fix (kept by the caller from
-        ``budget.fix_runs``), served instead of running it again: Apply fix asks for exactly that
+        ``verified``: the trace this very run gave when it verified a fix (a ``Traced.fix_runs``
+        entry the caller kept), served instead of running it again: Apply fix asks for exactly that
         run. Raises ``Cancelled`` once ``budget.cancel`` is set.
         """
         options = options or {}
@@ -148,15 +156,15 @@ class TraceRunner:
         else:
             trace = self._trace(code, options, budget)
             if isinstance(trace, bytes):
-                return trace, False
+                return Traced(trace, cacheable=False)
         proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
         trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
-        complete = True
+        complete, ran = True, {}
         if proposed:
-            trace["diagnoses"], complete = self._diagnose(trace, proposed, options, budget)
+            trace["diagnoses"], complete, ran = self._diagnose(trace, proposed, options, budget)
             if not complete and trace["diagnoses"]:
                 trace.setdefault("notes", []).append(NOT_CHECKED)
-        return orjson.dumps(trace), complete
+        return Traced(orjson.dumps(trace), complete, {code: orjson.dumps(t) for code, t in ran.items()})
 
     def _run(self, payload: str, budget: RunBudget, deadline: float | None = None) -> RunResult:
         result = self.sandbox.run(payload, deadline=deadline, cancel=budget.cancel)
@@ -177,16 +185,19 @@ class TraceRunner:
 
     def _diagnose(
         self, trace: dict, codes: list[str], options: dict, budget: RunBudget
-    ) -> tuple[list[dict], bool]:
-        """Run the proposed fixes (as many as the budget allows), then check them in a sandbox."""
+    ) -> tuple[list[dict], bool, dict[str, dict]]:
+        """Run the proposed fixes (as many as the budget allows), then check them in a sandbox:
+        (the diagnoses with the fixes that passed, whether every fix was run, every fix run made)."""
         granted = max(0, min(len(codes), budget.take(len(codes))))
-        fixed = self._run_fixes(codes[:granted], options, budget) if granted else {}
+        ran = self._run_fixes(codes[:granted], options, budget) if granted else {}
+        # only clean runs count: a fix whose run failed (or was cut by the deadline) is not offered
+        fixed = {code: t for code, t in ran.items() if facts.runs_cleanly(t)}
         diagnoses = self._check(trace, fixed, budget)
         if diagnoses is None:  # the check itself failed (a limit, a crash): try again next time
-            return [], False
+            return [], False, ran
         for d in diagnoses:
             d["fixes"] = [f for f in d["fixes"] if f["code"] in fixed]
-        return diagnoses, granted == len(codes)
+        return diagnoses, granted == len(codes), ran
 
     def _run_fixes(self, codes: list[str], options: dict, budget: RunBudget) -> dict[str, dict]:
         """Each fix run like any snippet (same options), within the request's budget: a deadline for
@@ -200,10 +211,7 @@ class TraceRunner:
             if time.monotonic() >= deadline:
                 return code, None  # the request's time for fixes is up: not run, not offered
             trace = self._trace(code, options, budget, deadline, cpu)
-            if isinstance(trace, bytes):
-                return code, None
-            budget.fix_runs[code] = orjson.dumps(trace)
-            return code, trace
+            return code, None if isinstance(trace, bytes) else trace
 
         at_once = max(1, min(len(codes), self.workers - 1))  # leave a worker to everyone else
         with ThreadPoolExecutor(max_workers=at_once) as pool:
@@ -213,8 +221,7 @@ class TraceRunner:
             except BaseException:
                 pool.shutdown(cancel_futures=True)  # the fixes not yet started never start
                 raise
-        # only clean runs count: a fix whose run failed (or was cut by the deadline) is not offered
-        return {code: trace for code, trace in ran if trace is not None and facts.runs_cleanly(trace)}
+        return {code: trace for code, trace in ran if trace is not None}
 
     def _check(self, trace: dict, fixed: dict[str, dict], budget: RunBudget) -> list[dict] | None:
         """The diagnoses of ``trace`` with the fixes that passed, from a check job in the sandbox

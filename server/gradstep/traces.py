@@ -75,10 +75,10 @@ class TraceService:
         budget = RunBudget(
             take=functools.partial(self.rate.take, client), seconds=self.settings.fix_budget, cancel=gone
         )
-        run = functools.partial(self.runner.trace_bytes, code, options, verified=verified, budget=budget)
-        out, cacheable = await anyio.to_thread.run_sync(run, limiter=self.threads)
-        if cacheable:
-            await self.cache.put(key, out)
-        for fix_code, fix_body in budget.fix_runs.items():
+        run = functools.partial(self.runner.trace, code, options, verified=verified, budget=budget)
+        traced = await anyio.to_thread.run_sync(run, limiter=self.threads)
+        if traced.cacheable:
+            await self.cache.put(key, traced.body)
+        for fix_code, fix_body in traced.fix_runs.items():
             await self.cache.put(fix_run_key(fix_code, options), fix_body)
-        return out, "miss" if verified is None else "verified"
+        return traced.body, "miss" if verified is None else "verified"
