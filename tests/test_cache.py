@@ -7,7 +7,6 @@ foreign entry and a Redis that is down are misses, never errors.
 from __future__ import annotations
 
 import asyncio
-import zlib
 
 import orjson
 import pytest
@@ -17,6 +16,7 @@ from gradstep import trace as trace_in_process
 from gradstep.app import create_app
 from gradstep.cache import MemoryCache, RedisCache, TieredCache, cache_key, open_cache, shared
 from gradstep.cache.shared import MAGIC, MAX_TRACE_BYTES, PREFIX, encode_entry
+from gradstep.encoding import compress, decompress
 from gradstep.routes.trace import TraceOptions
 from gradstep.schema import Trace
 from gradstep.settings import Settings
@@ -32,12 +32,14 @@ def plain_grad(code: str, name: str) -> list[float]:
 
 
 def final_grad(body: bytes, name: str) -> list[float] | None:
-    last = Trace.model_validate_json(body).steps[-1]
+    """The final .grad of ``name`` in a trace: JSON as a client reads it, or gzipped as stored."""
+    last = Trace.model_validate_json(decompress(body) if body[:2] == b"\x1f\x8b" else body).steps[-1]
     return next((t.grad.values for t in last.tensors if t.name == name and t.grad), None)
 
 
 def trace_bytes(code: str) -> bytes:
-    return trace_in_process(code).model_dump_json().encode()
+    """A trace as the caches hold it: gzipped, as served (gradstep.encoding)."""
+    return compress(trace_in_process(code).model_dump_json().encode())
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +120,7 @@ def test_garbage_under_the_key_is_a_miss(store, raw):
 
 def test_a_well_framed_entry_that_is_not_a_trace_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    raw.set(PREFIX + key, encode_entry(key, orjson.dumps({"version": 1, "steps": "no"})))
+    raw.set(PREFIX + key, encode_entry(key, compress(orjson.dumps({"version": 1, "steps": "no"}))))
     assert run(_get_then_close(store, key)) is None
     assert store.stats()["rejected"] == 1
 
@@ -131,7 +133,7 @@ def test_a_truncated_entry_is_a_miss(store, raw):
 
 def test_an_entry_that_inflates_past_the_cap_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    bomb = MAGIC + key.encode() + b"\n" + zlib.compress(b" " * (MAX_TRACE_BYTES + 1), 9)
+    bomb = MAGIC + key.encode() + b"\n" + compress(b" " * (MAX_TRACE_BYTES + 1))
     raw.set(PREFIX + key, bomb)
     assert run(_get_then_close(store, key)) is None
 
@@ -225,7 +227,7 @@ def test_a_run_is_stored_in_redis_for_the_other_replicas(shared_client, redis_se
     assert r.headers["x-gradstep-cache"] == "miss"
     key = cache_key(code, _default_options())
     other_replica = RedisCache(redis_server.url, ttl=60, max_entry_bytes=1 << 20)
-    assert run(_get_then_close(other_replica, key)) == r.content
+    assert decompress(run(_get_then_close(other_replica, key))) == r.content
 
 
 def test_with_redis_down_runs_still_answer(redis_server):

@@ -32,6 +32,7 @@ from gradstep import serving
 from gradstep.app import create_app
 from gradstep.cache import cache_key, fix_run_key
 from gradstep.diagnose import RULES, facts
+from gradstep.encoding import decompress
 from gradstep.export import export_html
 from gradstep.routes.trace import TraceOptions
 from gradstep.runner import NOT_CHECKED, TraceRunner, sandbox_config
@@ -325,7 +326,7 @@ def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy):
     options = TraceOptions().model_dump()
     for fix in fixes:
         soft, hard = ast.literal_eval(
-            orjson.loads(stingy.app.state.cache.get_now(fix_run_key(fix, options)))["stdout"]
+            orjson.loads(decompress(stingy.app.state.cache.get_now(fix_run_key(fix, options))))["stdout"]
         )
         # 6 s of CPU for 3 fixes: 2 s each (the sandbox's limit is 10), on top of the little the child
         # used before the snippet

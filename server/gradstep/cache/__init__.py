@@ -6,7 +6,8 @@ of the moment. In-process by default (``MemoryCache``); with
 ``GRADSTEP_CACHE_URL=redis://…`` an in-process tier sits in front of a Redis
 shared by every replica (``TieredCache``), and a Redis outage is a miss.
 
-Every cache has ``await get(key) -> bytes | None``, ``await put(key, body)``,
+Entries are the traces as served, gzipped (``gradstep.encoding``). Every cache has
+``await get(key) -> bytes | None``, ``await put(key, body)``,
 ``await close()`` and ``stats() -> dict`` (for /healthz). The runs that verified a diagnosis's
 fixes are kept there too, under ``fix_run_key``.
 """
@@ -39,7 +40,8 @@ class TraceCache(Protocol):
 
 def cache_key(code: str, options: dict) -> str:
     blob = orjson.dumps(
-        {"code": code, "options": options, "v": VERSION, "torch": torch.__version__},
+        # "stored": what an entry holds (gradstep.encoding), so no server reads another's format
+        {"code": code, "options": options, "v": VERSION, "torch": torch.__version__, "stored": "gzip"},
         option=orjson.OPT_SORT_KEYS,
     )
     return hashlib.sha256(blob).hexdigest()

@@ -1,7 +1,7 @@
 """The shared trace cache in Redis: what one replica computed, every replica serves.
 
-An entry is ``MAGIC + key + "\\n" + zlib(trace JSON)``, stored with the cache's
-TTL under ``gradstep:trace:<key>``. Nothing read back is trusted: an entry
+An entry is ``MAGIC + key + "\\n" + the trace as served`` (gzipped JSON: gradstep.encoding), stored
+with the cache's TTL under ``gradstep:trace:<key>``. Nothing read back is trusted: an entry
 with another magic or key, one that does not decompress within the size cap,
 or one that is not a valid trace is a miss (and counted as ``rejected``).
 
@@ -26,35 +26,36 @@ from redis.exceptions import RedisError
 from gradstep.schema import Trace
 
 PREFIX = "gradstep:trace:"
-MAGIC = b"gradstep-trace/1\n"
+MAGIC = b"gradstep-trace/2\n"  # 2: the trace gzipped as served (1: zlib of the JSON)
 MAX_TRACE_BYTES = 16 << 20  # decompressed; more than the sandbox ever returns (8 MB output cap)
 SCHEMES = ("redis://", "rediss://", "unix://")
-OFF_LOOP_BYTES = 64 << 10  # entries this large are (de)compressed and validated in a worker thread
+OFF_LOOP_BYTES = 64 << 10  # entries this large are inflated and validated in a worker thread
 
 log = logging.getLogger("gradstep.cache")
 
 
-def encode_entry(key: str, body: bytes) -> bytes:
-    return MAGIC + key.encode() + b"\n" + zlib.compress(body, 1)
+def encode_entry(key: str, stored: bytes) -> bytes:
+    return MAGIC + key.encode() + b"\n" + stored
 
 
 def decode_entry(key: str, raw: bytes) -> bytes | None:
-    """The trace JSON in ``raw`` if it is a well-formed entry for ``key`` holding a valid trace."""
+    """The stored trace in ``raw`` if it is a well-formed entry for ``key`` holding a valid trace."""
     head = MAGIC + key.encode() + b"\n"
     if not raw.startswith(head):
         return None
-    inflate = zlib.decompressobj()
+    stored = raw[len(head) :]
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip
     try:
-        body = inflate.decompress(raw[len(head) :], MAX_TRACE_BYTES)
+        body = inflate.decompress(stored, MAX_TRACE_BYTES)
     except zlib.error:
         return None
-    if inflate.unconsumed_tail or not inflate.eof:  # larger than the cap, or truncated
+    if inflate.unconsumed_tail or not inflate.eof or inflate.unused_data:  # over the cap, cut, or more
         return None
     try:
         Trace.model_validate_json(body)
     except ValidationError:
         return None
-    return body
+    return stored
 
 
 class RedisCache:
@@ -122,11 +123,7 @@ class RedisCache:
         return body
 
     async def put(self, key: str, body: bytes) -> None:
-        entry = (
-            encode_entry(key, body)
-            if len(body) < OFF_LOOP_BYTES
-            else await asyncio.to_thread(encode_entry, key, body)
-        )
+        entry = encode_entry(key, body)
         if len(entry) > self.max_entry_bytes:
             self.too_big += 1
             return

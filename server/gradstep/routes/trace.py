@@ -5,10 +5,11 @@ from __future__ import annotations
 import threading
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, Field, field_validator
 
+from gradstep.encoding import json_response
 from gradstep.routes import deps
 from gradstep.runner import Cancelled
 from gradstep.schema import Trace
@@ -44,7 +45,8 @@ class TraceRequest(BaseModel):
     "/api/trace",
     summary="Run a snippet and return its trace",
     # The trace is validated once, when the child's bytes arrive (gradstep.runner), and served as
-    # those bytes: declared here for OpenAPI, never re-validated per response.
+    # those bytes, compressed once (gradstep.encoding): declared here for OpenAPI, never
+    # re-validated or re-compressed per response.
     response_class=Response,
     responses={
         200: {"description": "The trace; its `status` says how the run ended.", "model": Trace},
@@ -57,6 +59,7 @@ class TraceRequest(BaseModel):
 )
 async def trace(
     body: TraceRequest,
+    request: Request,
     service: Annotated[TraceService, Depends(deps.service)],
     client: Annotated[str, Depends(deps.client_of)],
     gone: Annotated[threading.Event, Depends(deps.client_gone)],
@@ -66,4 +69,4 @@ async def trace(
         out, how = await service.trace(body.code, options, client, gone)
     except Cancelled:
         return Response(status_code=499)  # nobody is listening: nginx's "client closed request"
-    return Response(out, media_type="application/json", headers={"X-Gradstep-Cache": how})
+    return json_response(out, request.headers.get("accept-encoding", ""), {"X-Gradstep-Cache": how})
