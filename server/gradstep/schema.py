@@ -237,6 +237,8 @@ DIAGNOSIS_KINDS = (
     "hidden_state_not_detached",
     "grad_of_non_leaf",
     "requires_grad_on_integer",
+    "inplace_on_leaf",
+    "backward_without_graph",
 )
 
 

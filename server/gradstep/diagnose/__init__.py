@@ -21,6 +21,8 @@ from gradstep.diagnose import (
     hidden_state,
     inplace,
     integer_grad,
+    leaf_inplace,
+    no_graph,
     non_leaf_grad,
     non_scalar,
     zero_grad,
@@ -33,7 +35,17 @@ Run = Callable[[list[str]], list[dict | None]]  # codes -> their traces (plain d
 MAX_FIX_RUNS = 8
 MAX_CANDIDATES = 16  # diagnoses one trace can get (each rule caps its own; this caps them together)
 
-RULES = (hidden_state, freed_graph, non_scalar, inplace, zero_grad, non_leaf_grad, integer_grad)
+RULES = (
+    hidden_state,
+    freed_graph,
+    non_scalar,
+    inplace,
+    zero_grad,
+    non_leaf_grad,
+    integer_grad,
+    leaf_inplace,
+    no_graph,
+)
 
 __all__ = [
     "Candidate",
