@@ -34,11 +34,13 @@ NON_LEAF = "grad_of_non_leaf"
 INTEGER = "requires_grad_on_integer"
 LEAF_INPLACE = "inplace_on_leaf"
 NO_GRAPH = "backward_without_graph"
+GRAPH_CUT = "graph_cut"
 
 # curated snippets that show a mistake, and which; every other snippet is fine
 SNIPPET_KINDS = {
     "backward_twice_fails": FREED,
     "forward_under_no_grad_fails": NO_GRAPH,
+    "item_cuts_the_graph": GRAPH_CUT,
     "sgd_update_outside_no_grad_fails": LEAF_INPLACE,
     "inplace_modified_saved_tensor_fails": INPLACE,
     "non_scalar_backward_fails": NON_SCALAR,

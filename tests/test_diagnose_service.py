@@ -63,6 +63,14 @@ def test_the_byte_scan_lets_through_a_backward_repeated_in_a_loop():
     assert may_need_diagnosis(_body(code))
 
 
+def test_the_byte_scan_lets_through_a_leaf_the_backward_did_not_reach():
+    code = (
+        "import torch\nw1 = torch.ones(2, requires_grad=True)\nw2 = torch.ones(2, requires_grad=True)\n"
+        "(w2 * (w1 * 2).detach()).sum().backward()\n"
+    )
+    assert may_need_diagnosis(_body(code))
+
+
 def test_the_byte_scan_skips_two_different_calls_that_ran_once_each():
     code = "import torch\nx = torch.ones(2, requires_grad=True)\ny = (x * x).sum()\ny.backward(retain_graph=True)\ny.backward()\n"
     assert not may_need_diagnosis(_body(code))

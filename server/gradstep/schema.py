@@ -239,6 +239,7 @@ DIAGNOSIS_KINDS = (
     "requires_grad_on_integer",
     "inplace_on_leaf",
     "backward_without_graph",
+    "graph_cut",
 )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from gradstep.diagnose import (
     facts,
     freed_graph,
+    graph_cut,
     hidden_state,
     inplace,
     integer_grad,
@@ -45,6 +46,7 @@ RULES = (
     integer_grad,
     leaf_inplace,
     no_graph,
+    graph_cut,
 )
 
 __all__ = [
