@@ -35,6 +35,7 @@ INTEGER = "requires_grad_on_integer"
 LEAF_INPLACE = "inplace_on_leaf"
 NO_GRAPH = "backward_without_graph"
 GRAPH_CUT = "graph_cut"
+RUNNING_TOTAL = "running_total_keeps_graph"
 
 # curated snippets that show a mistake, and which; every other snippet is fine
 SNIPPET_KINDS = {
@@ -45,6 +46,7 @@ SNIPPET_KINDS = {
     "inplace_modified_saved_tensor_fails": INPLACE,
     "non_scalar_backward_fails": NON_SCALAR,
     "rnn_hidden_not_detached_fails": HIDDEN,
+    "running_loss_keeps_graphs": RUNNING_TOTAL,
     "shared_trunk_partial_grads": FREED,
     "training_loop_no_zero_grad": ZERO_GRAD,
     "two_outputs_without_retain_fails": FREED,

@@ -71,6 +71,14 @@ def test_the_byte_scan_lets_through_a_leaf_the_backward_did_not_reach():
     assert may_need_diagnosis(_body(code))
 
 
+def test_the_byte_scan_lets_through_a_loop_that_only_builds_graphs():
+    code = (
+        "import torch\nw = torch.ones(2, requires_grad=True)\ntotal = 0.0\n"
+        "for _ in range(3):\n    total = total + (w * 2).sum()\n"
+    )
+    assert may_need_diagnosis(_body(code))
+
+
 def test_the_byte_scan_skips_two_different_calls_that_ran_once_each():
     code = "import torch\nx = torch.ones(2, requires_grad=True)\ny = (x * x).sum()\ny.backward(retain_graph=True)\ny.backward()\n"
     assert not may_need_diagnosis(_body(code))

@@ -240,6 +240,7 @@ DIAGNOSIS_KINDS = (
     "inplace_on_leaf",
     "backward_without_graph",
     "graph_cut",
+    "running_total_keeps_graph",
 )
 
 

@@ -26,6 +26,7 @@ from gradstep.diagnose import (
     no_graph,
     non_leaf_grad,
     non_scalar,
+    running_total,
     zero_grad,
 )
 from gradstep.diagnose.candidate import Candidate, CandidateFix
@@ -47,6 +48,7 @@ RULES = (
     leaf_inplace,
     no_graph,
     graph_cut,
+    running_total,
 )
 
 __all__ = [
