@@ -36,6 +36,7 @@ LEAF_INPLACE = "inplace_on_leaf"
 NO_GRAPH = "backward_without_graph"
 GRAPH_CUT = "graph_cut"
 RUNNING_TOTAL = "running_total_keeps_graph"
+NONFINITE = "nonfinite_grad"
 
 # curated snippets that show a mistake, and which; every other snippet is fine
 SNIPPET_KINDS = {
@@ -48,6 +49,7 @@ SNIPPET_KINDS = {
     "rnn_hidden_not_detached_fails": HIDDEN,
     "running_loss_keeps_graphs": RUNNING_TOTAL,
     "shared_trunk_partial_grads": FREED,
+    "sqrt_at_zero_nan_grad": NONFINITE,
     "training_loop_no_zero_grad": ZERO_GRAD,
     "two_outputs_without_retain_fails": FREED,
 }

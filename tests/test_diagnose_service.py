@@ -79,6 +79,10 @@ def test_the_byte_scan_lets_through_a_loop_that_only_builds_graphs():
     assert may_need_diagnosis(_body(code))
 
 
+def test_the_byte_scan_lets_through_a_gradient_that_went_nan():
+    assert may_need_diagnosis(_body((SNIPPETS / "sqrt_at_zero_nan_grad.py").read_text()))
+
+
 def test_the_byte_scan_skips_two_different_calls_that_ran_once_each():
     code = "import torch\nx = torch.ones(2, requires_grad=True)\ny = (x * x).sum()\ny.backward(retain_graph=True)\ny.backward()\n"
     assert not may_need_diagnosis(_body(code))

@@ -26,6 +26,7 @@ from gradstep.diagnose import (
     no_graph,
     non_leaf_grad,
     non_scalar,
+    nonfinite_grad,
     running_total,
     zero_grad,
 )
@@ -49,6 +50,7 @@ RULES = (
     no_graph,
     graph_cut,
     running_total,
+    nonfinite_grad,
 )
 
 __all__ = [

@@ -1,7 +1,8 @@
 """Whether a run needs the rules at all: a scan of its trace bytes, in the sandboxed child.
 
 Most runs have nothing to diagnose, and they must not pay for it: a scan of the
-bytes for what every rule needs (an error, torch's non-leaf warning, a call line
+bytes for what every rule needs (an error, torch's non-leaf warning, a gradient
+that went nan or inf, a call line
 that ran twice, a leaf that requires grad still without .grad after a call, a
 loop with no call that builds a graph each time) skips the rest. gradstep.jobs runs it, and the rules, in the
 child that ran the snippet (under that run's limits), never in the server.
@@ -13,7 +14,7 @@ import re
 
 from gradstep.diagnose import facts
 
-_HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode())
+_HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode(), b'"nonfinite":[')
 # a call step as the tracer writes it (kind, then line): the rules without an error or a warning to go
 # on need the same call line twice (a backward in a loop); tests/test_diagnose_service.py pins the shape
 _CALL_LINE = re.compile(rb'"kind":"(?:backward|grad)","line":(\d+)')
