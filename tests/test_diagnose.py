@@ -37,6 +37,7 @@ NO_GRAPH = "backward_without_graph"
 GRAPH_CUT = "graph_cut"
 RUNNING_TOTAL = "running_total_keeps_graph"
 NONFINITE = "nonfinite_grad"
+STEP_ORDER = "optimizer_step_without_gradient"
 
 # curated snippets that show a mistake, and which; every other snippet is fine
 SNIPPET_KINDS = {
@@ -52,6 +53,7 @@ SNIPPET_KINDS = {
     "sqrt_at_zero_nan_grad": NONFINITE,
     "training_loop_no_zero_grad": ZERO_GRAD,
     "two_outputs_without_retain_fails": FREED,
+    "zero_grad_before_step": STEP_ORDER,
 }
 
 

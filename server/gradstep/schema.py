@@ -250,6 +250,7 @@ DIAGNOSIS_KINDS = (
     "graph_cut",
     "running_total_keeps_graph",
     "nonfinite_grad",
+    "optimizer_step_without_gradient",
 )
 
 

@@ -28,6 +28,7 @@ from gradstep.diagnose import (
     non_scalar,
     nonfinite_grad,
     running_total,
+    step_order,
     zero_grad,
 )
 from gradstep.diagnose.candidate import Candidate, CandidateFix
@@ -51,6 +52,7 @@ RULES = (
     graph_cut,
     running_total,
     nonfinite_grad,
+    step_order,
 )
 
 __all__ = [
