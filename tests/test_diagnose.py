@@ -38,6 +38,7 @@ GRAPH_CUT = "graph_cut"
 RUNNING_TOTAL = "running_total_keeps_graph"
 NONFINITE = "nonfinite_grad"
 STEP_ORDER = "optimizer_step_without_gradient"
+NEEDLESS_RETAIN = "needless_retain_graph"
 
 # curated snippets that show a mistake, and which; every other snippet is fine
 SNIPPET_KINDS = {
@@ -47,6 +48,7 @@ SNIPPET_KINDS = {
     "sgd_update_outside_no_grad_fails": LEAF_INPLACE,
     "inplace_modified_saved_tensor_fails": INPLACE,
     "non_scalar_backward_fails": NON_SCALAR,
+    "retain_graph_in_loop_not_needed": NEEDLESS_RETAIN,
     "rnn_hidden_not_detached_fails": HIDDEN,
     "running_loss_keeps_graphs": RUNNING_TOTAL,
     "shared_trunk_partial_grads": FREED,

@@ -251,6 +251,7 @@ DIAGNOSIS_KINDS = (
     "running_total_keeps_graph",
     "nonfinite_grad",
     "optimizer_step_without_gradient",
+    "needless_retain_graph",
 )
 
 

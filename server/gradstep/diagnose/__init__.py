@@ -23,6 +23,7 @@ from gradstep.diagnose import (
     inplace,
     integer_grad,
     leaf_inplace,
+    needless_retain,
     no_graph,
     non_leaf_grad,
     non_scalar,
@@ -53,6 +54,7 @@ RULES = (
     running_total,
     nonfinite_grad,
     step_order,
+    needless_retain,
 )
 
 __all__ = [
