@@ -113,21 +113,22 @@ class _Flow:
                     todo.append(nxt)
         return seen
 
-    def reaches_output(self, names: set[str]) -> bool:
-        seen, todo = set(names), deque(names)
-        every = dict(self.intact)
+    def reaching_output(self) -> set[str]:
+        """Names the output is computed from, along any path (cut or not): one walk backwards."""
+        back: dict[str, set[str]] = {}
+        for name, targets in self.intact.items():
+            for t in targets:
+                back.setdefault(t, set()).add(name)
         for _, under, targets in self.cut:
-            for u in under:
-                every.setdefault(u, set()).update(targets)
+            for t in targets:
+                back.setdefault(t, set()).update(under)
+        seen, todo = {_OUTPUT}, deque([_OUTPUT])
         while todo:
-            name = todo.popleft()
-            if name == _OUTPUT:
-                return True
-            for nxt in every.get(name, ()):
-                if nxt not in seen:
-                    seen.add(nxt)
-                    todo.append(nxt)
-        return False
+            for prev in back.get(todo.popleft(), ()):
+                if prev not in seen:
+                    seen.add(prev)
+                    todo.append(prev)
+        return seen
 
 
 def _root(tensor: str) -> str:
@@ -135,21 +136,33 @@ def _root(tensor: str) -> str:
     return tensor.split(".", 1)[0].split("[", 1)[0]
 
 
-def _expected(src: Source, name: str) -> bool:
-    """The snippet wants ``name``'s gradient: it reads its ``.grad`` or gives it to an optimizer."""
-    root = _root(name)
-    for node in src.walk():
-        if isinstance(node, ast.Attribute) and node.attr == "grad" and _path(node.value) == name:
+class _Wanted:
+    """Whose gradients the snippet uses: ``.grad`` reads, and what it gives optimizers (one walk)."""
+
+    def __init__(self, src: Source):
+        self.read: set[str] = set()  # paths whose .grad is read
+        self.owners: set[str] = set()  # `model` of optim.X(model.parameters())
+        self.listed: set[str] = set()  # names in optim.X([w1, w2])
+        for node in src.walk():
+            if isinstance(node, ast.Attribute) and node.attr == "grad":
+                path = _path(node.value)
+                if path is not None:
+                    self.read.add(path)
+            elif isinstance(node, ast.Call) and ".optim." in f".{call_name(node)}" and node.args:
+                for part in ast.walk(node.args[0]):
+                    if isinstance(part, ast.Call) and call_name(part).endswith("parameters"):
+                        owner = _path(part.func.value) if isinstance(part.func, ast.Attribute) else None
+                        if owner is not None:
+                            self.owners.add(owner)
+                    path = _path(part) if isinstance(part, ast.Name | ast.Attribute) else None
+                    if path is not None:
+                        self.listed.add(path)
+
+    def __contains__(self, name: str) -> bool:
+        """The snippet wants ``name``'s gradient: it reads its ``.grad`` or gives it to an optimizer."""
+        if name in self.read or name in self.listed:
             return True
-        if isinstance(node, ast.Call) and ".optim." in f".{call_name(node)}" and node.args:
-            first = node.args[0]
-            if isinstance(first, ast.Call) and call_name(first).endswith("parameters"):
-                owner = _path(first.func.value) if isinstance(first.func, ast.Attribute) else None
-                if owner is not None and (name.startswith(owner + ".") or owner == root):
-                    return True
-            if isinstance(first, ast.List | ast.Tuple) and any(_path(e) == name for e in first.elts):
-                return True
-    return False
+        return any(name.startswith(owner + ".") or owner == _root(name) for owner in self.owners)
 
 
 def _path(node: ast.AST) -> str | None:
@@ -189,17 +202,20 @@ def find(trace: dict, src: Source) -> list[Candidate]:
             outputs.append(out)
     flow = _Flow(src, outputs)
     out_label = src.text(outputs[-1]) if outputs else "the loss"
+    wanted = _Wanted(src)
+    reaching = flow.reaching_output()
+    carried_by_root: dict[str, set[str]] = {}  # parameters of one module share their root's flow
     by_cut: dict[int, tuple[Cut, list[str]]] = {}
     for name in names:
-        if not _expected(src, name):
+        if name not in wanted:
             continue
-        carried = flow.carried(_root(name))
+        root = _root(name)
+        if root not in carried_by_root:
+            carried_by_root[root] = flow.carried(root)
+        carried = carried_by_root[root]
         if _OUTPUT in carried:
             continue  # an intact path exists: its gradient is zero for another reason
-        cut = next(
-            (c for c, under, targets in flow.cut if under & carried and flow.reaches_output(targets)),
-            None,
-        )
+        cut = next((c for c, under, targets in flow.cut if under & carried and targets & reaching), None)
         if cut is not None:
             by_cut.setdefault(id(cut.node), (cut, []))[1].append(name)
     others = any(t.get("is_leaf") and (t.get("grad") or {}).get("norm") for t in last.get("tensors") or ())

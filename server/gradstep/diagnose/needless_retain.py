@@ -34,16 +34,17 @@ def _with_saved_tensors(trace: dict) -> set[int]:
     }
 
 
-def _needed(trace: dict, line: int) -> bool:
-    """Some later call ran a node with saved tensors that a call at ``line`` had run (and kept)."""
-    calls = facts.calls(trace)
+def _needed(trace: dict) -> set[int]:
+    """Lines of calls that ran a node with saved tensors that a later call ran again (so they kept it for it)."""
     saving = _with_saved_tensors(trace)
     later: set[int] = set()
-    for step in reversed(calls):  # one pass from the end: what the calls after each one ran
-        if step.get("line") == line and _ran(step) & saving & later:
-            return True
-        later |= _ran(step)
-    return False
+    needed: set[int] = set()
+    for step in reversed(facts.calls(trace)):  # one pass from the end: what the calls after each one ran
+        ran = _ran(step) & saving
+        if ran & later:
+            needed.add(step.get("line"))
+        later |= ran
+    return needed
 
 
 def _series(values: list[int]) -> str:
@@ -56,11 +57,16 @@ def find(trace: dict, src: Source) -> list[Candidate]:
     for step in facts.calls(trace):
         if step.get("retain_graph") and not step.get("create_graph") and step.get("line") is not None:
             by_line.setdefault(step["line"], []).append(step)
+    needed: set[int] | None = None
     for line, steps in by_line.items():
         if len(steps) < 2 or any(s.get("error") for s in steps):
             continue
         held = [s.get("saved_bytes") or 0 for s in steps]
-        if not any(held) or _needed(trace, line):
+        if not any(held):
+            continue
+        if needed is None:
+            needed = _needed(trace)
+        if line in needed:
             continue
         call = the_call_at(src, line)
         if call is None or keyword(call, "retain_graph") is None:

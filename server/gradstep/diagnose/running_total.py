@@ -25,6 +25,7 @@ from gradstep.narrate import fmt_bytes
 KIND = "running_total_keeps_graph"
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 MIN_ITERATIONS = 3
+MAX_CHECKED = 4
 SHOWN = 5
 
 
@@ -85,16 +86,22 @@ def _holds_graph(trace: dict, name: str) -> bool:
 
 def find(trace: dict, src: Source) -> list[Candidate]:
     differentiated: set[str] | None = None
+    steps = trace.get("steps") or []
+    holding = {v for st in (steps[-1].get("nodes") or () if steps else ()) for v in st.get("vars") or ()}
+    checked = 0
     for stmt in src.walk():
         found = _accumulation(stmt)
-        if found is None:
-            continue
+        if found is None or found[0] not in holding:
+            continue  # not a total, or a total that holds no graph at the end of the run
         total, added = found
         loop = src.enclosing(stmt, _LOOPS)
         if loop is None or any(_cut_of(n) for n in ast.walk(added)):
             continue
+        checked += 1
+        if checked > MAX_CHECKED:
+            break  # each check reads the trace once: a bound for a snippet of many totals
         made_in_loop = {n for s in ast.walk(loop) if isinstance(s, ast.stmt) for n in assigned_names(s)}
-        if not (names_in(added) & made_in_loop) or not _holds_graph(trace, total):
+        if not (names_in(added) & made_in_loop):
             continue  # adds a tensor made once, outside the loop: one graph, not one per iteration
         if differentiated is None:
             differentiated = _differentiated(src, trace)

@@ -24,6 +24,7 @@ from gradstep.printing import fmt_number
 KIND = "optimizer_step_without_gradient"
 _SCOPES = (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef)  # what runs again
 SHOWN = 5
+MAX_LINES = 16
 
 
 def _method_stmt(body: list[ast.stmt], method: str) -> list[tuple[int, ast.stmt, str]]:
@@ -53,7 +54,7 @@ def _series(grads: list[dict]) -> str:
 
 def find(trace: dict, src: Source) -> list[Candidate]:
     lines = list(dict.fromkeys(s.get("line") for s in facts.calls(trace) if not s.get("error")))
-    for line in lines:
+    for line in lines[:MAX_LINES]:  # each line costs a walk of the tree
         calls = autograd_calls_at(src, line)
         if len(calls) != 1:
             continue
