@@ -17,7 +17,7 @@ CUTS = {
     "data": ("h = (w1 * data).data", "h = w1 * data"),
     "torch_tensor": ("h = torch.tensor(w1 * data)", "h = w1 * data"),
     "item": ("h = (w1 * data).sum().item()", "h = (w1 * data).sum()"),
-    "tolist": ("h = torch.tensor((w1 * data).tolist())", None),  # two cuts in one line: the inner is reported
+    "tolist": ("h = torch.tensor((w1 * data).tolist())", "h = w1 * data"),  # two cuts: the fix removes both
 }
 
 

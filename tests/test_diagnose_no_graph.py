@@ -90,6 +90,43 @@ VARIANTS = {
             "w.requires_grad_(True)",
         ),
     },
+    "cut": {
+        "top_level": (
+            """
+            import torch
+            w = torch.tensor([1.0, -2.0], requires_grad=True)
+            data = torch.tensor([0.5, 1.5])
+            pred = (w * data).sum()
+            loss = torch.tensor((pred.item() - 1.0) ** 2)
+            loss.backward()
+            """,
+            "loss = torch.tensor((pred.item() - 1.0) ** 2)",
+        ),
+        "in_a_function": (
+            """
+            import torch
+            w = torch.tensor([1.0, -2.0], requires_grad=True)
+            data = torch.tensor([0.5, 1.5])
+            def predict(v):
+                return (w * v).sum().item()
+            loss = (torch.tensor(predict(data)) - 1.0) ** 2
+            loss.backward()
+            """,
+            "return (w * v).sum().item()",
+        ),
+        "in_a_loop": (
+            """
+            import torch
+            w = torch.tensor([1.0, -2.0], requires_grad=True)
+            data = torch.tensor([0.5, 1.5])
+            for _ in range(2):
+                pred = (w * data).sum()
+                loss = torch.tensor(pred.item() - 1.0) ** 2
+                loss.backward()
+            """,
+            "loss = torch.tensor(pred.item() - 1.0) ** 2",
+        ),
+    },
     "frozen": {
         "top_level": (
             """
@@ -139,6 +176,7 @@ WHY = {
     "no_grad": "autograd records nothing",
     "too_late": "requires grad only from line",
     "frozen": "turns gradients off",
+    "cut": "which keeps only the values",
 }
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from gradstep.diagnose import facts
 from gradstep.diagnose.calls import output_of, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix
-from gradstep.diagnose.source import Source, call_name
+from gradstep.diagnose.source import Edit, Source, call_name, moved_line
 from gradstep.printing import fmt_number
 
 KIND = "graph_cut"
@@ -29,6 +29,7 @@ _CUT_METHODS = ("item", "tolist", "numpy", "detach")
 _CUT_FUNCTIONS = ("torch.tensor", "torch.as_tensor", "torch.Tensor", "float", "int")
 _OUTPUT = "<output>"  # the tensor a backward call differentiates, as a node of the name graph
 MAX_REPORTED = 4
+MAX_CUTS = 4  # cuts one fix removes on a path
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def _reads(expr: ast.AST) -> tuple[set[str], list[tuple[Cut, set[str]]]]:
     return whole, cuts
 
 
-class _Flow:
+class Flow:
     """Which name is computed from which (one walk of the tree; order and scopes ignored: a loop feeds back)."""
 
     def __init__(self, src: Source, outputs: list[ast.expr]):
@@ -113,6 +114,18 @@ class _Flow:
                     todo.append(nxt)
         return seen
 
+    def first_cut(self, root: str, reaching: set[str] | None = None) -> Cut | None:
+        """A cut on a path from ``root`` to the output (None when the path is intact or there is none)."""
+        carried = self.carried(root)
+        if _OUTPUT in carried:
+            return None
+        return self.cut_between(carried, self.reaching_output() if reaching is None else reaching)
+
+    def cut_between(self, carried: set[str], reaching: set[str]) -> Cut | None:
+        """The first cut (by position) that takes a name in ``carried`` into one the output is computed from."""
+        found = [c for c, under, targets in self.cut if under & carried and targets & reaching]
+        return min(found, key=lambda c: (c.node.lineno, c.node.col_offset), default=None)
+
     def reaching_output(self) -> set[str]:
         """Names the output is computed from, along any path (cut or not): one walk backwards."""
         back: dict[str, set[str]] = {}
@@ -131,7 +144,7 @@ class _Flow:
         return seen
 
 
-def _root(tensor: str) -> str:
+def root_of(tensor: str) -> str:
     """``model`` of ``model.0.weight``, ``w`` of ``w``, ``params`` of ``params[0]``."""
     return tensor.split(".", 1)[0].split("[", 1)[0]
 
@@ -162,7 +175,7 @@ class _Wanted:
         """The snippet wants ``name``'s gradient: it reads its ``.grad`` or gives it to an optimizer."""
         if name in self.read or name in self.listed:
             return True
-        return any(name.startswith(owner + ".") or owner == _root(name) for owner in self.owners)
+        return any(name.startswith(owner + ".") or owner == root_of(name) for owner in self.owners)
 
 
 def _path(node: ast.AST) -> str | None:
@@ -189,18 +202,42 @@ def _ungraded(trace: dict) -> tuple[dict, list[str]] | None:
     return last, names
 
 
+def outputs_at(src: Source, lines: list[int | None]) -> list[ast.expr]:
+    """What the backward/grad calls at ``lines`` differentiate."""
+    calls = (the_call_at(src, line) for line in dict.fromkeys(lines))
+    return [out for call in calls if call is not None and (out := output_of(call)) is not None]
+
+
+def heal(src: Source, root: str, lines: list[int | None], cut: Cut) -> tuple[str, str] | None:
+    """The code with ``cut`` and every further cut between ``root`` and the outputs removed (a
+    ``torch.tensor(pred.item())`` cuts twice), one at a time, at most ``MAX_CUTS``; and a title."""
+    code = src.apply([uncut(src, cut)])
+    removed, removed_inner, removed_node = [cut.how], cut.inner, cut.node
+    for _ in range(MAX_CUTS - 1):
+        new = Source.parse(code) if code is not None else None
+        if new is None:
+            return None
+        moved = [moved_line(src.code, code, line) for line in lines]
+        cut = Flow(new, outputs_at(new, moved)).first_cut(root)
+        if cut is None:
+            if len(removed) == 1:
+                title = f"Keep the tensor: use {src.text(removed_inner)} instead of {src.text(removed_node)}"
+            else:
+                title = f"Keep the graph: remove {' and '.join(removed)} on the way to the loss"
+            return code, title
+        removed.append(cut.how)
+        code = new.apply([uncut(new, cut)])
+    return None
+
+
 def find(trace: dict, src: Source) -> list[Candidate]:
     found = _ungraded(trace)
     if found is None or not found[1]:
         return []
     last, names = found
-    outputs = []
-    for step in facts.calls(trace):
-        call = the_call_at(src, step.get("line"))
-        out = output_of(call) if call is not None else None
-        if out is not None:
-            outputs.append(out)
-    flow = _Flow(src, outputs)
+    lines = [s.get("line") for s in facts.calls(trace)]
+    outputs = outputs_at(src, lines)
+    flow = Flow(src, outputs)
     out_label = src.text(outputs[-1]) if outputs else "the loss"
     wanted = _Wanted(src)
     reaching = flow.reaching_output()
@@ -209,25 +246,33 @@ def find(trace: dict, src: Source) -> list[Candidate]:
     for name in names:
         if name not in wanted:
             continue
-        root = _root(name)
+        root = root_of(name)
         if root not in carried_by_root:
             carried_by_root[root] = flow.carried(root)
         carried = carried_by_root[root]
         if _OUTPUT in carried:
             continue  # an intact path exists: its gradient is zero for another reason
-        cut = next((c for c, under, targets in flow.cut if under & carried and targets & reaching), None)
+        cut = flow.cut_between(carried, reaching)
         if cut is not None:
             by_cut.setdefault(id(cut.node), (cut, []))[1].append(name)
+    heal_lines = list(dict.fromkeys(lines))
     others = any(t.get("is_leaf") and (t.get("grad") or {}).get("norm") for t in last.get("tensors") or ())
     grads = {t["name"]: t.get("grad") for t in last.get("tensors") or ()}
     return [
-        _candidate(src, cut, cut_names, grads[cut_names[0]], last, out_label, others)
+        _candidate(src, cut, cut_names, grads[cut_names[0]], last, out_label, others, heal_lines)
         for cut, cut_names in list(by_cut.values())[:MAX_REPORTED]
     ]
 
 
 def _candidate(
-    src: Source, cut: Cut, names: list[str], grad: dict | None, last: dict, out_label: str, others: bool
+    src: Source,
+    cut: Cut,
+    names: list[str],
+    grad: dict | None,
+    last: dict,
+    out_label: str,
+    others: bool,
+    lines: list[int | None],
 ) -> Candidate:
     name = names[0]
     inner = src.text(cut.inner)
@@ -247,8 +292,9 @@ def _candidate(
         + ("through other tensors." if others else "(a new one, from a tensor created with requires_grad).")
     )
     fixes = []
-    code = src.apply([src.replace(cut.node, inner if _simple(cut.inner) else f"({inner})")])
-    if code:
+    healed = heal(src, root_of(name), lines, cut)
+    if healed:
+        code, title = healed
 
         def intent(fixed: dict, original: dict, siblings: dict) -> bool:
             got = facts.final_grads(fixed).get(name)
@@ -257,7 +303,7 @@ def _candidate(
         def explain(fixed: dict) -> str:
             got = facts.final_grads(fixed).get(name) or {}
             return (
-                f"Using `{inner}` itself keeps its graph, so the backward reaches `{name}` (checked: {name}.grad is "
+                f"Using the tensor itself keeps its graph, so the backward reaches `{name}` (checked: {name}.grad is "
                 f"filled, norm {fmt_number(got.get('norm') or 0.0)}, where it was {state.split(':')[0]}). To log a "
                 "value, take .item() of it separately and keep the tensor for the loss."
             )
@@ -265,7 +311,7 @@ def _candidate(
         fixes.append(
             CandidateFix(
                 "keep_graph",
-                f"Keep the tensor: use {inner} instead of {src.text(cut.node)}",
+                title,
                 explain,
                 code,
                 intent,
@@ -274,5 +320,8 @@ def _candidate(
     return Candidate(KIND, "warning", line, message, fixes)
 
 
-def _simple(node: ast.expr) -> bool:
-    return isinstance(node, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
+def uncut(src: Source, cut: Cut) -> Edit:
+    """The cutting expression replaced by the tensor it cut."""
+    inner = src.text(cut.inner)
+    simple = isinstance(cut.inner, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
+    return src.replace(cut.node, inner if simple else f"({inner})")

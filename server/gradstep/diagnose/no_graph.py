@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 
-from gradstep.diagnose import facts
+from gradstep.diagnose import facts, graph_cut
 from gradstep.diagnose.calls import output_of, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix, Intent
 from gradstep.diagnose.source import Edit, Source, assigned_names, call_name
@@ -131,6 +131,8 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         leaves = [t["name"] for t in step.get("tensors") or () if t.get("requires_grad") and t.get("is_leaf")]
         built = {n.get("line") for n in trace.get("nodes") or ()}
         found = _cause(src, trace, defining, line, leaves, built, label)
+        if found is None and out is not None and leaves:
+            found = _cut(src, out, leaves, line, label)
         if found is None:
             message = (
                 f"{label} at line {line} has no grad_fn and does not require grad: none of the tensors it was "
@@ -308,3 +310,36 @@ def _lines(stmt: ast.stmt) -> str:
     return (
         f"line {stmt.lineno}" if stmt.end_lineno == stmt.lineno else f"lines {stmt.lineno}–{stmt.end_lineno}"
     )
+
+
+def _cut(
+    src: Source, out: ast.expr, leaves: list[str], line: int, label: str
+) -> tuple[int, str, list[CandidateFix]] | None:
+    """The path from a leaf that requires grad to the output was cut (``.item()``, ``torch.tensor(...)``…)."""
+    flow = graph_cut.Flow(src, [out])
+    reaching = flow.reaching_output()
+    for name in leaves:
+        cut = flow.first_cut(graph_cut.root_of(name), reaching)
+        if cut is None:
+            continue
+        message = (
+            f"`{name}` requires grad, but {label} was computed from it through `{src.text(cut.node)}` at line "
+            f"{cut.node.lineno}, which keeps only the values: no graph leads from `{name}` to {label}, so {label} "
+            f"has no grad_fn and the backward at line {line} has nothing to go back through."
+        )
+        fixes = []
+        healed = graph_cut.heal(src, graph_cut.root_of(name), [line], cut)
+        if healed:
+            code, title = healed
+            fixes.append(
+                CandidateFix(
+                    "keep_graph",
+                    title,
+                    f"Using the tensor itself keeps its graph, so {label} has a grad_fn and the backward reaches "
+                    f"`{name}` (checked: it runs and fills {name}.grad).",
+                    code,
+                    intent=_gets_grad(name),
+                )
+            )
+        return cut.node.lineno, message, fixes
+    return None
