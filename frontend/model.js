@@ -156,6 +156,8 @@ function stepInfo(raw, i) {
     // trace version 2: narration of the step, with spans naming nodes / tensors
     explanation: raw.explanation ?? "",
     links: raw.links ?? [],
+    // added within version 3: nodes where a nan/inf gradient first appeared in this call
+    nonfinite: raw.nonfinite ?? [],
   };
 }
 

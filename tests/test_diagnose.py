@@ -32,16 +32,30 @@ ZERO_GRAD = "grad_accumulates_without_zero_grad"
 HIDDEN = "hidden_state_not_detached"
 NON_LEAF = "grad_of_non_leaf"
 INTEGER = "requires_grad_on_integer"
+LEAF_INPLACE = "inplace_on_leaf"
+NO_GRAPH = "backward_without_graph"
+GRAPH_CUT = "graph_cut"
+RUNNING_TOTAL = "running_total_keeps_graph"
+NONFINITE = "nonfinite_grad"
+STEP_ORDER = "optimizer_step_without_gradient"
+NEEDLESS_RETAIN = "needless_retain_graph"
 
 # curated snippets that show a mistake, and which; every other snippet is fine
 SNIPPET_KINDS = {
     "backward_twice_fails": FREED,
+    "forward_under_no_grad_fails": NO_GRAPH,
+    "item_cuts_the_graph": GRAPH_CUT,
+    "sgd_update_outside_no_grad_fails": LEAF_INPLACE,
     "inplace_modified_saved_tensor_fails": INPLACE,
     "non_scalar_backward_fails": NON_SCALAR,
+    "retain_graph_in_loop_not_needed": NEEDLESS_RETAIN,
     "rnn_hidden_not_detached_fails": HIDDEN,
+    "running_loss_keeps_graphs": RUNNING_TOTAL,
     "shared_trunk_partial_grads": FREED,
+    "sqrt_at_zero_nan_grad": NONFINITE,
     "training_loop_no_zero_grad": ZERO_GRAD,
     "two_outputs_without_retain_fails": FREED,
+    "zero_grad_before_step": STEP_ORDER,
 }
 
 

@@ -44,10 +44,18 @@ def test_a_fine_snippet_skips_diagnosis_without_parsing():
         "backward_twice_fails",
         "non_scalar_backward_fails",
         "rnn_hidden_not_detached_fails",
+        "sgd_update_outside_no_grad_fails",
+        "forward_under_no_grad_fails",
+        "item_cuts_the_graph",
+        "running_loss_keeps_graphs",
+        "sqrt_at_zero_nan_grad",
+        "zero_grad_before_step",
+        "retain_graph_in_loop_not_needed",
     ],
 )
 def test_the_byte_scan_lets_through_every_trace_a_rule_may_fire_on(name: str):
-    # a rule fires on a step error, torch's non-leaf warning or a call line that ran twice
+    # a rule fires on an error, torch's non-leaf warning, a nan/inf gradient, a call line that ran twice,
+    # a leaf left without .grad after a call, or a loop that only builds graphs
     assert may_need_diagnosis(_body((SNIPPETS / f"{name}.py").read_text()))
 
 
@@ -61,6 +69,26 @@ def test_the_byte_scan_lets_through_a_read_of_a_non_leaf_grad():
 def test_the_byte_scan_lets_through_a_backward_repeated_in_a_loop():
     code = "import torch\nw = torch.ones(2, requires_grad=True)\nfor _ in range(2):\n    (w * w).sum().backward()\n"
     assert may_need_diagnosis(_body(code))
+
+
+def test_the_byte_scan_lets_through_a_leaf_the_backward_did_not_reach():
+    code = (
+        "import torch\nw1 = torch.ones(2, requires_grad=True)\nw2 = torch.ones(2, requires_grad=True)\n"
+        "(w2 * (w1 * 2).detach()).sum().backward()\n"
+    )
+    assert may_need_diagnosis(_body(code))
+
+
+def test_the_byte_scan_lets_through_a_loop_that_only_builds_graphs():
+    code = (
+        "import torch\nw = torch.ones(2, requires_grad=True)\ntotal = 0.0\n"
+        "for _ in range(3):\n    total = total + (w * 2).sum()\n"
+    )
+    assert may_need_diagnosis(_body(code))
+
+
+def test_the_byte_scan_lets_through_a_gradient_that_went_nan():
+    assert may_need_diagnosis(_body((SNIPPETS / "sqrt_at_zero_nan_grad.py").read_text()))
 
 
 def test_the_byte_scan_skips_two_different_calls_that_ran_once_each():
@@ -77,6 +105,19 @@ def test_api_returns_the_diagnosis_with_fixes_verified_in_the_sandbox(client):
     fixes = trace.diagnoses[0].fixes
     assert len(fixes) == 2
     for fix in fixes:
+        plain = run_plain(fix.code)
+        assert plain.error is None and all(c.error is None for c in plain.calls)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [("item_cuts_the_graph", "graph_cut"), ("sqrt_at_zero_nan_grad", "nonfinite_grad")],
+)
+def test_api_diagnoses_a_silent_mistake_with_fixes_verified_in_the_sandbox(client, name: str, kind: str):
+    code = (SNIPPETS / f"{name}.py").read_text()
+    trace = Trace.model_validate_json(client.post("/api/trace", json={"code": code}).content)
+    assert [d.kind for d in trace.diagnoses] == [kind] and trace.diagnoses[0].fixes
+    for fix in trace.diagnoses[0].fixes:
         plain = run_plain(fix.code)
         assert plain.error is None and all(c.error is None for c in plain.calls)
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 # 3: Grad.values rounded to the digits torch prints (per value, no longer relative to the largest),
 #    with Grad.format (torch's print mode); non-finite values as "nan"/"inf"/"-inf"; complex
 #    gradients carry [re, im] pairs and a norm; norms keep 9 significant digits.
+#    Added within 3 (fields are only added within a version): Step.nonfinite.
 VERSION = 3
 
 Status = Literal["ok", "error", "timeout", "limit", "crashed"]
@@ -210,6 +211,13 @@ class Step(_Model):
     returned: list[Grad | None] | None = Field(
         None, description="torch.autograd.grad: the gradients it returned."
     )
+    nonfinite: list[int] = Field(
+        default_factory=list,
+        description="Calls: ids of the nodes whose output gradient held a nan or an inf while the gradient they "
+        "received was finite (where a non-finite gradient first appeared), in the order they ran. Checked when "
+        "the call hooked every node (graphs up to 256 nodes, anomaly mode, or a node that may raise); empty "
+        "otherwise.",
+    )
     nodes: list[NodeState] = Field(default_factory=list)
     edges: list[tuple[int, int]] = Field(
         default_factory=list,
@@ -237,6 +245,13 @@ DIAGNOSIS_KINDS = (
     "hidden_state_not_detached",
     "grad_of_non_leaf",
     "requires_grad_on_integer",
+    "inplace_on_leaf",
+    "backward_without_graph",
+    "graph_cut",
+    "running_total_keeps_graph",
+    "nonfinite_grad",
+    "optimizer_step_without_gradient",
+    "needless_retain_graph",
 )
 
 

@@ -18,11 +18,18 @@ from collections.abc import Callable
 from gradstep.diagnose import (
     facts,
     freed_graph,
+    graph_cut,
     hidden_state,
     inplace,
     integer_grad,
+    leaf_inplace,
+    needless_retain,
+    no_graph,
     non_leaf_grad,
     non_scalar,
+    nonfinite_grad,
+    running_total,
+    step_order,
     zero_grad,
 )
 from gradstep.diagnose.candidate import Candidate, CandidateFix
@@ -33,7 +40,22 @@ Run = Callable[[list[str]], list[dict | None]]  # codes -> their traces (plain d
 MAX_FIX_RUNS = 8
 MAX_CANDIDATES = 16  # diagnoses one trace can get (each rule caps its own; this caps them together)
 
-RULES = (hidden_state, freed_graph, non_scalar, inplace, zero_grad, non_leaf_grad, integer_grad)
+RULES = (
+    hidden_state,
+    freed_graph,
+    non_scalar,
+    inplace,
+    zero_grad,
+    non_leaf_grad,
+    integer_grad,
+    leaf_inplace,
+    no_graph,
+    graph_cut,
+    running_total,
+    nonfinite_grad,
+    step_order,
+    needless_retain,
+)
 
 __all__ = [
     "Candidate",

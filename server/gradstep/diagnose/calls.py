@@ -55,6 +55,21 @@ def set_keyword(src: Source, call: ast.Call, name: str, value: str) -> Edit:
     return src.insert_at(end_line, end_col - 1, f"{sep}{name}={value}")
 
 
+def drop_keyword(src: Source, call: ast.Call, name: str) -> Edit | None:
+    """Remove ``name=...`` from ``call``, with the comma that joins it to its neighbour."""
+    kw = keyword(call, name)
+    if kw is None:
+        return None
+    items = sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))
+    at = items.index(kw)
+    start, end = src.start(kw), src.end(kw)
+    if at > 0:  # from the end of the previous item: `f(a, k=v)` -> `f(a)`
+        start = src.end(items[at - 1])
+    elif len(items) > 1:  # to the start of the next one: `f(k=v, a)` -> `f(a)`
+        end = src.start(items[1])
+    return Edit(start[0], start[1], end[0], end[1], "")
+
+
 def wrap_output(src: Source, call: ast.Call, method: str) -> Edit | None:
     """Differentiate ``output.<method>()`` instead of ``output`` (e.g. ``.sum()``)."""
     out = output_of(call)

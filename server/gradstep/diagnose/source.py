@@ -125,6 +125,43 @@ class Source:
             return Edit(stmt.lineno, 0, end_line + 1, 0, "")
         return Edit(stmt.lineno, 0, end_line, len(self.lines[end_line - 1]), "")
 
+    def _whole_lines(self, stmt: ast.stmt) -> tuple[int, int, str] | None:
+        """The text of the lines ``stmt`` spans (it must own them), and where they end."""
+        if not self.owns_its_lines(stmt):
+            return None
+        text = "".join(self.lines[stmt.lineno - 1 : stmt.end_lineno])
+        return stmt.lineno, stmt.end_lineno, text if text.endswith("\n") else text + "\n"
+
+    def _lines_edit(self, first: int, last: int, text: str) -> Edit:
+        if last < len(self.lines):
+            return Edit(first, 0, last + 1, 0, text)
+        return Edit(first, 0, last, len(self.lines[last - 1]), text.rstrip("\n"))
+
+    def wrap(self, stmt: ast.stmt, header: str) -> Edit | None:
+        """Put ``stmt`` in a block: ``header`` (e.g. ``with torch.no_grad():``) at its indentation, it inside."""
+        found = self._whole_lines(stmt)
+        if found is None:
+            return None
+        first, last, text = found
+        inner = "".join("    " + line if line.strip() else line for line in text.splitlines(keepends=True))
+        return self._lines_edit(first, last, self.indent_of(first) + header + "\n" + inner)
+
+    def unwrap(self, block: ast.With) -> Edit | None:
+        """Replace a ``with`` block by its body, dedented to the block's own indentation."""
+        found = self._whole_lines(block)
+        body = block.body
+        if found is None or body[0].lineno == block.lineno:
+            return None
+        outer, inner = self.indent_of(block.lineno), self.indent_of(body[0].lineno)
+        if not inner.startswith(outer) or len(inner) == len(outer):
+            return None
+        cut = len(inner) - len(outer)
+        lines = self.lines[body[0].lineno - 1 : block.end_lineno]
+        if any(line.strip() and line[:cut].strip() for line in lines):
+            return None  # a line less indented than the body (a continuation): not a plain dedent
+        text = "".join(line[cut:] if line.strip() else line for line in lines)
+        return self._lines_edit(block.lineno, block.end_lineno, text if text.endswith("\n") else text + "\n")
+
     def apply(self, edits: list[Edit | None]) -> str | None:
         """The code with ``edits`` applied (None when one of them could not be made, or two overlap)."""
         if not edits or any(e is None for e in edits):
@@ -171,6 +208,16 @@ def is_autograd(call: ast.Call, fn: str) -> bool:
     """``torch.autograd.<fn>(...)``, ``autograd.<fn>(...)`` (as imported from torch)."""
     name = call_name(call)
     return name in (f"torch.autograd.{fn}", f"autograd.{fn}")
+
+
+def torch_alias(src: Source) -> str | None:
+    """The name ``import torch`` binds in the snippet (``torch``, or its ``as`` name)."""
+    for node in src.walk():
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "torch":
+                    return alias.asname or "torch"
+    return None
 
 
 def keyword(call: ast.Call, name: str) -> ast.keyword | None:

@@ -72,6 +72,25 @@ class _Call:
     started: list | None = None  # nodes in the order they started, where a node may raise after running
     finished: set | None = None  # nodes whose post hooks ran (anomaly mode raises after those)
     rebuilt: int = 0  # autograd nodes built while the call ran without create_graph
+    produced: list | None = None  # nodes whose output gradient first went non-finite (None: not hooked)
+
+
+def _not_finite(grads) -> bool:
+    """Any of a node's gradients (a tuple, None for an edge without one) holds a nan or an inf.
+
+    Not checked (False) inside a torch.func transform (``is_grads_batched``: batched tensors have
+    no single truth value), nor where the check itself fails: a tracer hook never raises into the
+    snippet's backward."""
+    if _transform_level() is not None:
+        return False
+    try:
+        for g in grads:
+            if g is not None and g.layout == torch.strided and (g.is_floating_point() or g.is_complex()):
+                if not bool(torch.isfinite(g.detach()).all()):  # detached: builds no node under create_graph
+                    return True
+    except Exception:  # noqa: BLE001
+        return False
+    return False
 
 
 def _guarded(method):
@@ -419,6 +438,7 @@ class Recorder:
             graph.discover(roots, len(self.steps), line, False, names)
 
         order_box: list = []
+        produced: list = []  # nodes that turned finite gradients into non-finite ones, as they ran
 
         def capture_order(_grad_outputs):
             if not order_box:
@@ -448,10 +468,18 @@ class Recorder:
             # graph of a learner's size; on a big one (a hook per node costs ~2 us a call) only
             # where such a node is reachable.
             started, finished = [], set()
+
+            def done(grad_inputs, grad_outputs, node) -> None:
+                finished.add(node)
+                # where a nan/inf first appears: this node's output gradient is not finite though
+                # what it received is (one isfinite per gradient; the second only on a hit)
+                if _not_finite(grad_inputs) and not _not_finite(grad_outputs):
+                    produced.append(node)
+
             for nid in reach or graph.reachable(graph.ids[r] for r in roots if r in graph.ids):
                 node = graph.objs[nid]
                 handles.append(node.register_prehook(lambda _g, node=node: started.append(node)))
-                handles.append(node.register_hook(lambda _i, _o, node=node: finished.add(node)))
+                handles.append(node.register_hook(lambda i, o, node=node: done(i, o, node)))
 
         return _Call(
             kind,
@@ -468,6 +496,7 @@ class Recorder:
             graph.freed | graph.stale.keys(),
             started,
             finished,
+            produced=produced if started is not None else None,
         )
 
     def _record_call(self, call: _Call, error: BaseException | None, result) -> None:
@@ -520,6 +549,8 @@ class Recorder:
             step["rebuilt"] = call.rebuilt
         if error is not None:
             step["error"] = {"type": type(error).__name__, "message": str(error), "line": line}
+        if call.produced:
+            step["nonfinite"] = graph.ids_of(call.produced)
         extra_roots = [t.grad_fn for t in outs if t.grad_fn is not None]
         returned = None
         if kind == "grad" and error is None and result is not None:
