@@ -9,4 +9,4 @@ from gradstep.tracer.recorder import Limits
 
 
 def run(code: str) -> bytes:
-    return orjson.dumps(record(code, Limits(inductor=False)))
+    return orjson.dumps(record(code, Limits.sandboxed()))

@@ -8,6 +8,8 @@
   their saved values are never unpacked by the tracer;
 * ``forward_ad.dual_level.__enter__``: where forward-mode AD is used (not drawn: a note says so);
 * ``torch.compile``, where ``Limits.inductor`` is off: inductor becomes aot_eager (a note says so);
+* where ``Limits.cuda_on_cpu`` is on and the snippet names CUDA: the devices it asks for become the
+  CPU (a torch function mode, ``torch.Generator``, a few ``torch.cuda`` functions: devices.py);
 * ``sys.stdout`` / ``sys.stderr``: the snippet's output is captured.
 """
 
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from gradstep.tracer import devices
 from gradstep.tracer.graph import SeqRanges
 from gradstep.tracer.names import ModuleIndex
 
@@ -91,9 +94,10 @@ def patched(rec: Recorder):
     orig_compile = torch.compile
     if not rec.limits.inductor:
         torch.compile = _without_inductor(orig_compile, rec.compile_lines, rec.current_line)
+    on_cpu = rec.limits.cuda_on_cpu and devices.mentions_cuda(rec.code)
     sys.stdout = sys.stderr = rec.out
     try:
-        with rec.warnings:
+        with rec.warnings, devices.on_cpu(rec.cuda, rec.current_line) if on_cpu else contextlib.nullcontext():
             yield
     finally:
         sys.stdout, sys.stderr = orig_out, orig_err

@@ -28,6 +28,7 @@ import torch
 from gradstep.schema import VERSION
 from gradstep.tracer import errors, lines, passes, patches
 from gradstep.tracer.capture import Output, Warnings
+from gradstep.tracer.devices import CudaUse
 from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, frame_namespaces, scan, snippet_frames
@@ -51,6 +52,14 @@ class Limits:
     # torch.compile's default backend, inductor, builds C++ in subprocesses: a sandbox that has no
     # compiler and forks nothing says False, and compiled code runs with aot_eager (see patches.py)
     inductor: bool = True
+    # A machine without a GPU can still run CUDA code as the same code on the CPU: the sandbox says
+    # True, and the devices a snippet asks for become the CPU, with a note (see devices.py)
+    cuda_on_cpu: bool = False
+
+    @classmethod
+    def sandboxed(cls, **kwargs: Any) -> Limits:
+        """A run in the sandbox: no C++ compiler, no GPU."""
+        return cls(**kwargs, inductor=False, cuda_on_cpu=True)
 
 
 @dataclass
@@ -123,6 +132,7 @@ class Recorder:
         self.call_lines: set[int] = set()  # snippet lines the engine ran during the current call
         self.forward_ad_lines: set[int | None] = set()  # lines that entered forward_ad.dual_level
         self.compile_lines: set[int | None] = set()  # lines whose torch.compile ran with aot_eager
+        self.cuda = CudaUse()  # what the snippet asked of CUDA (Limits.cuda_on_cpu)
         self._last_roots: frozenset[int] = frozenset()
         self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
         self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
@@ -156,6 +166,7 @@ class Recorder:
                     error = errors.snippet_error(e, self.code)
             except BaseException as e:  # the snippet's own failure is part of the trace
                 error = errors.snippet_error(e, self.code)
+                self.cuda.failed(e)
             self._finish()
         try:
             return self._result("error" if error else "ok", error)
@@ -201,8 +212,8 @@ class Recorder:
         }
 
     def _notes(self, error: dict | None) -> list[str]:
-        notes = []
-        if error and "CUDA" in error["message"] and _NO_CUDA.search(error["message"]):
+        notes = self.cuda.notes() if self.limits.cuda_on_cpu else []
+        if not self.limits.cuda_on_cpu and error and _NO_CUDA.search(error["message"]):
             notes.append(
                 "This machine has no GPU, so CUDA code cannot run here. Run the snippet on the CPU "
                 "(drop .cuda() and device='cuda'): autograd behaves the same."
