@@ -10,6 +10,8 @@
 * ``torch.compile``, where ``Limits.inductor`` is off: inductor becomes aot_eager (a note says so);
 * where ``Limits.cuda_on_cpu`` is on and the snippet names CUDA: the devices it asks for become the
   CPU (a torch function mode, ``torch.Generator``, a few ``torch.cuda`` functions: devices.py);
+* where ``Limits.offline`` is on: ``input()``, ``torch.hub``'s downloads, and stand-ins for missing
+  ``tqdm``/``matplotlib`` on ``sys.meta_path`` (offline.py);
 * ``sys.stdout`` / ``sys.stderr``: the snippet's output is captured.
 """
 
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gradstep.tracer import devices
+from gradstep.tracer import devices, offline
 from gradstep.tracer.graph import SeqRanges
 from gradstep.tracer.names import ModuleIndex
 
@@ -97,7 +99,13 @@ def patched(rec: Recorder):
     on_cpu = rec.limits.cuda_on_cpu and devices.mentions_cuda(rec.code)
     sys.stdout = sys.stderr = rec.out
     try:
-        with rec.warnings, devices.on_cpu(rec.cuda, rec.current_line) if on_cpu else contextlib.nullcontext():
+        with (
+            rec.warnings,
+            devices.on_cpu(rec.cuda, rec.current_line) if on_cpu else contextlib.nullcontext(),
+            offline.offline(rec.offline, rec.current_line)
+            if rec.limits.offline
+            else contextlib.nullcontext(),
+        ):
             yield
     finally:
         sys.stdout, sys.stderr = orig_out, orig_err

@@ -32,6 +32,7 @@ from gradstep.tracer.devices import CudaUse
 from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, frame_namespaces, scan, snippet_frames
+from gradstep.tracer.offline import OfflineUse
 
 _NO_CUDA = re.compile(r"not compiled with CUDA|no NVIDIA driver|CUDA is not available|CUDA driver", re.I)
 _seq_nr = torch._C._autograd._get_sequence_nr
@@ -55,11 +56,14 @@ class Limits:
     # A machine without a GPU can still run CUDA code as the same code on the CPU: the sandbox says
     # True, and the devices a snippet asks for become the CPU, with a note (see devices.py)
     cuda_on_cpu: bool = False
+    # No keyboard, network or files of its own (the sandbox): input() and downloads say so, missing
+    # tqdm/matplotlib get stand-ins, and notes say what a snippet can use instead (see offline.py)
+    offline: bool = False
 
     @classmethod
     def sandboxed(cls, **kwargs: Any) -> Limits:
-        """A run in the sandbox: no C++ compiler, no GPU."""
-        return cls(**kwargs, inductor=False, cuda_on_cpu=True)
+        """A run in the sandbox: no C++ compiler, no GPU, no keyboard, network or files."""
+        return cls(**kwargs, inductor=False, cuda_on_cpu=True, offline=True)
 
 
 @dataclass
@@ -133,6 +137,7 @@ class Recorder:
         self.forward_ad_lines: set[int | None] = set()  # lines that entered forward_ad.dual_level
         self.compile_lines: set[int | None] = set()  # lines whose torch.compile ran with aot_eager
         self.cuda = CudaUse()  # what the snippet asked of CUDA (Limits.cuda_on_cpu)
+        self.offline = OfflineUse()  # what it reached for that a sandboxed run lacks (Limits.offline)
         self._last_roots: frozenset[int] = frozenset()
         self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
         self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
@@ -167,6 +172,7 @@ class Recorder:
             except BaseException as e:  # the snippet's own failure is part of the trace
                 error = errors.snippet_error(e, self.code)
                 self.cuda.failed(e)
+                self.offline.failed(e)
             self._finish()
         try:
             return self._result("error" if error else "ok", error)
@@ -239,6 +245,8 @@ class Recorder:
                 "compiler for inductor, the default. Autograd sees the same graph either way (one "
                 "CompiledFunctionBackward node for the compiled region); only the generated kernels differ."
             )
+        if self.limits.offline:
+            notes.extend(self.offline.notes())
         notes.extend(self.failures)
         return notes
 
