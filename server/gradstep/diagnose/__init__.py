@@ -26,6 +26,7 @@ from gradstep.diagnose import (
     zero_grad,
 )
 from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.old_idioms import RULES as OLD_IDIOMS
 from gradstep.diagnose.source import Source, moved_line
 
 Run = Callable[[list[str]], list[dict | None]]  # codes -> their traces (plain dicts; None: not run), in order
@@ -34,6 +35,8 @@ MAX_FIX_RUNS = 8
 MAX_CANDIDATES = 16  # diagnoses one trace can get (each rule caps its own; this caps them together)
 
 RULES = (hidden_state, freed_graph, non_scalar, inplace, zero_grad, non_leaf_grad, integer_grad)
+
+RULES += OLD_IDIOMS  # code written for PyTorch before 0.4 (old_idioms.py)
 
 __all__ = [
     "Candidate",

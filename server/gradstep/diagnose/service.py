@@ -12,7 +12,8 @@ import re
 
 from gradstep.diagnose import facts
 
-_HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode())
+# (the trace holds the code: a write through .data is found in it)
+_HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode(), b"volatile was removed", b".data")
 # a call step as the tracer writes it (kind, then line): the rules without an error or a warning to go
 # on need the same call line twice (a backward in a loop); tests/test_diagnose_service.py pins the shape
 _CALL_LINE = re.compile(rb'"kind":"(?:backward|grad)","line":(\d+)')
