@@ -268,3 +268,18 @@ def test_prints_of_the_stand_ins_do_not_leak_into_the_process():
     with contextlib.redirect_stdout(io.StringIO()):
         record("from tqdm import tqdm\nfor _ in tqdm(range(2)):\n    pass\n", OFFLINE)
     assert not [f for f in sys.meta_path if type(f).__name__ == "StandInFinder"]
+
+
+def test_a_script_with_argparse_takes_its_defaults_as_when_run_with_no_arguments(monkeypatch):
+    code = _code(
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--lr", type=float, default=0.05)
+        args = parser.parse_args()
+        print(args.lr, parser.prog)
+        """
+    )
+    trace = record(code, OFFLINE)
+    monkeypatch.setattr(sys, "argv", ["snippet.py"])  # python snippet.py
+    _same_end(trace, _plain(code))

@@ -237,6 +237,11 @@ DIAGNOSIS_KINDS = (
     "hidden_state_not_detached",
     "grad_of_non_leaf",
     "requires_grad_on_integer",
+    # code written for PyTorch before 0.4 (2018)
+    "retain_variables_renamed",
+    "volatile_removed",
+    "index_of_0_dim_tensor",
+    "data_write",
 )
 
 

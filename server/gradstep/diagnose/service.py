@@ -12,15 +12,16 @@ import re
 
 from gradstep.diagnose import facts
 
-# (the trace holds the code: a write through .data is found in it)
-_HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode(), b"volatile was removed", b".data")
+_HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode(), b"volatile was removed")
+# a write through .data in the trace's code (w.data -= …, w.data = …, w.grad.data.zero_()): the rule has no other sign
+_DATA_WRITE = re.compile(rb"\.data\s*(?:[-+*/@]?=(?!=)|\.[a-z]\w*_\()")
 # a call step as the tracer writes it (kind, then line): the rules without an error or a warning to go
 # on need the same call line twice (a backward in a loop); tests/test_diagnose_service.py pins the shape
 _CALL_LINE = re.compile(rb'"kind":"(?:backward|grad)","line":(\d+)')
 
 
 def may_need_diagnosis(body: bytes) -> bool:
-    if any(hint in body for hint in _HINTS):
+    if any(hint in body for hint in _HINTS) or _DATA_WRITE.search(body):
         return True
     lines = _CALL_LINE.findall(body)
     return len(set(lines)) < len(lines)

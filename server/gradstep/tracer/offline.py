@@ -4,6 +4,8 @@ Code pasted from a project reads a value with ``input()``, opens its data files,
 pretrained weights, imports libraries this server does not have, shows a progress bar and a plot.
 In the sandbox each of these ends in an answer, not a bare traceback:
 
+* ``sys.argv`` is ``["snippet.py"]``, as for ``python snippet.py``: ``argparse`` takes its defaults
+  (not the arguments of the process that runs the snippet);
 * ``input()`` shows its prompt and raises ``EOFError``, as Python does when its input is empty
   (wherever the process's stdin points), and a note says why;
 * ``torch.hub`` downloads raise ``NoNetwork`` (a ``ConnectionError``) naming the call;
@@ -54,6 +56,7 @@ _INSTEAD = {
     "PIL": "use a random image tensor, torch.rand(3, 32, 32)",
     "cv2": "use a random image tensor, torch.rand(3, 32, 32)",
 }
+SCRIPT = "snippet.py"  # sys.argv[0] while the snippet runs
 _DOWNLOADS = ("load", "load_state_dict_from_url", "download_url_to_file", "list", "help")
 
 
@@ -164,15 +167,16 @@ def offline(use: OfflineUse, line_now: Callable[[], int | None]) -> Iterator[Non
     saved = {name: getattr(hub, name) for name in _DOWNLOADS}
     for name in _DOWNLOADS:
         setattr(hub, name, _no_download(saved[name], name, use))
-    orig_input = builtins.input
+    orig_input, orig_argv = builtins.input, sys.argv
     builtins.input = _no_keyboard(use, line_now)
+    sys.argv = [SCRIPT]
     finder = StandInFinder(lambda package: use.standins.setdefault(package, line_now()))
     sys.meta_path.append(finder)
     try:
         yield
     finally:
         finder.remove()
-        builtins.input = orig_input
+        builtins.input, sys.argv = orig_input, orig_argv
         zoo = sys.modules.get("torch.utils.model_zoo")  # imported in the run: it took hub's function
         if zoo is not None and getattr(zoo, "load_url", None) is hub.load_state_dict_from_url:
             zoo.load_url = saved["load_state_dict_from_url"]

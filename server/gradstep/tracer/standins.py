@@ -151,6 +151,7 @@ class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def __init__(self, on_import: Callable[[str], None]):
         self.on_import = on_import
+        self.made: list[str] = []  # names of the stand-ins it made, to take out of sys.modules after
 
     def find_spec(
         self, fullname: str, path: object, target: object = None
@@ -161,6 +162,7 @@ class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         self.on_import(spec.name.split(".")[0])
+        self.made.append(spec.name)
         return _module(spec.name)
 
     def exec_module(self, module: types.ModuleType) -> None:
