@@ -283,3 +283,21 @@ def test_a_script_with_argparse_takes_its_defaults_as_when_run_with_no_arguments
     trace = record(code, OFFLINE)
     monkeypatch.setattr(sys, "argv", ["snippet.py"])  # python snippet.py
     _same_end(trace, _plain(code))
+
+
+def test_a_library_probing_for_tqdm_during_the_run_finds_none():
+    _absent("tqdm")
+    code = _code(
+        """
+        import importlib
+        try:
+            importlib.import_module("tqdm")
+            print("found")
+        except ImportError:
+            print("absent")
+        from tqdm import tqdm
+        print(list(tqdm([1, 2])))
+        """
+    )
+    trace = record(code, OFFLINE)
+    assert trace["stdout"] == "absent\n[1, 2]\n"

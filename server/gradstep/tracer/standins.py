@@ -16,6 +16,8 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from gradstep.tracer.names import SNIPPET_FILENAME
+
 PACKAGES = ("tqdm", "matplotlib")
 
 
@@ -146,8 +148,17 @@ def _module(name: str) -> types.ModuleType:
     return module
 
 
+def _imported_by_snippet() -> bool:
+    """The import statement running now is the snippet's (its frame is the first outside importlib)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith("<frozen importlib"):
+        frame = frame.f_back
+    return frame is not None and frame.f_code.co_filename == SNIPPET_FILENAME
+
+
 class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Last on ``sys.meta_path``: finds the stand-ins only where no real package was found."""
+    """Last on ``sys.meta_path``: finds the stand-ins only where no real package was found, and only
+    for the snippet's own imports (a library probing for an optional ``tqdm`` still finds none)."""
 
     def __init__(self, on_import: Callable[[str], None]):
         self.on_import = on_import
@@ -158,6 +169,12 @@ class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname.split(".")[0] not in PACKAGES:
             return None
+        parent = sys.modules.get(fullname.rpartition(".")[0])
+        if (
+            not (parent is not None and getattr(parent.__spec__, "loader", None) is self)
+            and not _imported_by_snippet()
+        ):
+            return None  # a submodule of a stand-in is one too; a package, only for the snippet's own import
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
