@@ -11,9 +11,13 @@ asked for CUDA. ``torch.cuda.synchronize()`` has nothing to wait for; the memory
 (a note says why). What only a GPU can do (streams, events, device properties, kernels) still
 raises, and the note names the call.
 
-torch's own mechanism does the rewriting: a ``TorchFunctionMode`` sees every torch call, factory
-and Tensor method (as ``torch.device(...)``'s ``DeviceContext`` does). It costs every torch call a
-Python hop, so it is on only for snippets whose text mentions CUDA.
+The rewriting happens where devices are named: torch's factories (``torch.utils._device``'s list,
+the ``*_like`` ones, ``torch.normal``), the Tensor methods that take a device (``to``, ``cuda``,
+``type``, ``new_*``; ``nn.Module.to``/``.cuda`` go through them), ``torch.Generator`` and the
+``DeviceContext`` behind ``torch.device`` as a context and ``set_default_device``. A
+``TorchFunctionMode`` would see all of them in one place, but it costs every torch call a Python hop
+(a transformer's forward and backward ran 1.3x slower): these wrappers cost only the calls that name
+a device. They are installed only for snippets whose text mentions CUDA.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.utils._device as _device
-from torch.overrides import TorchFunctionMode
 
 from gradstep.tracer.names import SNIPPET_FILENAME
 
@@ -141,57 +144,95 @@ def _lines(lines: set[int | None]) -> str:
     return ", ".join(str(n) for n in sorted(n for n in lines if n is not None)) or "?"
 
 
-class CudaOnCpu(TorchFunctionMode):
-    """Every torch call, with the CUDA devices it names made the CPU (the lines noted)."""
+_TENSOR_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
+
+
+@functools.cache
+def _factories() -> tuple[str, ...]:
+    """The torch functions that make a tensor on a ``device=`` (those torch.device contexts rewrite, and more)."""
+    names = {
+        f.__name__
+        for f in _device._device_constructors()
+        if getattr(torch, getattr(f, "__name__", ""), None) is f
+    }
+    names |= {n for n in dir(torch) if n.endswith("_like") and callable(getattr(torch, n))}
+    return tuple(sorted(names | {"normal"}))
+
+
+class CpuForCuda:
+    """The wrappers that make a CUDA device the CPU, noting the snippet lines that asked for one."""
 
     def __init__(self, use: CudaUse, line_now: Callable[[], int | None]):
-        super().__init__()
         self.use = use
         self.line_now = line_now
-        self.constructors = _device._device_constructors()
 
     def asked(self) -> None:
         self.use.lines.add(self.line_now())
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.Tensor.cuda:
-            self.asked()
-            self._leaf_copy(args[0], sys._getframe(1))
-            return args[0].cpu()
-        if func is torch.Tensor.to:
-            args, kwargs = self._to(args, kwargs, sys._getframe(1))
-        elif func is torch.Tensor.type and len(args) > 1:
-            args = (args[0], self._cpu_type(args[1]), *args[2:])
-        if "device" in kwargs and is_cuda(kwargs["device"]):
+    def device_kwarg(self, kwargs: dict) -> None:
+        if is_cuda(kwargs.get("device")):
             self.asked()
             kwargs["device"] = _CPU
-        elif func in self.constructors and kwargs.get("device") is None and is_cuda(_device.CURRENT_DEVICE):
-            # under `with torch.device("cuda")` (a DeviceContext, below this mode): say the CPU first
-            self.asked()
-            kwargs["device"] = _CPU
-        return func(*args, **kwargs)
 
-    def _to(self, args: tuple, kwargs: dict, caller) -> tuple[tuple, dict]:
-        if len(args) > 1 and not isinstance(args[1], torch.Tensor | torch.dtype) and is_cuda(args[1]):
-            self.asked()
-            self._leaf_copy(args[0], caller)
-            args = (args[0], _CPU, *args[2:])
-        elif "device" in kwargs and is_cuda(kwargs["device"]):
-            self._leaf_copy(args[0], caller)
-        return args, kwargs
+    def factory(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def on_cpu(*args, **kwargs):
+            self.device_kwarg(kwargs)
+            return fn(*args, **kwargs)
 
-    def _cpu_type(self, dtype: object) -> object:
+        return on_cpu
+
+    def cuda(self, fn: Callable) -> Callable:
+        """``Tensor.cuda()`` is ``.cpu()``: the tensor itself, as on a CPU."""
+
+        @functools.wraps(fn)
+        def cuda(t, *args, **kwargs):
+            self.asked()
+            self._leaf_copy(t, sys._getframe(1))
+            return t.cpu()
+
+        return cuda
+
+    def to(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def to(t, *args, **kwargs):
+            if args and not isinstance(args[0], torch.Tensor | torch.dtype) and is_cuda(args[0]):
+                self.asked()
+                self._leaf_copy(t, sys._getframe(1))
+                args = (_CPU, *args[1:])
+            elif is_cuda(kwargs.get("device")):
+                self._leaf_copy(t, sys._getframe(1))
+                self.device_kwarg(kwargs)
+            return fn(t, *args, **kwargs)
+
+        return to
+
+    def type(self, fn: Callable) -> Callable:
         """``x.type(torch.cuda.FloatTensor)`` / ``.type("torch.cuda.FloatTensor")``: the CPU type."""
-        name = (
-            dtype
-            if isinstance(dtype, str)
-            else getattr(dtype, "__module__", "") + "." + getattr(dtype, "__name__", "")
-        )
-        if isinstance(name, str) and name.startswith("torch.cuda."):
-            self.asked()
-            return "torch." + name.removeprefix("torch.cuda.")
-        return dtype
+
+        @functools.wraps(fn)
+        def type_(t, *args, **kwargs):
+            if args:
+                dtype = args[0]
+                name = (
+                    dtype
+                    if isinstance(dtype, str)
+                    else f"{getattr(dtype, '__module__', '')}.{getattr(dtype, '__name__', '')}"
+                )
+                if name.startswith("torch.cuda."):
+                    self.asked()
+                    args = ("torch." + name.removeprefix("torch.cuda."), *args[1:])
+            return fn(t, *args, **kwargs)
+
+        return type_
+
+    def method(self, fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def on_cpu(t, *args, **kwargs):
+            self.device_kwarg(kwargs)
+            return fn(t, *args, **kwargs)
+
+        return on_cpu
 
     def _leaf_copy(self, t: object, caller) -> None:
         """A leaf that requires grad, moved by the snippet's own line (``Module.cuda`` moves its
@@ -235,22 +276,51 @@ def _no_wait(device: object = None) -> None:
 @contextlib.contextmanager
 def on_cpu(use: CudaUse, line_now: Callable[[], int | None]) -> Iterator[None]:
     """Run the body with CUDA devices made the CPU; everything changed is restored after."""
+    cpu = CpuForCuda(use, line_now)
+    patched: list[tuple[object, str, object, bool]] = []  # (owner, name, original, owner had it itself)
+
+    def patch(owner: object, name: str, wrapper: Callable) -> None:
+        original = getattr(owner, name)
+        patched.append((owner, name, original, name in vars(owner)))
+        setattr(owner, name, wrapper(original))
+
     cuda = torch.cuda
-    saved = {name: getattr(cuda, name) for name in (*_MEMORY_COUNTERS, "synchronize")}
     for name in _MEMORY_COUNTERS:
-        setattr(cuda, name, _counting(saved[name], name, use, line_now))
-    cuda.synchronize = _no_wait
-    generator = torch.Generator
+        patch(cuda, name, lambda fn, name=name: _counting(fn, name, use, line_now))
+    patch(cuda, "synchronize", lambda fn: _no_wait)
+    for name in _factories():
+        patch(torch, name, cpu.factory)
+    tensor = torch.Tensor
+    patch(tensor, "cuda", cpu.cuda)
+    patch(tensor, "to", cpu.to)
+    patch(tensor, "type", cpu.type)
+    for name in _TENSOR_METHODS:
+        patch(tensor, name, cpu.method)
+    patch(_device.DeviceContext, "__init__", lambda init: _cpu_context(init, cpu))
+    patch(torch, "Generator", lambda generator: _CpuGenerator)
     _CpuGenerator.use, _CpuGenerator.line_now = use, line_now
-    torch.Generator = _CpuGenerator
     default = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
     try:
-        with CudaOnCpu(use, line_now):
-            yield
+        yield
     finally:
         if getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None) is not default:
             torch.set_default_device(None if default is None else default.device)  # the snippet set one
-        torch.Generator = generator
         _CpuGenerator.use = _CpuGenerator.line_now = None
-        for name, fn in saved.items():
-            setattr(cuda, name, fn)
+        for owner, name, original, own in reversed(patched):
+            if own:
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)  # inherited (Tensor.to is TensorBase's): inherited again
+
+
+def _cpu_context(init: Callable, cpu: CpuForCuda) -> Callable:
+    """``with torch.device("cuda")`` and ``set_default_device("cuda")`` make a DeviceContext: the CPU's."""
+
+    @functools.wraps(init)
+    def cpu_context(ctx, device):
+        if is_cuda(device):
+            cpu.asked()
+            device = _CPU
+        init(ctx, device)
+
+    return cpu_context

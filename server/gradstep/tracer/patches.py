@@ -9,7 +9,8 @@
 * ``forward_ad.dual_level.__enter__``: where forward-mode AD is used (not drawn: a note says so);
 * ``torch.compile``, where ``Limits.inductor`` is off: inductor becomes aot_eager (a note says so);
 * where ``Limits.cuda_on_cpu`` is on and the snippet names CUDA: the devices it asks for become the
-  CPU (a torch function mode, ``torch.Generator``, a few ``torch.cuda`` functions: devices.py);
+  CPU (torch's factories, the Tensor methods that take a device, ``torch.Generator``, torch.device
+  contexts, a few ``torch.cuda`` functions: devices.py);
 * where ``Limits.offline`` is on: ``input()``, ``torch.hub``'s downloads, and stand-ins for missing
   ``tqdm``/``matplotlib`` on ``sys.meta_path`` (offline.py);
 * ``sys.stdout`` / ``sys.stderr``: the snippet's output is captured.
