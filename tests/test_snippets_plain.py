@@ -8,6 +8,9 @@ Header shape (the module docstring):
     <blank>
     Watch: one or two sentences.
 
+A snippet written for a GPU (it names CUDA) runs as the same code with its devices set to the CPU
+(truth.devices_on_cpu), as the sandbox runs it on a machine without one.
+
 A snippet whose docstring contains "This snippet fails" must raise RuntimeError from its
 last top-level statement, and the docstring must quote the start of the error message as
 RuntimeError ("..."). Every other snippet must run to completion.
@@ -20,6 +23,8 @@ import traceback
 from pathlib import Path
 
 import pytest
+import torch
+import truth
 
 SNIPPETS_DIR = Path(__file__).resolve().parent.parent / "snippets"
 SNIPPETS = sorted(SNIPPETS_DIR.glob("*.py"))
@@ -72,7 +77,10 @@ def lazy_imports() -> None:
 
 def _run(path: Path) -> dict:
     namespace = {"__name__": "__main__", "__file__": str(path)}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    code = path.read_text()
+    if truth.names_cuda(code) and not torch.cuda.is_available():
+        code = truth.devices_on_cpu(code)
+    exec(compile(code, str(path), "exec"), namespace)
     return namespace
 
 

@@ -5,6 +5,10 @@ Each file in snippets/ and tests/cases/ is run twice: by the tracer
 torch.autograd.backward/grad and asks torch itself after every call. Every
 test compares one behaviour; the messages name the call and the node.
 
+A file that names CUDA is GPU code: the tracer runs it as the sandbox does (``cuda_on_cpu``:
+its devices become the CPU), and the plain run is the same code with its devices set to the CPU
+by hand (``truth.devices_on_cpu``).
+
 ``KNOWN_GAPS`` lists what the tracer gets wrong today, per file and test: those
 tests are strict xfails, so the fix that makes one pass also makes the suite
 fail until its entry is removed.
@@ -19,7 +23,7 @@ from typing import NamedTuple
 import pytest
 import torch
 import truth
-from gradstep.tracer import record
+from gradstep.tracer import Limits, record
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = sorted((ROOT / "snippets").glob("*.py")) + sorted((ROOT / "tests" / "cases").glob("*.py"))
@@ -38,24 +42,32 @@ def _gap(reason: str, *tests: str) -> Gap:
 KNOWN_GAPS: dict[str, Gap] = {}
 
 
+def _traced_and_plain(path: Path) -> tuple[str, Limits, str]:
+    """(code the tracer runs, with which limits; code the plain run runs)."""
+    code = path.read_text()
+    if truth.names_cuda(code):
+        return code, Limits(cuda_on_cpu=True), truth.devices_on_cpu(code)
+    return code, Limits(), code
+
+
 @functools.cache
 def _runs(path: Path) -> tuple[dict, truth.PlainRun]:
-    code = path.read_text()
+    code, limits, plain_code = _traced_and_plain(path)
     torch.manual_seed(0)
-    trace = record(code)
-    plain = truth.run_plain(code, seed=0)
+    trace = record(code, limits)
+    plain = truth.run_plain(plain_code, seed=0)
     return trace, plain
 
 
 @functools.cache
 def _seq_counts(path: Path) -> tuple[int, int, int]:
     """Sequence numbers consumed by a bare exec, by the truth recorder, by the tracer."""
-    code = path.read_text()
-    bare = truth.seq_used_bare(code)
-    plain = truth.run_plain(code).seq_used
+    code, limits, plain_code = _traced_and_plain(path)
+    bare = truth.seq_used_bare(plain_code)
+    plain = truth.run_plain(plain_code).seq_used
     torch.manual_seed(0)
     before = torch._C._autograd._get_sequence_nr()
-    record(code)
+    record(code, limits)
     traced = torch._C._autograd._get_sequence_nr() - before
     return bare, plain, traced
 

@@ -327,6 +327,25 @@ def _error(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "message": message, "line": _error_line(exc)}
 
 
+# ---------------------------------------------------------------- GPU code, set to the CPU
+
+_CUDA_STRING = re.compile(r"""(["'])cuda(?::\d+)?\1""")
+_CUDA_TYPE = re.compile(r"\btorch\.cuda\.(\w+Tensor)\b")
+
+
+def names_cuda(code: str) -> bool:
+    return "cuda" in code
+
+
+def devices_on_cpu(code: str) -> str:
+    """GPU code as a person would edit it to run on a CPU: ``.cuda()`` becomes ``.cpu()``, the
+    strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"``, ``torch.cuda.FloatTensor`` ``torch.FloatTensor``.
+    A text edit, independent of the tracer: the plain run the sandbox's CPU run is compared with."""
+    code = code.replace(".cuda()", ".cpu()")
+    code = _CUDA_STRING.sub(lambda m: f"{m[1]}cpu{m[1]}", code)
+    return _CUDA_TYPE.sub(r"torch.\1", code)
+
+
 def run_plain(code: str, seed: int | None = 0) -> PlainRun:
     """Run ``code`` under plain torch and record every backward/grad call."""
     if seed is not None:

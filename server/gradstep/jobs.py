@@ -66,7 +66,7 @@ def run(payload: str) -> bytes:
         lower_cpu_limit(job.cpu_seconds)
     if job.check is not None:
         return orjson.dumps(check(job.check.trace, dict(job.check.fixes)))
-    limits = Limits(**job.options.model_dump(exclude_none=True), inductor=False)
+    limits = Limits.sandboxed(**job.options.model_dump(exclude_none=True))
     trace = record(job.code, limits)
     body = orjson.dumps(trace, default=repr)
     if len(body) <= MAX_PROPOSING_TRACE and may_need_diagnosis(body):

@@ -252,6 +252,11 @@ DIAGNOSIS_KINDS = (
     "nonfinite_grad",
     "optimizer_step_without_gradient",
     "needless_retain_graph",
+    # code written for PyTorch before 0.4 (2018)
+    "retain_variables_renamed",
+    "volatile_removed",
+    "index_of_0_dim_tensor",
+    "data_write",
 )
 
 

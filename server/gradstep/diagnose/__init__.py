@@ -33,6 +33,7 @@ from gradstep.diagnose import (
     zero_grad,
 )
 from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.old_idioms import RULES as OLD_IDIOMS
 from gradstep.diagnose.source import Source, moved_line
 
 Run = Callable[[list[str]], list[dict | None]]  # codes -> their traces (plain dicts; None: not run), in order
@@ -56,6 +57,8 @@ RULES = (
     step_order,
     needless_retain,
 )
+
+RULES += OLD_IDIOMS  # code written for PyTorch before 0.4 (old_idioms.py)
 
 __all__ = [
     "Candidate",

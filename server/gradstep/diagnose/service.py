@@ -14,7 +14,9 @@ import re
 
 from gradstep.diagnose import facts
 
-_HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode(), b'"nonfinite":[')
+_HINTS = (b'"error":{', facts.NON_LEAF_MARK.encode(), b'"nonfinite":[', b"volatile was removed")
+# a write through .data in the trace's code (w.data -= …, w.data = …, w.grad.data.zero_()): the rule has no other sign
+_DATA_WRITE = re.compile(rb"\.data\s*(?:[-+*/@]?=(?!=)|\.[a-z]\w*_\()")
 # a call step as the tracer writes it (kind, then line): the rules without an error or a warning to go
 # on need the same call line twice (a backward in a loop); tests/test_diagnose_service.py pins the shape
 _CALL_LINE = re.compile(rb'"kind":"(?:backward|grad)","line":(\d+)')
@@ -26,7 +28,7 @@ _UNGRADED_LEAF = re.compile(
 
 
 def may_need_diagnosis(body: bytes) -> bool:
-    if any(hint in body for hint in _HINTS):
+    if any(hint in body for hint in _HINTS) or _DATA_WRITE.search(body):
         return True
     lines = _CALL_LINE.findall(body)
     if len(set(lines)) < len(lines):

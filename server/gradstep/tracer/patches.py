@@ -8,6 +8,11 @@
   their saved values are never unpacked by the tracer;
 * ``forward_ad.dual_level.__enter__``: where forward-mode AD is used (not drawn: a note says so);
 * ``torch.compile``, where ``Limits.inductor`` is off: inductor becomes aot_eager (a note says so);
+* where ``Limits.cuda_on_cpu`` is on and the snippet names CUDA: the devices it asks for become the
+  CPU (torch's factories, the Tensor methods that take a device, ``torch.Generator``, torch.device
+  contexts, a few ``torch.cuda`` functions: devices.py);
+* where ``Limits.offline`` is on: ``input()``, ``torch.hub``'s downloads, and stand-ins for missing
+  ``tqdm``/``matplotlib`` on ``sys.meta_path`` (offline.py);
 * ``sys.stdout`` / ``sys.stderr``: the snippet's output is captured.
 """
 
@@ -20,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from gradstep.tracer import devices, offline
 from gradstep.tracer.graph import SeqRanges
 from gradstep.tracer.names import ModuleIndex
 
@@ -91,9 +97,16 @@ def patched(rec: Recorder):
     orig_compile = torch.compile
     if not rec.limits.inductor:
         torch.compile = _without_inductor(orig_compile, rec.compile_lines, rec.current_line)
+    on_cpu = rec.limits.cuda_on_cpu and devices.mentions_cuda(rec.code)
     sys.stdout = sys.stderr = rec.out
     try:
-        with rec.warnings:
+        with (
+            rec.warnings,
+            devices.on_cpu(rec.cuda, rec.current_line) if on_cpu else contextlib.nullcontext(),
+            offline.offline(rec.offline, rec.current_line)
+            if rec.limits.offline
+            else contextlib.nullcontext(),
+        ):
             yield
     finally:
         sys.stdout, sys.stderr = orig_out, orig_err

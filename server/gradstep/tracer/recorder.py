@@ -28,9 +28,11 @@ import torch
 from gradstep.schema import VERSION
 from gradstep.tracer import errors, lines, passes, patches
 from gradstep.tracer.capture import Output, Warnings
+from gradstep.tracer.devices import CudaUse
 from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, frame_namespaces, scan, snippet_frames
+from gradstep.tracer.offline import OfflineUse
 
 _NO_CUDA = re.compile(r"not compiled with CUDA|no NVIDIA driver|CUDA is not available|CUDA driver", re.I)
 _seq_nr = torch._C._autograd._get_sequence_nr
@@ -51,6 +53,17 @@ class Limits:
     # torch.compile's default backend, inductor, builds C++ in subprocesses: a sandbox that has no
     # compiler and forks nothing says False, and compiled code runs with aot_eager (see patches.py)
     inductor: bool = True
+    # A machine without a GPU can still run CUDA code as the same code on the CPU: the sandbox says
+    # True, and the devices a snippet asks for become the CPU, with a note (see devices.py)
+    cuda_on_cpu: bool = False
+    # No keyboard, network or files of its own (the sandbox): input() and downloads say so, missing
+    # tqdm/matplotlib get stand-ins, and notes say what a snippet can use instead (see offline.py)
+    offline: bool = False
+
+    @classmethod
+    def sandboxed(cls, **kwargs: Any) -> Limits:
+        """A run in the sandbox: no C++ compiler, no GPU, no keyboard, network or files."""
+        return cls(**kwargs, inductor=False, cuda_on_cpu=True, offline=True)
 
 
 @dataclass
@@ -142,6 +155,8 @@ class Recorder:
         self.call_lines: set[int] = set()  # snippet lines the engine ran during the current call
         self.forward_ad_lines: set[int | None] = set()  # lines that entered forward_ad.dual_level
         self.compile_lines: set[int | None] = set()  # lines whose torch.compile ran with aot_eager
+        self.cuda = CudaUse()  # what the snippet asked of CUDA (Limits.cuda_on_cpu)
+        self.offline = OfflineUse()  # what it reached for that a sandboxed run lacks (Limits.offline)
         self._last_roots: frozenset[int] = frozenset()
         self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
         self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
@@ -175,6 +190,8 @@ class Recorder:
                     error = errors.snippet_error(e, self.code)
             except BaseException as e:  # the snippet's own failure is part of the trace
                 error = errors.snippet_error(e, self.code)
+                self.cuda.failed(e)
+                self.offline.failed(e)
             self._finish()
         try:
             return self._result("error" if error else "ok", error)
@@ -220,8 +237,8 @@ class Recorder:
         }
 
     def _notes(self, error: dict | None) -> list[str]:
-        notes = []
-        if error and "CUDA" in error["message"] and _NO_CUDA.search(error["message"]):
+        notes = self.cuda.notes() if self.limits.cuda_on_cpu else []
+        if not self.limits.cuda_on_cpu and error and _NO_CUDA.search(error["message"]):
             notes.append(
                 "This machine has no GPU, so CUDA code cannot run here. Run the snippet on the CPU "
                 "(drop .cuda() and device='cuda'): autograd behaves the same."
@@ -247,6 +264,8 @@ class Recorder:
                 "compiler for inductor, the default. Autograd sees the same graph either way (one "
                 "CompiledFunctionBackward node for the compiled region); only the generated kernels differ."
             )
+        if self.limits.offline:
+            notes.extend(self.offline.notes())
         notes.extend(self.failures)
         return notes
 

@@ -1,0 +1,88 @@
+"""The whole pipeline: a big model's trace over HTTP vs the same code run plainly, in one run.
+
+    .venv/bin/python benchmarks/e2e.py [--runs 15] [--small 60]
+
+Starts ``gradstep serve`` (rate limit off), then interleaves, round after round:
+* POST /api/trace of the 24-layer TransformerEncoder snippet (benchmarks/tracer_overhead.py),
+  made distinct by a comment so each is a cache miss, gzip accepted, body read and inflated
+  as a browser does;
+* the same code exec'd plainly in this warm process (torch imported, one thread like the
+  sandbox's children): the baseline.
+Printed: medians and their ratio (goal <= 1.6x), the trace's size on the wire (goal <= 100 KB),
+and the p50 of a small snippet end to end (goal <= 15 ms). Targets are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import httpx
+import orjson
+import torch
+from harness import SEED, Server, percentile, print_leftovers
+from tracer_overhead import SNIPPET
+
+
+def post(client: httpx.Client, code: str) -> tuple[float, int]:
+    """(seconds to the whole inflated body, bytes on the wire)."""
+    t = time.perf_counter()
+    r = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": "gzip"})
+    body = r.content
+    seconds = time.perf_counter() - t
+    if r.status_code != 200 or r.headers.get("x-gradstep-cache") != "miss":
+        raise RuntimeError(f"{r.status_code} cache={r.headers.get('x-gradstep-cache')}: {r.text[:300]}")
+    status = orjson.loads(body)["status"]
+    if status != "ok":
+        raise RuntimeError(f"the trace's status is {status!r}: {body[:300]!r}")
+    return seconds, r.num_bytes_downloaded
+
+
+def plain(code: str) -> float:
+    t = time.perf_counter()
+    exec(compile(code, "<plain>", "exec"), {"__name__": "__main__"})
+    return time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=15, help="rounds of the big snippet")
+    ap.add_argument("--small", type=int, default=60, help="small snippets end to end")
+    ap.add_argument("--workers", type=int, help="default: CPU count")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # as in the sandbox's children
+
+    server = Server(args.workers).start()
+    served, plains, wire, small = [], [], [], []
+    try:
+        with httpx.Client(base_url=server.url, trust_env=False, timeout=120) as client:
+            post(client, SNIPPET + "# warm-up\n")
+            plain(SNIPPET)
+            for i in range(args.runs):
+                seconds, size = post(client, f"{SNIPPET}# run {i} {os.urandom(6).hex()}\n")
+                served.append(seconds)
+                wire.append(size)
+                plains.append(plain(SNIPPET))
+            for i in range(args.small):
+                small.append(post(client, f"{SEED}# small {i} {os.urandom(6).hex()}\n")[0])
+    finally:
+        left = server.stop()
+
+    s, p = statistics.median(served), statistics.median(plains)
+    print(f"\n24-layer TransformerEncoder, {args.runs} interleaved rounds, {os.cpu_count()} CPUs")
+    print(f"  end to end over HTTP (cache miss)  {s * 1e3:8.1f} ms median")
+    print(f"  plain, warm process                {p * 1e3:8.1f} ms median")
+    print(f"  ratio                              {s / p:8.2f}x   (goal <= 1.6x)")
+    print(f"  on the wire (gzip)                 {statistics.median(wire) / 1024:8.1f} KB   (goal <= 100 KB)")
+    print(
+        f"small snippet end to end: p50 {percentile(small, 50) * 1e3:.1f} ms, p95 "
+        f"{percentile(small, 95) * 1e3:.1f} ms   (goal p50 <= 15 ms)"
+    )
+    print_leftovers(left)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

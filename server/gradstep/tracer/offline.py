@@ -1,0 +1,184 @@
+"""A run with no keyboard, no network and no files of its own (the sandbox): what pasted code gets.
+
+Code pasted from a project reads a value with ``input()``, opens its data files, downloads
+pretrained weights, imports libraries this server does not have, shows a progress bar and a plot.
+In the sandbox each of these ends in an answer, not a bare traceback:
+
+* ``sys.argv`` is ``["snippet.py"]``, as for ``python snippet.py``: ``argparse`` takes its defaults
+  (not the arguments of the process that runs the snippet);
+* ``input()`` shows its prompt and raises ``EOFError``, as Python does when its input is empty
+  (wherever the process's stdin points), and a note says why;
+* ``torch.hub`` downloads raise ``NoNetwork`` (a ``ConnectionError``) naming the call;
+* ``tqdm`` and ``matplotlib``, where missing, are stand-ins that show nothing (standins.py);
+* a missing library, a missing file or a network failure ends the run as in plain Python, and a
+  note says what a snippet has here and what to do instead.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+import socket
+import sys
+import urllib.error
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch.hub
+
+from gradstep.tracer.standins import StandInFinder
+
+# What a snippet can import here, as the notes say it
+AVAILABLE = (
+    "torch (torch.nn, torch.optim, torch.func, torch.utils.data, …), numpy and Python's standard library"
+)
+# Libraries pasted code often imports, and what to write instead (the default: torch and numpy)
+_INSTEAD = {
+    "torchvision": "define the model with torch.nn (a few nn.Conv2d and nn.Linear layers) and use a random "
+    "batch of images, torch.randn(8, 3, 32, 32), for the data; transforms are tensor operations",
+    "timm": "define the model with torch.nn (a few nn.Conv2d and nn.Linear layers) and use a random batch of "
+    "images, torch.randn(8, 3, 32, 32)",
+    "torchaudio": "use a random waveform, torch.randn(1, 16000), and build the layers with torch.nn",
+    "torchtext": "use random token ids, torch.randint(0, 100, (4, 12)), with an nn.Embedding",
+    "transformers": "build a small model with torch.nn (nn.Embedding, nn.TransformerEncoderLayer, nn.Linear) "
+    "and feed it random token ids, torch.randint(0, 100, (2, 8))",
+    "datasets": "make the data in the snippet: random tensors (torch.randn, torch.randint) or a "
+    "torch.utils.data.TensorDataset",
+    "lightning": "write the training step as a plain loop: loss = …; optimizer.zero_grad(); loss.backward(); "
+    "optimizer.step()",
+    "pytorch_lightning": "write the training step as a plain loop: loss = …; optimizer.zero_grad(); "
+    "loss.backward(); optimizer.step()",
+    "accelerate": "leave it out: it places models and batches on devices, and here everything runs on the CPU",
+    "sklearn": "make the data with torch (torch.randn, torch.randint) or numpy",
+    "pandas": "build the data as tensors (torch.tensor([...])) or numpy arrays",
+    "scipy": "use torch or numpy for the computation",
+    "PIL": "use a random image tensor, torch.rand(3, 32, 32)",
+    "cv2": "use a random image tensor, torch.rand(3, 32, 32)",
+}
+SCRIPT = "snippet.py"  # sys.argv[0] while the snippet runs
+_DOWNLOADS = ("load", "load_state_dict_from_url", "download_url_to_file", "list", "help")
+
+
+class NoNetwork(ConnectionError):
+    """A download asked for in a run that has no network."""
+
+
+@dataclass
+class OfflineUse:
+    """What the snippet reached for that a run here does not have, for the trace's notes."""
+
+    standins: dict[str, int | None] = field(default_factory=dict)  # package -> line that imported it
+    missing_module: str | None = None
+    missing_file: str | None = None
+    network: bool = False
+    keyboard: set[int | None] = field(default_factory=set)  # lines that called input()
+
+    def failed(self, e: BaseException) -> None:
+        if isinstance(e, ModuleNotFoundError) and e.name:
+            self.missing_module = e.name
+        elif isinstance(e, FileNotFoundError) and e.filename is not None:
+            self.missing_file = str(e.filename)
+        elif _network_error(e):
+            self.network = True
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.missing_module is not None:
+            top = self.missing_module.split(".")[0]
+            out.append(
+                f"{top} is not installed here: a snippet can import {AVAILABLE}. Instead, "
+                f"{_INSTEAD.get(top, 'use what torch and numpy offer')}."
+            )
+        if self.missing_file is not None:
+            out.append(
+                f"{self.missing_file!r} is not here: each run starts in an empty folder of its own, without the "
+                "files of your machine. Make the data in the snippet (torch.randn(…), torch.tensor([…])); a file "
+                "the snippet writes first (torch.save, open(…, 'w')) can be read back in the same run."
+            )
+        if self.network:
+            out.append(
+                "A run here has no network, so nothing can be downloaded: no pretrained weights (torch.hub, "
+                "weights=…), no datasets (download=True). Start from a model's random weights and random data: "
+                "gradients flow through them the same way."
+            )
+        if self.keyboard:
+            out.append(
+                f"input() at line(s) {_lines(self.keyboard)} waits for someone to type, and a run here has no "
+                "keyboard: it reads an empty input, so Python raises EOFError. Put the value in the code "
+                "(lr = 0.01)."
+            )
+        for package, line in sorted(self.standins.items()):
+            what = (
+                "a progress bar that shows nothing: the loop runs as written"
+                if package == "tqdm"
+                else "a stand-in that takes the plotting calls and draws nothing (print the numbers to see them)"
+            )
+            out.append(f"{package} (imported at line {line}) is not installed here; the run used {what}.")
+        return out
+
+
+def _network_error(e: BaseException | None) -> bool:
+    """A failure to reach the network, anywhere in the exception's chain."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, socket.gaierror | ConnectionError | urllib.error.URLError | TimeoutError):
+            return True
+        if type(e).__name__ in (
+            "ConnectionError",
+            "NameResolutionError",
+            "MaxRetryError",
+        ):  # requests, urllib3
+            return True
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return False
+
+
+def _lines(lines: set[int | None]) -> str:
+    return ", ".join(str(n) for n in sorted(n for n in lines if n is not None)) or "?"
+
+
+def _no_keyboard(use: OfflineUse, line_now: Callable[[], int | None]) -> Callable[..., str]:
+    def no_input(prompt: object = "") -> str:
+        use.keyboard.add(line_now())
+        print(prompt, end="", flush=True)
+        raise EOFError("EOF when reading a line")  # input() at the end of its input
+
+    return no_input
+
+
+def _no_download(fn: Callable, name: str, use: OfflineUse) -> Callable:
+    @functools.wraps(fn)
+    def offline_download(*args: object, **kwargs: object):
+        use.network = True
+        raise NoNetwork(
+            f"torch.hub.{name}() downloads from the internet, and a run here has no network: build the model "
+            "with torch.nn and start from its random weights"
+        )
+
+    return offline_download
+
+
+@contextlib.contextmanager
+def offline(use: OfflineUse, line_now: Callable[[], int | None]) -> Iterator[None]:
+    """Run the body without keyboard or downloads, with stand-ins for missing tqdm/matplotlib;
+    everything changed is restored after."""
+    hub = torch.hub
+    saved = {name: getattr(hub, name) for name in _DOWNLOADS}
+    for name in _DOWNLOADS:
+        setattr(hub, name, _no_download(saved[name], name, use))
+    orig_input, orig_argv = builtins.input, sys.argv
+    builtins.input = _no_keyboard(use, line_now)
+    sys.argv = [SCRIPT]
+    finder = StandInFinder(lambda package: use.standins.setdefault(package, line_now()))
+    sys.meta_path.append(finder)
+    try:
+        yield
+    finally:
+        finder.remove()
+        builtins.input, sys.argv = orig_input, orig_argv
+        zoo = sys.modules.get("torch.utils.model_zoo")  # imported in the run: it took hub's function
+        if zoo is not None and getattr(zoo, "load_url", None) is hub.load_state_dict_from_url:
+            zoo.load_url = saved["load_state_dict_from_url"]
+        for name, fn in saved.items():
+            setattr(hub, name, fn)
