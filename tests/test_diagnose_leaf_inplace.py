@@ -150,4 +150,5 @@ def test_a_view_of_a_leaf_is_named_and_its_fix_gives_the_gradient_of_the_changed
     ids=["update_under_no_grad", "update_through_data", "inplace_on_a_non_leaf", "optimizer_step"],
 )
 def test_stays_quiet_on_correct_updates(code: str):
-    assert diagnoses(code_of(code)) == []
+    # a write through .data raises nothing: it is named only as the pre-0.4 idiom it is (data_write)
+    assert [d["kind"] for d in diagnoses(code_of(code)) if d["kind"] != "data_write"] == []
