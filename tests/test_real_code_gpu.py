@@ -13,7 +13,6 @@ import torch
 import truth
 from gradstep import jobs
 from gradstep.runner import payload_for
-from gradstep.sandbox import target
 from gradstep.tracer import Limits, record
 
 ON_CPU = Limits(cuda_on_cpu=True)
@@ -195,7 +194,24 @@ def test_code_that_never_names_cuda_runs_without_the_device_wrappers(monkeypatch
     assert trace["status"] == "ok" and entered == [] and trace["notes"] == []
 
 
-def test_the_sandboxes_trace_job_and_default_target_run_gpu_code_on_the_cpu():
-    for trace in (orjson.loads(jobs.run(payload_for(TRAINING))), orjson.loads(target.run(TRAINING))):
-        assert trace["status"] == "ok", trace["error"]
-        _cpu_note(trace)
+def test_the_sandboxes_trace_job_runs_gpu_code_on_the_cpu():
+    trace = orjson.loads(jobs.run(payload_for(TRAINING)))
+    assert trace["status"] == "ok", trace["error"]
+    _cpu_note(trace)
+
+
+def test_a_device_index_pinned_memory_and_legacy_cuda_types_run_on_the_cpu():
+    code = _code(
+        """
+        import torch
+        x = torch.randn(4, 3).pin_memory().to(0, non_blocking=True)  # asks
+        w = torch.randn(3, 2, requires_grad=True)
+        b = torch.cuda.FloatTensor(2).fill_(0.5)  # asks
+        loss = (x @ w + b).pow(2).mean()
+        loss.backward()
+        print(x.device.type, b.dtype, w.grad.shape)
+        """
+    )
+    trace = _compare_with_plain(code)
+    assert trace["status"] == "ok", trace["error"]
+    assert f"Line(s) {_lines_with(code, '# asks')} asked for CUDA" in _cpu_note(trace)

@@ -331,6 +331,7 @@ def _error(exc: BaseException) -> dict:
 
 _CUDA_STRING = re.compile(r"""(["'])cuda(?::\d+)?\1""")
 _CUDA_TYPE = re.compile(r"\btorch\.cuda\.(\w+Tensor)\b")
+_DEVICE_INDEX = re.compile(r"\.to\(\s*\d+\s*([,)])")  # .to(0) / .to(0, ...): the first GPU
 
 
 def names_cuda(code: str) -> bool:
@@ -339,9 +340,11 @@ def names_cuda(code: str) -> bool:
 
 def devices_on_cpu(code: str) -> str:
     """GPU code as a person would edit it to run on a CPU: ``.cuda()`` becomes ``.cpu()``, the
-    strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"``, ``torch.cuda.FloatTensor`` ``torch.FloatTensor``.
+    strings ``"cuda"`` / ``"cuda:0"`` become ``"cpu"``, ``torch.cuda.FloatTensor`` ``torch.FloatTensor``,
+    ``.to(0)`` ``.to("cpu")``, and ``.pin_memory()`` goes.
     A text edit, independent of the tracer: the plain run the sandbox's CPU run is compared with."""
-    code = code.replace(".cuda()", ".cpu()")
+    code = code.replace(".cuda()", ".cpu()").replace(".pin_memory()", "")
+    code = _DEVICE_INDEX.sub(lambda m: f'.to("cpu"{m[1]}', code)
     code = _CUDA_STRING.sub(lambda m: f"{m[1]}cpu{m[1]}", code)
     return _CUDA_TYPE.sub(r"torch.\1", code)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -55,9 +56,13 @@ _NO_GPU_MARKS = (
 )
 
 
+_ASKS_FOR_A_GPU = re.compile(r"cuda|pin_memory|\.to\(\s*\d")  # "cuda", pinned memory, .to(0)
+
+
 def mentions_cuda(code: str) -> bool:
-    """Whether a snippet may ask for CUDA at all (its text names it): only then is the mode on."""
-    return "cuda" in code
+    """Whether a snippet may ask for a GPU at all (its text names CUDA, pinned memory, or a device
+    index): only then is the mode on."""
+    return _ASKS_FOR_A_GPU.search(code) is not None
 
 
 def is_cuda(device: object) -> bool:
@@ -144,6 +149,19 @@ def _lines(lines: set[int | None]) -> str:
     return ", ".join(str(n) for n in sorted(n for n in lines if n is not None)) or "?"
 
 
+# the legacy CUDA tensor types, as constructors: torch.cuda.FloatTensor(3) is torch.FloatTensor(3)
+_CUDA_TYPES = (
+    "FloatTensor",
+    "DoubleTensor",
+    "HalfTensor",
+    "BFloat16Tensor",
+    "LongTensor",
+    "IntTensor",
+    "ShortTensor",
+    "CharTensor",
+    "ByteTensor",
+    "BoolTensor",
+)
 _TENSOR_METHODS = ("new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "new_tensor")
 
 
@@ -234,6 +252,28 @@ class CpuForCuda:
 
         return on_cpu
 
+    def pin_memory(self, fn: Callable) -> Callable:
+        """``x.pin_memory()``: page-locked memory speeds copies to a GPU; without one, the tensor itself."""
+
+        @functools.wraps(fn)
+        def pinned(t, *args, **kwargs):
+            self.asked()
+            return t
+
+        return pinned
+
+    def cuda_type(self, cls: type) -> Callable:
+        """``torch.cuda.FloatTensor(...)``: the CPU type's constructor (named as the CUDA one, so
+        ``x.type(torch.cuda.FloatTensor)`` still finds it by name)."""
+        cpu_type = getattr(torch, cls.__name__)
+
+        @functools.wraps(cls)
+        def construct(*args, **kwargs):
+            self.asked()
+            return cpu_type(*args, **kwargs)
+
+        return construct
+
     def _leaf_copy(self, t: object, caller) -> None:
         """A leaf that requires grad, moved by the snippet's own line (``Module.cuda`` moves its
         parameters in place: they stay leaves on a GPU too)."""
@@ -294,6 +334,10 @@ def on_cpu(use: CudaUse, line_now: Callable[[], int | None]) -> Iterator[None]:
     patch(tensor, "cuda", cpu.cuda)
     patch(tensor, "to", cpu.to)
     patch(tensor, "type", cpu.type)
+    patch(tensor, "pin_memory", cpu.pin_memory)
+    for name in _CUDA_TYPES:
+        if hasattr(cuda, name):
+            patch(cuda, name, cpu.cuda_type)
     for name in _TENSOR_METHODS:
         patch(tensor, name, cpu.method)
     patch(_device.DeviceContext, "__init__", lambda init: _cpu_context(init, cpu))
