@@ -186,10 +186,13 @@ class StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def remove(self) -> None:
-        """Take the finder and the stand-ins it made out of this process."""
+        """Take the finder and the stand-ins it made out of this process. (By the names it made: a
+        scan of sys.modules would touch every module object, and in a forked child each touch
+        copies a page: ~18 ms a run.)"""
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        for name in [
-            n for n, m in sys.modules.items() if getattr(m, "__spec__", None) and m.__spec__.loader is self
-        ]:
-            del sys.modules[name]
+        for name in self.made:
+            module = sys.modules.get(name)
+            if module is not None and getattr(module.__spec__, "loader", None) is self:
+                del sys.modules[name]
+        self.made.clear()
