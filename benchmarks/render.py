@@ -50,23 +50,24 @@ def run(page, code: str) -> dict:
 
 
 def frame_stats(page, action_js: str, ms: int) -> dict:
-    """Run an action, count animation frames for `ms`, return fps and the longest frame."""
+    """Run an action, count animation frames for `ms`, return fps and the longest frame.
+    The action is pasted into the evaluated source: the page's CSP (no 'unsafe-eval') refuses new Function."""
     return page.evaluate(
-        """async ([action, ms]) => {
+        """async (ms) => {
           const times = [];
           let stop = false;
           const tick = (t) => { times.push(t); if (!stop) requestAnimationFrame(tick); };
           requestAnimationFrame(tick);
           await new Promise(r => setTimeout(r, 50));
           const t0 = performance.now();
-          await (new Function('return (async () => {' + action + '})()'))();
+          await (async () => { ACTION })();
           await new Promise(r => setTimeout(r, Math.max(0, ms - (performance.now() - t0))));
           stop = true;
           const span = times.filter(t => t >= t0);
           const gaps = span.slice(1).map((t, i) => t - span[i]);
           return { fps: gaps.length / ((span[span.length - 1] - span[0]) / 1000), worst: Math.max(...gaps, 0), frames: gaps.length };
-        }""",
-        [action_js, ms],
+        }""".replace("ACTION", action_js),
+        ms,
     )
 
 
@@ -170,9 +171,10 @@ def step_line(label: str, steps: dict[str, list[float]], cpu: list[float]) -> st
 
 
 def longest_task_during(page, action_js: str) -> dict:
-    """Longest main-thread task (PerformanceObserver longtask) while an async action runs."""
+    """Longest main-thread task (PerformanceObserver longtask) while an async action runs (pasted into
+    the evaluated source, as in frame_stats)."""
     return page.evaluate(
-        """async (action) => {
+        """async () => {
           const tasks = [];
           const obs = new PerformanceObserver((l) => tasks.push(...l.getEntries().map(e => e.duration)));
           obs.observe({ entryTypes: ['longtask'] });
@@ -181,14 +183,13 @@ def longest_task_during(page, action_js: str) -> dict:
           const mo = new MutationObserver(() => { if (!el.hidden && el.textContent) progressSeen = true; });
           mo.observe(el, { attributes: true, childList: true, characterData: true, subtree: true });
           const t0 = performance.now();
-          await (new Function('return (async () => {' + action + '})()'))();
+          await (async () => { ACTION })();
           await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
           const ms = performance.now() - t0;
           await new Promise(r => setTimeout(r, 50));
           obs.disconnect(); mo.disconnect();
           return { ms, longest: Math.max(0, ...tasks), progressSeen, nodes: document.querySelectorAll('[data-node-id]').length };
-        }""",
-        action_js,
+        }""".replace("ACTION", action_js),
     )
 
 

@@ -1,11 +1,15 @@
-// The page: editor + snippet picker + Run, wired to the viewer.
+// The page: editor + example picker + Run, wired to the viewer. Requests go through api.js, the
+// status line is run-status.js, and what tests read from the page is written by testing.js.
 import { createEditor } from "./editor.js";
 import { createViewer } from "./viewer.js";
-import { limitName } from "./model.js";
 import { installShare, loadPermalink } from "./share.js";
 import { createDiagnoses } from "./diagnoses.js";
 import { createCompare } from "./compare.js";
-import { h } from "./dom.js";
+import { createApi } from "./api.js";
+import { createRunStatus } from "./run-status.js";
+import { createExamples } from "./examples.js";
+import { installThemeButton } from "./theme.js";
+import { exposeApp, runFinished, runTiming, traceStatus } from "./testing.js";
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -19,34 +23,18 @@ function readJSON(id) {
 }
 
 const config = readJSON("gs-config") || {};
-const api = config.api || "";
-let snippets = readJSON("gs-snippets") || [];
-
-// ------------------------------------------------------------------ theme
-const root = document.documentElement;
-const savedTheme = localStorage.getItem("gradstep-theme");
-if (savedTheme) root.dataset.theme = savedTheme;
-const themeBtn = $("#gs-theme");
-function currentTheme() {
-  return root.dataset.theme || (matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light");
-}
-function syncThemeButton() {
-  const t = currentTheme();
-  themeBtn.textContent = t === "dark" ? "☀ Light" : "☾ Dark";
-  themeBtn.setAttribute("aria-label", `Switch to ${t === "dark" ? "light" : "dark"} theme`);
-}
-themeBtn.addEventListener("click", () => {
-  root.dataset.theme = currentTheme() === "dark" ? "light" : "dark";
-  localStorage.setItem("gradstep-theme", root.dataset.theme);
-  syncThemeButton();
-});
-syncThemeButton();
+const api = createApi(config.api || "");
+installThemeButton($("#gs-theme"));
 
 // ------------------------------------------------------------------ editor + viewer
-const status = $("#gs-run-status");
+const status = createRunStatus($("#gs-run-status"));
 const runBtn = $("#gs-run");
 let lastRunCode = null;
 let pickedCode = null; // the code of the example last picked
+const examples = createExamples(
+  { picker: $("#gs-picker"), list: $("#gs-picker-list"), current: $("#gs-picker-current"), info: $("#gs-snippet-info") },
+  { api, onChoose: (name) => pick(name) },
+);
 
 const editor = createEditor($("#gs-editor"), {
   doc: "",
@@ -56,7 +44,7 @@ const editor = createEditor($("#gs-editor"), {
     document.body.classList.toggle("gs-edited", codeNow !== lastRunCode);
     // the example's explanation is about its own code: say so once the code differs
     // (a shared link empties the card: no example is showing then)
-    const shown = pickedCode !== null && document.getElementById("gs-snippet-info").childElementCount > 0;
+    const shown = pickedCode !== null && examples.showing;
     document.body.classList.toggle("gs-example-edited", shown && codeNow !== pickedCode);
   },
 });
@@ -97,7 +85,7 @@ async function applyFix(fix) {
   }
 }
 
-window.gradstep = { viewer, editor, run, pick, compare, applyFix };
+exposeApp({ viewer, editor, run, pick, compare, applyFix });
 
 // keyboard: ←/→, Home/End, space anywhere outside the editor and form fields
 document.addEventListener("keydown", (ev) => {
@@ -118,15 +106,6 @@ document.addEventListener("keydown", (ev) => {
 let inFlight = null;
 let runSeq = 0;
 
-function setStatus(kind, text, extra) {
-  status.className = `gs-run-status gs-status-${kind}`;
-  status.replaceChildren(...[
-    kind === "running" && h("div", { class: "gs-progress", role: "progressbar", "aria-label": "Running the snippet" }),
-    h("span", { text }),
-    extra,
-  ].filter(Boolean));
-}
-
 /** Run the editor's code; resolves to its trace (undefined when the request failed or was replaced). */
 async function run() {
   const code = editor.getCode();
@@ -142,118 +121,50 @@ async function run() {
   document.body.classList.add("gs-running");
   runBtn.disabled = false;
   runBtn.setAttribute("aria-busy", "true");
-  setStatus("running", "Running in the sandbox…");
+  status.running();
   const tick = setInterval(() => {
-    if (seq === runSeq) setStatus("running", `Running in the sandbox… ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    if (seq === runSeq) status.running((performance.now() - t0) / 1000);
   }, 200);
   try {
-    const res = await fetch(`${api}/api/trace`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({ code }),
-      signal: ctrl.signal,
-    });
-    if (!res.ok) {
-      let message = `${res.status} ${res.statusText}`;
-      try {
-        message = (await res.json()).error || message;
-      } catch {}
-      const retry = res.headers.get("retry-after");
-      throw new Error(`${message}${retry ? ` (retry in ${retry} s)` : ""}`);
-    }
-    const trace = await res.json();
+    const trace = await api.trace(code, { signal: ctrl.signal });
     if (seq !== runSeq) return;
     const arrived = performance.now();
     lastRunCode = code;
     document.body.classList.remove("gs-edited");
     await viewer.setTrace(trace);
     const rendered = performance.now();
-    window.gradstepTiming = { request: arrived - t0, render: rendered - arrived, total: rendered - t0, nodes: (trace.nodes || []).length };
-    // painted: the frame after the DOM was built has been drawn
-    requestAnimationFrame(() => setTimeout(() => {
-      const painted = performance.now();
-      Object.assign(window.gradstepTiming, { painted: painted - arrived, clickToPaint: painted - t0 });
-      document.body.dataset.painted = String(seq);
-    }, 0));
-    document.body.dataset.traceStatus = trace.status;
-    reportStatus(trace, rendered - t0);
+    runTiming(seq, { t0, arrived, rendered, nodes: (trace.nodes || []).length });
+    traceStatus(trace.status);
+    status.finished(trace, rendered - t0);
     currentTrace = trace;
     diagnoses.show(trace);
     editor.setMarks({ diagnoses: diagnoses.editorMarks() });
     return trace;
   } catch (e) {
     if (e.name === "AbortError") return;
-    setStatus("error", `Could not run: ${e.message}`);
-    document.body.dataset.traceStatus = "request-error";
+    status.set("error", `Could not run: ${e.message}`);
+    traceStatus("request-error");
   } finally {
     clearInterval(tick);
     if (seq === runSeq) {
       document.body.classList.remove("gs-running");
       runBtn.removeAttribute("aria-busy");
       inFlight = null;
-      document.body.dataset.runs = String(seq);
+      runFinished(seq);
     }
   }
 }
 
-function reportStatus(trace, ms) {
-  const steps = (trace.steps || []).length;
-  const took = `${(ms / 1000).toFixed(2)} s`;
-  if (trace.status === "ok") setStatus("ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes`);
-  else if (trace.status === "error") {
-    const e = trace.error || {};
-    setStatus("error", `${e.type || "Error"}${e.line ? ` at line ${e.line}` : ""}: ${e.message || ""}`);
-  } else if (trace.status === "timeout") setStatus("error", `Stopped: the run hit the time limit. ${trace.error ? trace.error.message : ""}`);
-  else if (trace.status === "limit") setStatus("error", `Stopped: the run hit the ${limitName(trace.limit)} limit. ${trace.error ? trace.error.message : ""}`);
-  else setStatus("error", `The run crashed. ${trace.error ? trace.error.message : ""}`);
-}
-
 runBtn.addEventListener("click", () => run());
-$("#gs-snippet-info").addEventListener("click", (ev) => {
-  const el = ev.currentTarget;
-  el.classList.toggle("gs-open");
-  el.title = el.classList.contains("gs-open") ? "" : "Click to show the whole explanation";
-});
 
-// ------------------------------------------------------------------ snippets
-const picker = $("#gs-picker");
-const pickerList = $("#gs-picker-list");
-const info = $("#gs-snippet-info");
-
-function renderPicker() {
-  pickerList.replaceChildren();
-  for (const s of snippets) {
-    const onclick = () => {
-      picker.open = false;
-      pick(s.name);
-    };
-    pickerList.append(h("li", {},
-      h("button", { type: "button", class: "gs-pick", "data-snippet": s.name, onclick },
-        h("strong", { text: s.title }),
-        s.fails && h("em", { class: "gs-fails", text: "fails on purpose" }),
-        h("span", { text: s.summary }))));
-  }
-}
+// ------------------------------------------------------------------ examples
 
 async function pick(name, { autorun = true } = {}) {
-  let s = snippets.find((x) => x.name === name);
+  const s = await examples.get(name);
   if (!s) return;
-  if (!s.code) {
-    const res = await fetch(`${api}/api/snippets/${encodeURIComponent(name)}`);
-    s = Object.assign(s, await res.json());
-  }
   pickedCode = s.code;
   editor.setCode(s.code);
-  info.replaceChildren(...[
-    h("p", { class: "gs-info-edited", text: "You changed this example's code: the explanation below is about the original." }),
-    h("h1", { text: s.title }),
-    s.summary && h("p", { text: s.summary }),
-    s.watch && h("p", { class: "gs-watch" }, h("strong", { text: "Watch: " }), s.watch),
-  ].filter(Boolean));
-  info.classList.remove("gs-open");
-  info.title = "Click to show the whole explanation";
-  $("#gs-picker-current").textContent = s.title;
-  for (const b of pickerList.querySelectorAll("button")) b.setAttribute("aria-current", b.dataset.snippet === name ? "true" : "false");
+  examples.show(s);
   const url = new URL(location.href);
   url.searchParams.set("snippet", name);
   url.hash = ""; // a permalink's code gives way to the snippet's
@@ -262,30 +173,14 @@ async function pick(name, { autorun = true } = {}) {
 }
 
 async function start() {
-  if (!snippets.length) {
-    try {
-      snippets = await (await fetch(`${api}/api/snippets`)).json();
-    } catch {
-      snippets = [];
-    }
-  }
-  renderPicker();
-  if (await loadPermalink({ editor, viewer, run, setStatus })) return;
+  await examples.load(readJSON("gs-snippets") || []);
+  if (await loadPermalink({ editor, viewer, run, setStatus: status.set })) return;
   const wanted = new URL(location.href).searchParams.get("snippet");
-  const first = snippets.find((s) => s.name === wanted) || snippets.find((s) => s.name === config.default) || snippets[0];
+  const all = examples.all;
+  const first = all.find((s) => s.name === wanted) || all.find((s) => s.name === config.default) || all[0];
   if (first) await pick(first.name);
-  else setStatus("idle", "Write a snippet and press Run (Ctrl/⌘+Enter).");
+  else status.set("idle", "Write a snippet and press Run (Ctrl/⌘+Enter).");
 }
-
-document.addEventListener("click", (ev) => {
-  if (picker.open && !picker.contains(ev.target)) picker.open = false;
-});
-picker.addEventListener("keydown", (ev) => {
-  if (ev.key === "Escape") {
-    picker.open = false;
-    picker.querySelector("summary").focus();
-  }
-});
 
 installShare({ button: $("#gs-share"), editor, viewer });
 start();

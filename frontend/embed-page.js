@@ -9,6 +9,7 @@
 import { render } from "./embed.js";
 import { createFrameMessenger } from "./messages.js";
 import { decodeCode, embedOptions, encodeCode, urlParams } from "./permalink.js";
+import { embedState, exposeEmbed } from "./testing.js";
 
 const $ = (sel) => document.querySelector(sel);
 const config = (() => {
@@ -46,7 +47,7 @@ function fail(messages) {
   setStatus("error", text);
   status.setAttribute("role", "alert");
   frame.removeAttribute("aria-busy");
-  document.body.dataset.state = "error";
+  embedState("error");
   messenger.post({ type: "gradstep:error", message: text });
   messenger.postHeight();
 }
@@ -151,13 +152,13 @@ async function start() {
     $("#gs-frame-run").addEventListener("click", () => rerun());
   }
   frame.removeAttribute("aria-busy");
-  document.body.dataset.state = "ready";
+  embedState("ready");
   updateOpenLink();
   const steps = viewer.model.steps.length;
   messenger.post({ type: "gradstep:ready", steps, step: viewer.step });
   messenger.postHeight();
   if (opts.autoplay) viewer.play();
-  window.gradstepEmbed = { viewer, options: opts };
+  exposeEmbed({ viewer, options: opts });
 }
 
 // A host that changes only the fragment of the frame's src (#code=…) navigates without a reload.

@@ -10,19 +10,24 @@ import { h } from "./dom.js";
 
 // ------------------------------------------------------------ writes that skip unchanged values
 
+// What an element was last given, beside the DOM (never stored on the element).
+const shownText = new WeakMap(); // element → its text
+const shownAttrs = new WeakMap(); // element → Map(attribute → value)
+
 /** Set an element's text; nothing is written when it shows that text already. */
 export function setText(el, value) {
-  if (el.__gsText === value) return;
+  if (shownText.get(el) === value) return;
   el.textContent = value;
-  el.__gsText = value;
+  shownText.set(el, value);
 }
 
 function setAttr(el, name, value) {
-  const key = `__gsAttr_${name}`;
-  if (el[key] === value) return;
+  let attrs = shownAttrs.get(el);
+  if (!attrs) shownAttrs.set(el, (attrs = new Map()));
+  if (attrs.get(name) === value) return;
   if (value === null) el.removeAttribute(name);
   else el.setAttribute(name, value);
-  el[key] = value;
+  attrs.set(name, value);
 }
 
 function setClass(el, value) {
@@ -83,6 +88,7 @@ export function nearScreen(el, margin = 400) {
 // ------------------------------------------------------------ tensors
 
 export function createTensorsPanel(el, { onSelect, onShowAll }) {
+  const rowCells = new WeakMap(); // row → its cells
   const none = h("p", { class: "gs-muted", hidden: true }, "No named tensor that can hold a .grad at this step.");
   const body = h("tbody");
   const table = h("table", { class: "gs-table", hidden: true },
@@ -95,12 +101,15 @@ export function createTensorsPanel(el, { onSelect, onShowAll }) {
     const cells = { button, shape: h("td"), kind: h("td"), grad: h("td", { class: "gs-mono" }), what: h("td") };
     const tr = h("tr", {}, h("td", {}, button), cells.shape, cells.kind, cells.grad, cells.what);
     // the row's datum at click time: the same row shows the same name at every step
-    button.addEventListener("click", () => tr.__data__.node !== null && onSelect(tr.__data__.node));
-    tr.__cells = cells;
+    button.addEventListener("click", () => {
+      const d = select(tr).datum();
+      if (d.node !== null) onSelect(d.node);
+    });
+    rowCells.set(tr, cells);
     return tr;
   };
   const fillRow = (tr, d) => {
-    const c = tr.__cells;
+    const c = rowCells.get(tr);
     setClass(tr, d.what ? "gs-changed" : "");
     setText(c.button, d.name);
     if (c.button.disabled !== (d.node === null)) c.button.disabled = d.node === null;
@@ -129,6 +138,7 @@ export function createTensorsPanel(el, { onSelect, onShowAll }) {
 // ------------------------------------------------------------ inspector
 
 export function createInspector(el) {
+  const blockSig = new WeakMap(); // gradient block → what it shows, as JSON
   const hint = h("p", { class: "gs-muted", hidden: true }, "Click a node to see its op, line, module, saved tensors and gradient.");
   const title = h("h3");
   const facts = h("dl", { class: "gs-facts" });
@@ -161,8 +171,8 @@ export function createInspector(el) {
   const fillGrad = (div, d) => {
     // a block is small: rebuilt as a whole, only when what it says changed
     const sig = JSON.stringify(d);
-    if (div.__gsSig === sig) return;
-    div.__gsSig = sig;
+    if (blockSig.get(div) === sig) return;
+    blockSig.set(div, sig);
     if (d.none) div.replaceChildren(h("p", {}, `${d.name}.grad = None`));
     else {
       div.replaceChildren(

@@ -3,6 +3,7 @@
 // that code and goes to that step.
 
 import { decodeCode, encodeCode, iframeSnippet } from "./permalink.js";
+import { traceStatus } from "./testing.js";
 
 const h = (tag, attrs = {}, ...kids) => {
   const el = document.createElement(tag);
@@ -40,7 +41,7 @@ export async function loadPermalink({ editor, viewer, run, setStatus }) {
     code = await decodeCode(params.get("code"));
   } catch (e) {
     setStatus("error", `This link's code cannot be opened: ${e.message}`);
-    document.body.dataset.traceStatus = "link-error";
+    traceStatus("link-error");
     return true;
   }
   const current = document.getElementById("gs-picker-current");

@@ -1,0 +1,38 @@
+// The line under the editor that says what the last run did: running (with a progress bar), how
+// long it took and what it built, or why it stopped.
+
+import { limitName } from "./model.js";
+import { h } from "./dom.js";
+
+/** What a finished run's trace says, as [kind, text] ("ok" or "error"); `ms` from click to render. */
+export function runSummary(trace, ms) {
+  const steps = (trace.steps || []).length;
+  const took = `${(ms / 1000).toFixed(2)} s`;
+  const more = trace.error ? trace.error.message : "";
+  if (trace.status === "ok") return ["ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes`];
+  if (trace.status === "error") {
+    const e = trace.error || {};
+    return ["error", `${e.type || "Error"}${e.line ? ` at line ${e.line}` : ""}: ${e.message || ""}`];
+  }
+  if (trace.status === "timeout") return ["error", `Stopped: the run hit the time limit. ${more}`];
+  if (trace.status === "limit") return ["error", `Stopped: the run hit the ${limitName(trace.limit)} limit. ${more}`];
+  return ["error", `The run crashed. ${more}`];
+}
+
+/** The status line in `el`: set(kind, text, extra) with kind idle / running / ok / error. */
+export function createRunStatus(el) {
+  const set = (kind, text, extra) => {
+    el.className = `gs-run-status gs-status-${kind}`;
+    el.replaceChildren(...[
+      kind === "running" && h("div", { class: "gs-progress", role: "progressbar", "aria-label": "Running the snippet" }),
+      h("span", { text }),
+      extra,
+    ].filter(Boolean));
+  };
+  return {
+    set,
+    /** A run in progress, `seconds` after its click. */
+    running: (seconds = null) => set("running", `Running in the sandbox…${seconds === null ? "" : ` ${seconds.toFixed(1)} s`}`),
+    finished: (trace, ms) => set(...runSummary(trace, ms)),
+  };
+}
