@@ -112,20 +112,18 @@ def _between(
         f"iteration computes the same gradient again ({name}.grad's norm: {_series(grads)}): the model never "
         "learns, and nothing raises."
     )
-    code = src.apply([src.delete(zero), src.insert_after(step, src.text(zero))])
-    fixes = []
-    if code:
-        intent, explain = _intent(src, code, line, _first_grads_of(grads, name))
-        fixes.append(
-            CandidateFix(
-                "zero_after_step",
-                f"Call {src.text(zero)} after {owner}.step()",
-                explain(f"`{src.text(zero)}` after the step clears the gradient once it has been used."),
-                code,
-                intent,
-            )
-        )
-    return Candidate(KIND, "warning", zero.lineno, message, fixes)
+    fix = _moved(
+        src,
+        zero,
+        step,
+        line,
+        name,
+        grads,
+        "zero_after_step",
+        f"Call {src.text(zero)} after {owner}.step()",
+        f"`{src.text(zero)}` after the step clears the gradient once it has been used.",
+    )
+    return Candidate(KIND, "warning", zero.lineno, message, fix)
 
 
 def _step_first(
@@ -137,22 +135,37 @@ def _step_first(
         f"they were. Every iteration computes the same gradient again ({name}.grad's norm: {_series(grads)}): the "
         "model never learns, and nothing raises."
     )
-    code = src.apply([src.delete(step), src.insert_after(backward, src.text(step))])
-    fixes = []
-    if code:
-        intent, explain = _intent(src, code, line, _first_grads_of(grads, name))
-        fixes.append(
-            CandidateFix(
-                "step_after_backward",
-                f"Call {owner}.step() after the backward",
-                explain(
-                    f"`{owner}.step()` right after the backward updates with the gradient it just computed."
-                ),
-                code,
-                intent,
-            )
-        )
-    return Candidate(KIND, "warning", step.lineno, message, fixes)
+    fix = _moved(
+        src,
+        step,
+        backward,
+        line,
+        name,
+        grads,
+        "step_after_backward",
+        f"Call {owner}.step() after the backward",
+        f"`{owner}.step()` right after the backward updates with the gradient it just computed.",
+    )
+    return Candidate(KIND, "warning", step.lineno, message, fix)
+
+
+def _moved(
+    src: Source,
+    moved: ast.stmt,
+    after: ast.stmt,
+    line: int,
+    name: str,
+    grads: list[dict],
+    fix_id: str,
+    title: str,
+    why: str,
+) -> list[CandidateFix]:
+    """The fix that moves statement ``moved`` to just after ``after`` (none if the edit cannot be made)."""
+    code = src.apply([src.delete(moved), src.insert_after(after, src.text(moved))])
+    if not code:
+        return []
+    intent, explain = _intent(src, code, line, _first_grads_of(grads, name))
+    return [CandidateFix(fix_id, title, explain(why), code, intent)]
 
 
 def _first_grads_of(grads: list[dict], name: str) -> dict[str, dict]:
