@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils._device as _device
 
+from gradstep.tracer.lines import listed
 from gradstep.tracer.names import SNIPPET_FILENAME
 
 _CPU = torch.device("cpu")
@@ -119,21 +120,21 @@ class CudaUse:
         out = []
         if self.lines:
             out.append(
-                f"Ran on the CPU: this server has no GPU. Line(s) {_lines(self.lines)} asked for CUDA, so "
+                f"Ran on the CPU: this server has no GPU. Line(s) {listed(self.lines)} asked for CUDA, so "
                 "the same code ran with its devices set to the CPU (its tensors are CPU tensors; "
                 "torch.cuda.is_available() is False). Autograd builds the same graph and the same "
                 "gradients on either device."
             )
         if self.leaf_copies:
             out.append(
-                f"Line(s) {_lines(self.leaf_copies)} move a tensor that requires grad to the GPU. On a GPU that "
+                f"Line(s) {listed(self.leaf_copies)} move a tensor that requires grad to the GPU. On a GPU that "
                 "makes a copy which is not a leaf: its .grad stays None (the gradient goes to the CPU "
                 "original). Here the CPU tensor is already where it was asked to be, so it stays the leaf. "
                 "Create it on the device instead: torch.randn(..., device=device, requires_grad=True)."
             )
         for name, lines in sorted(self.counters.items()):
             out.append(
-                f"torch.cuda.{name}() at line(s) {_lines(lines)} measures GPU memory: there is none here, "
+                f"torch.cuda.{name}() at line(s) {listed(lines)} measures GPU memory: there is none here, "
                 "so it says 0. Each step's saved bytes show the memory autograd keeps for backward."
             )
         if self.gpu_only is not None:
@@ -143,10 +144,6 @@ class CudaUse:
                 "remove the GPU-only call (autograd does not need it)."
             )
         return out
-
-
-def _lines(lines: set[int | None]) -> str:
-    return ", ".join(str(n) for n in sorted(n for n in lines if n is not None)) or "?"
 
 
 # the legacy CUDA tensor types, as constructors: torch.cuda.FloatTensor(3) is torch.FloatTensor(3)

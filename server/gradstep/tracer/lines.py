@@ -163,3 +163,8 @@ def _is_generator(fn: ast.FunctionDef) -> bool:
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
             stack.extend(ast.iter_child_nodes(node))
     return False
+
+
+def listed(lines: set[int | None]) -> str:
+    """Snippet lines as a note lists them: "3, 7" (unknown lines left out; "?" if none is known)."""
+    return ", ".join(str(n) for n in sorted(n for n in lines if n is not None)) or "?"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch.hub
 
+from gradstep.tracer.lines import listed
 from gradstep.tracer.standins import StandInFinder
 
 # What a snippet can import here, as the notes say it
@@ -104,7 +105,7 @@ class OfflineUse:
             )
         if self.keyboard:
             out.append(
-                f"input() at line(s) {_lines(self.keyboard)} waits for someone to type, and a run here has no "
+                f"input() at line(s) {listed(self.keyboard)} waits for someone to type, and a run here has no "
                 "keyboard: it reads an empty input, so Python raises EOFError. Put the value in the code "
                 "(lr = 0.01)."
             )
@@ -132,10 +133,6 @@ def _network_error(e: BaseException | None) -> bool:
             return True
         e, seen = e.__cause__ or e.__context__, seen + 1
     return False
-
-
-def _lines(lines: set[int | None]) -> str:
-    return ", ".join(str(n) for n in sorted(n for n in lines if n is not None)) or "?"
 
 
 def _no_keyboard(use: OfflineUse, line_now: Callable[[], int | None]) -> Callable[..., str]:

@@ -244,21 +244,21 @@ class Recorder:
                 "(drop .cuda() and device='cuda'): autograd behaves the same."
             )
         if self.transformed:
-            where = ", ".join(str(n) for n in sorted(n for n in self.transformed if n is not None))
+            where = lines.listed(self.transformed)
             notes.append(
                 f"Line(s) {where} ran inside a torch.func transform (grad, vjp, jacrev, vmap…): functorch "
                 "differentiates there with its own wrapped tensors, so those inner steps are not drawn; "
                 "what the transform returned is."
             )
         if self.forward_ad_lines:
-            where = ", ".join(str(n) for n in sorted(n for n in self.forward_ad_lines if n is not None))
+            where = lines.listed(self.forward_ad_lines)
             notes.append(
                 f"Line(s) {where} use forward-mode AD (torch.autograd.forward_ad): dual tensors carry their "
                 "tangents forward with the values and build no backward graph. gradstep draws reverse mode, so "
                 "the dual computation is not drawn; its prints are in the output."
             )
         if self.compile_lines:
-            where = ", ".join(str(n) for n in sorted(n for n in self.compile_lines if n is not None))
+            where = lines.listed(self.compile_lines)
             notes.append(
                 f"torch.compile at line(s) {where} ran with its aot_eager backend: this sandbox has no C++ "
                 "compiler for inductor, the default. Autograd sees the same graph either way (one "
