@@ -450,3 +450,14 @@ def test_huge_pages_can_be_turned_off(guard):
         guard.hold(sb.health()["zygote_pid"])
         assert sb.health()["zygote_huge_pages_mb"] == 0
         assert sb.run("echo x").output == b"echo x"
+
+
+def test_a_prewarm_runs_confined_in_each_child_before_its_code_and_its_failure_is_dropped(guard):
+    """SandboxConfig.prewarm: the target runs once more in every child, after its layers and before
+    its code arrives; what it returns or raises never reaches the run."""
+    with Sandbox(light(guard, workers=1, uid_base=62850, prewarm="raise")) as sb:
+        for _ in range(2):  # a spare's, then the next child's
+            r = sb.run("echo after a prewarm")
+            assert (r.status, r.output) == ("ok", b"echo after a prewarm"), r.detail
+            assert "prewarm" in r.timings and set(LAYERS) <= set(r.timings)
+            idle(sb)

@@ -60,7 +60,8 @@ PRELOAD = [
     "encodings.idna",  # resolving a host name needs it: without it a network attempt is a LookupError
 ]
 
-# Run once in the zygote: a forward, a backward and optimizer steps (what the tracer imports lazily).
+# Run once in the zygote (a forward, a backward and optimizer steps: what the tracer imports lazily),
+# and by each child before its code arrives, to copy the pages a run writes to off the request's path.
 WARMUP = """\
 import torch
 x = torch.randn(4, 3, requires_grad=True)
@@ -285,6 +286,7 @@ def sandbox_config(settings: Settings, **overrides) -> SandboxConfig:
         target=TARGET,
         preload=list(PRELOAD),
         warmup=payload_for(WARMUP),
+        prewarm=payload_for(WARMUP),  # again in each child, confined: see SandboxConfig.prewarm
     )
     for name, value in overrides.items():
         setattr(config, name, value)

@@ -91,8 +91,12 @@ layer, see ``RunResult.timings`` and ``benchmarks/sandbox_cost.py``): fork 3 ms
 (7–9 without huge pages), setsid 0.03, cgroup 0.2–12, close_fds 0.1, namespaces
 0.7–0.9, root 0.05–0.1 (a check: the zygote builds the root once at start, ≈10–30 ms),
 mounts 0.3 (0.5–0.8 on the host's tree, without root), rlimits 0.2, uid 0.6 (clearing every
-capability set), no_new_privs 0.05, seccomp 1.5–1.8 ms — all paid by a spare before its run. A confined run of a tiny snippet answers in
-≈11–12 ms with a ready spare (the tracer itself ≈8 ms of it), ≈31–38 ms when it
+capability set), no_new_privs 0.05, seccomp 1.5–1.8 ms — all paid by a spare before its run.
+**Prewarm.** A forked child's first run of the tracer writes to ~1,500 of the zygote's pages, each
+a copy-on-write fault (~10 ms in all); ``SandboxConfig.prewarm`` has each spare run the target once
+on a small snippet, confined, before its code arrives, so those copies are made off the request's
+path. A confined run of a tiny snippet then answers in ≈10 ms with a ready spare (≈16 ms without
+the prewarm; the tracer alone takes ≈5 ms in process), ≈31–38 ms when it
 must fork on request (``prefork=False``; it was ≈35–40 ms to the result, ≈45
 with the child's exit, before spares), against ≈1.5–2 s for a fresh ``python -c``
 that imports torch. ``SandboxConfig.disable`` switches layers off

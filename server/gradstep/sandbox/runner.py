@@ -175,6 +175,7 @@ class Sandbox:
             "preload": c.preload,
             "target": c.target,
             "warmup": c.warmup,
+            "prewarm": c.prewarm,
             "uid_base": c.uid_base,
             "memory_mb": c.memory_mb,
             "cpu_seconds": c.cpu_seconds,
