@@ -6,14 +6,18 @@ tracer itself is checked against plain PyTorch in test_tracer_truth.py).
 
 from __future__ import annotations
 
+import gc
 import gzip
+import threading
 
 import httpx
 import orjson
 import pytest
+import torch
 from fastapi.testclient import TestClient
 from gradstep import snippets
 from gradstep.app import create_app
+from gradstep.runner import collector_paused
 from gradstep.schema import Trace, json_schema
 from gradstep.settings import Settings
 from gradstep.tracer import record
@@ -222,3 +226,43 @@ def test_every_run_shows_torchs_once_per_process_warnings(client):
     for n in range(2):
         body = post(client, code + f"# run {n}\n").json()
         assert any("create_graph=True" in w["message"] for w in body["warnings"]), body["warnings"]
+
+
+def test_the_collector_is_paused_while_a_trace_is_validated_and_resumes_after():
+    """Validation of the child's trace runs with the garbage collector off, and a failing or a
+    concurrent validation leaves it on again once the last one is done."""
+    assert gc.isenabled()
+    inner_started, release = threading.Event(), threading.Event()
+
+    def other():
+        with collector_paused():
+            inner_started.set()
+            release.wait(5)
+
+    t = threading.Thread(target=other)
+    t.start()
+    inner_started.wait(5)
+    with pytest.raises(ValueError), collector_paused():
+        assert not gc.isenabled()
+        raise ValueError("a trace that is not one")
+    assert not gc.isenabled()  # the other validation is still under way
+    release.set()
+    t.join(5)
+    assert gc.isenabled()
+
+
+def test_a_trace_is_served_compressed_once_and_inflated_for_a_client_without_gzip(client):
+    """The cached bytes are gzip; a client that refuses gzip gets the same JSON inflated."""
+    code = "import torch\nx = torch.ones(200, requires_grad=True)\n(x * x).sum().backward()\n"
+    zipped = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": "gzip"})
+    assert zipped.headers["content-encoding"] == "gzip"
+    assert "accept-encoding" in zipped.headers["vary"].lower()
+    for refusal in ("identity", "br"):
+        plain = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": refusal})
+        assert plain.headers["x-gradstep-cache"] == "hit"
+        assert "content-encoding" not in plain.headers
+        assert plain.json() == zipped.json()
+    x = torch.ones(200, requires_grad=True)
+    (x * x).sum().backward()
+    (traced,) = [t for t in zipped.json()["steps"][-1]["tensors"] if t["name"] == "x"]
+    assert traced["grad"]["norm"] == pytest.approx(float(x.grad.norm()), rel=1e-6)

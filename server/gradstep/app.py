@@ -4,6 +4,7 @@ the sandbox started and stopped with the app). Tracing happens in the sandbox.""
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import anyio
 from fastapi import FastAPI, Request
@@ -37,6 +38,9 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await anyio.to_thread.run_sync(runner.start)
+        # What exists now (torch, the app, the sandbox) lives as long as the server: collections
+        # need not walk it again each time, so none of them takes long enough to stall requests.
+        gc.freeze()
         try:
             require_confinement(runner.health().get("layers", {}), settings.require_layers)
             yield
