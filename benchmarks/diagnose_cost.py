@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from gradstep.runner import TraceRunner, payload_for, to_trace
+from gradstep.runs import TraceRunner, payload_for, to_trace
 from gradstep.settings import Settings
 
 SNIPPETS = Path(__file__).resolve().parent.parent / "snippets"

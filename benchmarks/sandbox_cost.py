@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from gradstep.runner import payload_for, sandbox_config
+from gradstep.runs import payload_for, sandbox_config
 from gradstep.sandbox import LAYERS, Sandbox
 from gradstep.settings import Settings
 

@@ -17,7 +17,7 @@ import torch
 from fastapi.testclient import TestClient
 from gradstep import snippets
 from gradstep.app import create_app
-from gradstep.runner import collector_paused
+from gradstep.runs import collector_paused
 from gradstep.schema import Trace, json_schema
 from gradstep.settings import Settings
 from gradstep.tracer import record

@@ -12,7 +12,7 @@ import orjson
 import torch
 from gradstep import jobs
 from gradstep.diagnose import diagnose, run_locally
-from gradstep.runner import payload_for
+from gradstep.runs import payload_for
 from gradstep.schema import Diagnosis
 from gradstep.tracer import record
 from truth import PlainRun, run_plain

@@ -13,7 +13,7 @@ from gradstep import jobs
 from gradstep.diagnose import diagnose, facts, run_locally
 from gradstep.diagnose import non_leaf_grad as non_leaf
 from gradstep.diagnose.source import Source
-from gradstep.runner import payload_for
+from gradstep.runs import payload_for
 from gradstep.tracer import record
 
 SNIPPETS = Path(__file__).resolve().parent.parent / "snippets"

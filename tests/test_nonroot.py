@@ -338,7 +338,7 @@ def test_a_fork_bomb_fails(image_server):
 
 # -- the refusal's reasons, read by the interpreter a container would run -------------------------
 
-HINT = "from gradstep.confinement import privilege_hint; print(privilege_hint())"
+HINT = "from gradstep.required_layers import privilege_hint; print(privilege_hint())"
 
 
 def hint_under(caps: list[str], tag: str) -> str:

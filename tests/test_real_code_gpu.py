@@ -12,7 +12,7 @@ import orjson
 import torch
 import truth
 from gradstep import jobs
-from gradstep.runner import payload_for
+from gradstep.runs import payload_for
 from gradstep.tracer import Limits, record
 
 ON_CPU = Limits(cuda_on_cpu=True)

@@ -19,7 +19,7 @@ import pytest
 import torch
 import truth
 from gradstep import jobs
-from gradstep.runner import payload_for
+from gradstep.runs import payload_for
 from gradstep.tracer import Limits, record
 
 OFFLINE = Limits(offline=True)

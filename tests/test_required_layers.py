@@ -12,8 +12,8 @@ import sys
 import pytest
 from fastapi.testclient import TestClient
 from gradstep.app import create_app
-from gradstep.confinement import missing_layers, required_layers
-from gradstep.runner import TraceRunner, sandbox_config
+from gradstep.required_layers import missing_layers, required_layers
+from gradstep.runs import TraceRunner, sandbox_config
 from gradstep.sandbox import LAYERS, Sandbox
 from gradstep.settings import Settings
 

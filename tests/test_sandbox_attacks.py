@@ -23,7 +23,7 @@ from pathlib import Path
 import gradstep.sandbox
 import orjson
 import pytest
-from gradstep.runner import payload_for, sandbox_config
+from gradstep.runs import payload_for, sandbox_config
 from gradstep.sandbox import Sandbox
 from gradstep.settings import Settings
 from sandbox_guard import (

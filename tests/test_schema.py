@@ -21,7 +21,7 @@ import orjson
 import pytest
 import torch
 from gradstep import schema
-from gradstep.runner import failed_trace
+from gradstep.runs import failed_trace
 from gradstep.tracer import Limits, record
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,7 +35,7 @@ from gradstep.diagnose import RULES, facts
 from gradstep.encoding import decompress
 from gradstep.export import export_html
 from gradstep.routes.trace import TraceOptions
-from gradstep.runner import NOT_CHECKED, TraceRunner, sandbox_config
+from gradstep.runs import NOT_CHECKED, TraceRunner, sandbox_config
 from gradstep.sandbox import Sandbox
 from gradstep.schema import VERSION, Trace
 from gradstep.settings import Settings

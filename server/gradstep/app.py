@@ -14,14 +14,14 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gradstep.cache import open_cache
-from gradstep.confinement import require_confinement, required_layers
 from gradstep.embed import mount_embed
 from gradstep.limits import BodyLimit
 from gradstep.pages import mount_api_docs, mount_pages, public_url
+from gradstep.required_layers import require_confinement, required_layers
 from gradstep.routes import health as health_routes
 from gradstep.routes import snippets as snippet_routes
 from gradstep.routes import trace as trace_routes
-from gradstep.runner import TraceRunner
+from gradstep.runs import TraceRunner
 from gradstep.schema import VERSION
 from gradstep.settings import Settings
 from gradstep.traces import TraceService

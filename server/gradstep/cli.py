@@ -21,7 +21,7 @@ def _read_snippet(file: str) -> str | None:
 
 
 def _run_sandboxed(code: str, timeout: float) -> bytes:
-    from gradstep.runner import TraceRunner
+    from gradstep.runs import TraceRunner
     from gradstep.settings import Settings
 
     # The same sandbox the server uses: the CLI is exactly as confined.

@@ -19,7 +19,7 @@ from fastapi import HTTPException
 from gradstep.cache import TraceCache, cache_key, fix_run_key
 from gradstep.encoding import compress, decompress
 from gradstep.limits import Admission, RateLimiter, retry_after
-from gradstep.runner import Cancelled, RunBudget, TraceRunner
+from gradstep.runs import Cancelled, RunBudget, TraceRunner
 from gradstep.settings import Settings
 
 

@@ -9,7 +9,7 @@ from fastapi import Request
 
 from gradstep.cache import TraceCache
 from gradstep.limits import withdrawn
-from gradstep.runner import TraceRunner
+from gradstep.runs import TraceRunner
 from gradstep.settings import Settings
 from gradstep.traces import TraceService
 

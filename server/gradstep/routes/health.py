@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from gradstep.cache import TraceCache
 from gradstep.routes import deps
-from gradstep.runner import TraceRunner
+from gradstep.runs import TraceRunner
 from gradstep.schema import VERSION, json_schema
 from gradstep.settings import Settings
 from gradstep.traces import TraceService

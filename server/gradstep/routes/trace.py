@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from gradstep.encoding import json_response
 from gradstep.routes import deps
-from gradstep.runner import Cancelled
+from gradstep.runs import Cancelled
 from gradstep.schema import Trace
 from gradstep.traces import TraceService
 
@@ -44,7 +44,7 @@ class TraceRequest(BaseModel):
 @router.post(
     "/api/trace",
     summary="Run a snippet and return its trace",
-    # The trace is validated once, when the child's bytes arrive (gradstep.runner), and served as
+    # The trace is validated once, when the child's bytes arrive (gradstep.runs), and served as
     # those bytes, compressed once (gradstep.encoding): declared here for OpenAPI, never
     # re-validated or re-compressed per response.
     response_class=Response,

@@ -4,7 +4,7 @@ It knows nothing about autograd. It calls a *target* — a function
 ``run(code: str) -> bytes`` named by ``SandboxConfig.target`` — in a fresh,
 confined child process and hands back the bytes, or a clear failure. What it runs,
 preloads and warms up with is its caller's configuration (the server's is
-``gradstep.runner.sandbox_config``: the tracer's job runner, torch).
+``gradstep.runs.sandbox_config``: the tracer's job runner, torch).
 
 API
 ---
