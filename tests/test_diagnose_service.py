@@ -29,8 +29,9 @@ def client():
         yield c
 
 
-def _body(code: str) -> bytes:
-    return orjson.dumps(record(code))
+def _body(code: str) -> dict:
+    """The trace as the child has it when it decides (JSON data, as record() returns it)."""
+    return orjson.loads(orjson.dumps(record(code)))
 
 
 def test_a_fine_snippet_skips_diagnosis_without_parsing():
@@ -53,25 +54,25 @@ def test_a_fine_snippet_skips_diagnosis_without_parsing():
         "retain_graph_in_loop_not_needed",
     ],
 )
-def test_the_byte_scan_lets_through_every_trace_a_rule_may_fire_on(name: str):
+def test_the_pre_check_lets_through_every_trace_a_rule_may_fire_on(name: str):
     # a rule fires on an error, torch's non-leaf warning, a nan/inf gradient, a call line that ran twice,
     # a leaf left without .grad after a call, or a loop that only builds graphs
     assert may_need_diagnosis(_body((SNIPPETS / f"{name}.py").read_text()))
 
 
-def test_the_byte_scan_lets_through_a_read_of_a_non_leaf_grad():
+def test_the_pre_check_lets_through_a_read_of_a_non_leaf_grad():
     code = (
         "import torch\nx = torch.ones(2, requires_grad=True)\nh = x * 2\nh.sum().backward()\nprint(h.grad)\n"
     )
     assert may_need_diagnosis(_body(code))
 
 
-def test_the_byte_scan_lets_through_a_backward_repeated_in_a_loop():
+def test_the_pre_check_lets_through_a_backward_repeated_in_a_loop():
     code = "import torch\nw = torch.ones(2, requires_grad=True)\nfor _ in range(2):\n    (w * w).sum().backward()\n"
     assert may_need_diagnosis(_body(code))
 
 
-def test_the_byte_scan_lets_through_a_leaf_the_backward_did_not_reach():
+def test_the_pre_check_lets_through_a_leaf_the_backward_did_not_reach():
     code = (
         "import torch\nw1 = torch.ones(2, requires_grad=True)\nw2 = torch.ones(2, requires_grad=True)\n"
         "(w2 * (w1 * 2).detach()).sum().backward()\n"
@@ -79,7 +80,7 @@ def test_the_byte_scan_lets_through_a_leaf_the_backward_did_not_reach():
     assert may_need_diagnosis(_body(code))
 
 
-def test_the_byte_scan_lets_through_a_loop_that_only_builds_graphs():
+def test_the_pre_check_lets_through_a_loop_that_only_builds_graphs():
     code = (
         "import torch\nw = torch.ones(2, requires_grad=True)\ntotal = 0.0\n"
         "for _ in range(3):\n    total = total + (w * 2).sum()\n"
@@ -87,11 +88,11 @@ def test_the_byte_scan_lets_through_a_loop_that_only_builds_graphs():
     assert may_need_diagnosis(_body(code))
 
 
-def test_the_byte_scan_lets_through_a_gradient_that_went_nan():
+def test_the_pre_check_lets_through_a_gradient_that_went_nan():
     assert may_need_diagnosis(_body((SNIPPETS / "sqrt_at_zero_nan_grad.py").read_text()))
 
 
-def test_the_byte_scan_skips_two_different_calls_that_ran_once_each():
+def test_the_pre_check_skips_two_different_calls_that_ran_once_each():
     code = "import torch\nx = torch.ones(2, requires_grad=True)\ny = (x * x).sum()\ny.backward(retain_graph=True)\ny.backward()\n"
     assert not may_need_diagnosis(_body(code))
 

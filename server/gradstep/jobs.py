@@ -69,7 +69,7 @@ def run(payload: str) -> bytes:
     limits = Limits.sandboxed(**job.options.model_dump(exclude_none=True))
     trace = record(job.code, limits)
     body = orjson.dumps(trace, default=repr)
-    if len(body) <= MAX_PROPOSING_TRACE and may_need_diagnosis(body):
+    if len(body) <= MAX_PROPOSING_TRACE and may_need_diagnosis(trace):
         proposals = within_cpu(PROPOSE_CPU_SECONDS, lambda: propose(trace))
         if proposals:
             trace["diagnoses"] = proposals
