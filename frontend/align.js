@@ -22,6 +22,8 @@
 //      (by name) whose .grad differs; a node alive in one run whose match is
 //      not alive in the other ("only"); an error in one step and not the other.
 
+import { ACROSS_RUNS, sameGrad } from "./grad-equality.js";
+
 // ---------------------------------------------------------------- lines
 
 function lcsPairs(a, b, eq) {
@@ -186,20 +188,6 @@ export function matchNodes(traceA, traceB, map = lineMap(traceA.code, traceB.cod
 
 // ---------------------------------------------------------------- differences
 
-/** Two recorded gradients say the same (absent = null; norms to 1e-6 relative). */
-export function sameGrad(x, y) {
-  if (!x || !y) return !x && !y;
-  if (JSON.stringify(x.shape ?? []) !== JSON.stringify(y.shape ?? [])) return false;
-  if ((x.has_grad_fn ?? false) !== (y.has_grad_fn ?? false)) return false;
-  const vx = x.values ?? null;
-  const vy = y.values ?? null;
-  if (vx !== null && vy !== null) return JSON.stringify(vx) === JSON.stringify(vy);
-  const nx = x.norm ?? null;
-  const ny = y.norm ?? null;
-  if (nx === null || ny === null) return nx === ny;
-  return Math.abs(nx - ny) <= 1e-6 * Math.max(Math.abs(nx), Math.abs(ny));
-}
-
 function stateOf(step) {
   const out = new Map();
   for (const s of step?.nodes ?? []) {
@@ -257,7 +245,7 @@ export function compareTraces(traceA, traceB) {
     for (const name of new Set([...ta.keys(), ...tb.keys()])) {
       const x = ta.get(name);
       const y = tb.get(name);
-      if (sameGrad(x?.grad ?? null, y?.grad ?? null)) continue;
+      if (sameGrad(x?.grad ?? null, y?.grad ?? null, ACROSS_RUNS)) continue;
       grads.push({ name, a: x?.grad ?? null, b: y?.grad ?? null });
       if (x && x.node !== null && x.node !== undefined && sa.has(x.node)) addKind(a, x.node, "grad");
       if (y && y.node !== null && y.node !== undefined && sb.has(y.node)) addKind(b, y.node, "grad");

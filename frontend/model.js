@@ -9,6 +9,7 @@
 //   diffSteps(model, from, to)   what changed (for animation)
 //   visibleGraph(model, expanded) the graph with collapsed modules folded into boxes
 
+import { sameGrad } from "./grad-equality.js";
 import { fmtNumber, fmtValues } from "./printing.js";
 
 export const LEAF_OP = "AccumulateGrad";
@@ -479,12 +480,6 @@ function computeDiff(model, from, to) {
   }
   if (out.forward && b.isCall) out.flow = b.flow;
   return out;
-}
-
-function sameGrad(a, b) {
-  if (!a || !b) return a === b;
-  return a.norm === b.norm && JSON.stringify(a.values ?? null) === JSON.stringify(b.values ?? null)
-    && JSON.stringify(a.shape) === JSON.stringify(b.shape) && a.has_grad_fn === b.has_grad_fn;
 }
 
 /** Bytes held by saved tensors at each step (for the chart). */

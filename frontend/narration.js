@@ -1,9 +1,10 @@
 // The narration beside the graph: the step's plain-language `explanation` from
 // the trace (version 2), with each span of `links` turned into a link that
-// highlights — and on click selects — the node or tensor it names. Traces
-// without an explanation (version 1) get the sentences explain.js computes.
+// highlights — and on click selects — the node or tensor it names. The server
+// narrates (server/gradstep/narrate.py, the one narrator); a trace recorded
+// without narration (version 1, or `explain=False`) shows each step's title.
 
-import { explainStep } from "./explain.js";
+import { stepTitle } from "./model.js";
 
 /**
  * The explanation cut into segments: [{text, link}] where link is null or
@@ -92,16 +93,15 @@ function el(tag, cls, text) {
 export function renderNarration(banner, model, index, hooks) {
   const step = model.step(index);
   if (!step) return null;
-  const fallback = explainStep(model, index);
   const tone = step.error ? "error" : step.kind !== "forward" ? "call" : "info";
+  // torch's own words of an error are kept beside the narration (the editor shows them at the line too)
+  const message = step.error ? `${step.error.type}: ${step.error.message}` : null;
   if (!step.explanation) {
-    banner.append(el("div", "gs-banner-title", fallback.title), ...fallback.lines.map((l) => el("div", "gs-banner-line", l)));
-    if (fallback.fix) banner.append(el("div", "gs-banner-fix", fallback.fix));
-    if (fallback.message) banner.append(el("div", "gs-banner-message", fallback.message));
-    return fallback.tone;
+    banner.append(el("div", "gs-banner-title", stepTitle(step)));
+    if (message) banner.append(el("div", "gs-banner-message", message));
+    return tone;
   }
-  // The narration says what explain.js's title and sentences said (and more): only torch's
-  // own words of an error are kept from them. Fixes come with the diagnoses, verified.
+  // Fixes come with the diagnoses, verified.
   const p = el("p", "gs-narration");
   p.dataset.step = String(index);
   for (const seg of narrationSegments(step.explanation, step.links)) {
@@ -128,6 +128,6 @@ export function renderNarration(banner, model, index, hooks) {
     p.append(a);
   }
   banner.append(p);
-  if (fallback.message) banner.append(el("div", "gs-banner-message", fallback.message));
+  if (message) banner.append(el("div", "gs-banner-message", message));
   return tone;
 }

@@ -239,15 +239,18 @@ def as_version_1(trace: dict) -> None:
         step.pop("links", None)
 
 
-def test_a_version_1_trace_shows_the_sentences_computed_in_the_page(browser, server):
+def test_a_trace_without_narration_shows_each_steps_title_and_torchs_error(browser, server):
+    """The server is the one narrator: the page computes no sentences of its own."""
     p = Page(browser, server, reduced_motion="reduce")
     serve_with(p.page, as_version_1)
     try:
         p.open("?snippet=backward_twice_fails")
         p.press("End")
         assert p.page.locator("#gs-graph .gs-narration").count() == 0
-        banner = p.page.locator("#gs-graph .gs-banner").inner_text()
-        assert "freed by the backward call at line" in banner
+        title = p.page.locator("#gs-graph .gs-banner-title").inner_text()
+        assert title.startswith("line ") and "backward(" in title and "failed" in title
+        message = p.page.locator("#gs-graph .gs-banner-message").inner_text()
+        assert message.startswith("RuntimeError: ") and "backward through the graph a second time" in message
         assert p.page.locator("#gs-diagnoses").is_hidden()
         assert p.errors == []
     finally:

@@ -15,7 +15,7 @@ import pytest
 import torch
 from gradstep.diagnose import MAX_FIX_RUNS, diagnose, find, run_locally
 from gradstep.diagnose.source import moved_line
-from gradstep.narrate import fmt_bytes
+from gradstep.printing import fmt_bytes
 from gradstep.schema import Diagnosis
 from gradstep.tracer import record
 from torch_print import printed_number

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from gradstep.narrate import fmt_bytes, fmt_grad, narrate
+from gradstep.narrate import fmt_grad, narrate
+from gradstep.printing import fmt_bytes
 from gradstep.schema import Trace
 from gradstep.tracer import Limits, record
 from gradstep.tracer.grads import GradRecords

@@ -16,9 +16,9 @@ from __future__ import annotations
 import ast
 import math
 from collections import Counter
-from typing import Any
 
-from gradstep.printing import fmt_number, fmt_values
+from gradstep.grad_equality import same_grad
+from gradstep.printing import fmt_bytes, fmt_number, fmt_values
 
 MAX_LISTED = 6  # nodes or tensors named one by one before the rest is summarised
 MAX_VALUES = 4  # gradients with at most this many elements are shown by value
@@ -60,24 +60,6 @@ class _Text:
         return "".join(self.parts).rstrip()
 
 
-def fmt_bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    if n < 1024 * 1024:
-        return f"{n / 1024:.1f} KB"
-    return f"{n / (1024 * 1024):.1f} MB"
-
-
-def flat_values(values: Any) -> list:
-    """A grad's nested ``values`` as one flat list."""
-    if isinstance(values, list):
-        out: list = []
-        for v in values:
-            out.extend(flat_values(v))
-        return out
-    return [values]
-
-
 def fmt_grad(grad: dict | None) -> str:
     """A gradient as a reader wants it: its values as torch prints them when small, else its shape
     and norm."""
@@ -90,19 +72,6 @@ def fmt_grad(grad: dict | None) -> str:
     norm = grad.get("norm")
     size = "×".join(str(s) for s in shape) or "scalar"
     return f"a {size} tensor of norm {fmt_number(norm)}" if norm is not None else f"a {size} tensor"
-
-
-def _same_grad(a: dict | None, b: dict | None) -> bool:
-    if a is b:  # the tracer reuses a tensor's record while nothing in it changed
-        return True
-    if a is None or b is None:
-        return False
-    return (
-        a.get("values") == b.get("values")
-        and a.get("norm") == b.get("norm")
-        and a.get("shape") == b.get("shape")
-        and bool(a.get("has_grad_fn")) == bool(b.get("has_grad_fn"))
-    )
 
 
 def _saved_bytes(info: dict) -> int:
@@ -452,7 +421,7 @@ class _Narrator:
         for te in step.get("tensors") or ():
             name, grad = te["name"], te.get("grad")
             old = before.get(name)
-            if not _same_grad(old, grad):
+            if not same_grad(old, grad):
                 changed.append((name, old, grad))
             elif grad is not None:
                 kept.append(name)

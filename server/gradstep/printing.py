@@ -117,3 +117,12 @@ def fmt_values(values: Any, dtype: str | None = None, modes: list[Mode] | None =
 def fmt_number(v: Any) -> str:
     """A lone number (a norm, a scalar) as torch prints a 0-d tensor holding it."""
     return fmt_value(v, mode_of([v]))
+
+
+def fmt_bytes(n: int) -> str:
+    """A byte count as the page shows it (frontend/model.js fmtBytes)."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KB"
+    return f"{n / (1024 * 1024):.1f} MB"

@@ -1,5 +1,5 @@
 // Unit tests for the pure parts of the front end: the view model (frontend/model.js), the
-// layout (frontend/layout.js) and the step explanations (frontend/explain.js).
+// layout (frontend/layout.js).
 // Run: node --test tests/frontend/
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -8,7 +8,6 @@ import {
   representative, groupStatus, subValues,
 } from "../../frontend/model.js";
 import { layoutGraph, nodeSize, serializeLayout, deserializeLayout } from "../../frontend/layout.js";
-import { explainStep } from "../../frontend/explain.js";
 import { X7 } from "./fixtures.mjs";
 
 // A second backward through a shared trunk that fails at the freed trunk, after
@@ -327,23 +326,4 @@ test("a layout survives the trip through the worker's message format", () => {
   const back = deserializeLayout(JSON.parse(JSON.stringify(serializeLayout(l))));
   assert.deepEqual([...back.items.keys()], [...l.items.keys()]);
   assert.equal(back.width, l.width);
-});
-
-test("explain: a failed call says where it stopped, what freed it, and that it ran nodes before", () => {
-  const m = buildModel(PARTIAL);
-  const e = explainStep(m, 4);
-  assert.equal(e.tone, "error");
-  const text = e.lines.join("\n");
-  assert.match(text, /stopped at TanhBackward0 \(line 5\)/);
-  assert.match(text, /freed by the backward call at line 8/);
-  assert.match(text, /already run 2 nodes/);
-  assert.ok(text.includes(`w2.grad = ${fmtValues([0.1, -0.1, 0.2])}.`), text);
-});
-
-test("explain: retain_graph=True keeps saved tensors; the next call frees and accumulates", () => {
-  const m = buildModel(X7);
-  assert.match(explainStep(m, 1).lines.join("\n"), /retain_graph=True: saved tensors were kept/);
-  const e2 = explainStep(m, 2).lines.join("\n");
-  assert.match(e2, /released its saved tensors/);
-  assert.ok(e2.includes(`Accumulated (old + new): x.grad = ${fmtNumber(896)}`), e2);
 });

@@ -13,7 +13,7 @@ from gradstep.diagnose import facts, hidden_state
 from gradstep.diagnose.calls import api_of, output_of, replace_output, set_keyword, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.source import Source, assigned_names, keyword, moved_line, names_in
-from gradstep.narrate import fmt_bytes
+from gradstep.printing import fmt_bytes
 
 KIND = "backward_through_freed_graph"
 

@@ -16,7 +16,7 @@ from gradstep.diagnose import facts
 from gradstep.diagnose.calls import drop_keyword, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.source import Source, keyword, moved_line
-from gradstep.narrate import fmt_bytes
+from gradstep.printing import fmt_bytes
 
 KIND = "needless_retain_graph"
 SHOWN = 5

@@ -20,7 +20,7 @@ from gradstep.diagnose.calls import output_of, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.graph_cut import _cut_of
 from gradstep.diagnose.source import Source, assigned_names, names_in
-from gradstep.narrate import fmt_bytes
+from gradstep.printing import fmt_bytes
 
 KIND = "running_total_keeps_graph"
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)

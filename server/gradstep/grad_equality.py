@@ -1,0 +1,62 @@
+"""When two recorded gradients are "the same": one rule for the narration, the diagnoses and the
+page (``frontend/grad-equality.js`` mirrors it; ``tests/frontend/same_grad_cases.json`` holds the
+cases both must agree on).
+
+The trace rounds each value to the digits torch prints (at least 4 significant digits) and each
+norm to 9. Within one run a recorded value is exact, so any difference is a change: tolerance 0.
+Across two runs (a snippet and its fix) float noise may move the last printed digit by one unit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SAME_RUN = 0.0
+ACROSS_RUNS = 1.01e-3  # one unit of a 4th significant digit, relative to the value
+
+
+def flat_values(values: Any) -> list:
+    """A grad's nested ``values`` as one flat list."""
+    if isinstance(values, list):
+        out: list = []
+        for v in values:
+            out.extend(flat_values(v))
+        return out
+    return [values]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _close(x: Any, y: Any, tolerance: float, scale: float) -> bool:
+    if not (_number(x) and _number(y)):
+        return x == y  # "nan", "inf", "-inf": only themselves
+    return abs(x - y) <= tolerance * (max(abs(x), abs(y)) + 0.1 * scale)
+
+
+def same_grad(a: dict | None, b: dict | None, tolerance: float = SAME_RUN) -> bool:
+    """Both absent, or the same shape, grad_fn-ness and values (the norm where either has no values)
+    up to ``tolerance`` relative to each value (plus a tenth of it relative to the largest)."""
+    if a is b:  # the tracer reuses a tensor's record while nothing in it changed
+        return True
+    if a is None or b is None:
+        return False
+    if a.get("shape") != b.get("shape") or bool(a.get("has_grad_fn")) != bool(b.get("has_grad_fn")):
+        return False
+    va, vb = a.get("values"), b.get("values")
+    if va is not None and vb is not None:
+        xs, ys = flat_values(va), flat_values(vb)
+        if len(xs) != len(ys):
+            return False
+        scale = max((abs(v) for v in xs + ys if _number(v)), default=0.0)
+        return all(_close(x, y, tolerance, scale) for x, y in zip(xs, ys, strict=True))
+    na, nb = a.get("norm"), b.get("norm")
+    if na is None or nb is None:
+        return na is nb
+    return _close(na, nb, tolerance, 0.0)
+
+
+def same_grads(a: dict[str, dict], b: dict[str, dict], tolerance: float = ACROSS_RUNS) -> bool:
+    """Two runs' name -> .grad maps: the same names, each the same gradient (none: not the same)."""
+    return bool(a) and a.keys() == b.keys() and all(same_grad(a[k], b[k], tolerance) for k in a)
