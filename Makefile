@@ -33,7 +33,7 @@ test: install browser
 # slow, so not part of `make test`. IMAGE_BASE: a local base where Docker Hub can't be pulled.
 IMAGE_BASE ?=
 test-image: install
-	GRADSTEP_TEST_IMAGE=1 GRADSTEP_IMAGE_BASE=$(IMAGE_BASE) $(PY) -m pytest tests/test_container_image.py
+	GRADSTEP_TEST_IMAGE=1 GRADSTEP_IMAGE_BASE=$(IMAGE_BASE) $(PY) -m pytest tests/sandbox/test_container_image.py
 
 # Rebuild the vendored, minified front-end libraries from the pinned npm packages.
 frontend:

@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from sandbox_guard import files_owned_by, mount_points  # noqa: E402  (the tests' leftover probes)
+from testkit.sandbox_guard import files_owned_by, mount_points  # the tests' leftover probes
 
 HOST = "127.0.0.1"  # loopback only: these scripts never send traffic anywhere else
 SANDBOX_UID_BASE = 61000  # SandboxConfig.uid_base: slot i runs as uid 61000 + i

@@ -2,11 +2,11 @@
 
 Every OpInfo that supports autograd, each CPU sample input in float64 and complex128 (where its
 backward dtypes allow): a snippet draws the sample, calls the op, backward, backward again and,
-where the op supports gradgrad, a create_graph=True double backward (tests/opinfo_sweep.py).
+where the op supports gradgrad, a create_graph=True double backward (server/testkit/opinfo_sweep.py).
 Each snippet runs traced and plain; a case agrees when tracing never stopped, the status, every
 call's error, every input's .grad after each call, autograd.grad's returns, the freed flags,
 the node a failing call stopped in, the nodes each call ran (in the engine's order) and the stale
-flags all match plain torch (tests/truth.py).
+flags all match plain torch (server/testkit/truth.py).
 
 Prints agreeing/total, then the disagreeing cases grouped by cause (their first disagreement,
 particulars blanked out) with an example and the ops; every exception the tracer raised or
@@ -37,9 +37,8 @@ from collections import Counter, defaultdict
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import opinfo_sweep as sweep  # noqa: E402  (tests/ is on sys.path)
 import torch  # noqa: E402
+from testkit import opinfo_sweep as sweep
 
 EXAMPLE_OPS = 12  # ops named per cause
 

@@ -24,7 +24,6 @@ import io
 import json
 import statistics
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -35,8 +34,7 @@ from urllib.parse import urlparse
 from playwright.sync_api import sync_playwright
 
 # Chromium, its flags and the server start-up are shared with the browser tests
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from browser_support import launch, start_server, stop_server  # noqa: E402
+from testkit.browser_support import launch, start_server, stop_server
 from tracer_overhead import SNIPPET as TRANSFORMER  # noqa: E402  (benchmarks/ is on sys.path)
 
 

@@ -25,14 +25,11 @@ import shutil
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import httpx
 from harness import SEED, Server, percentile
 from load import run_load
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from services import Nginx, RedisServer  # noqa: E402
+from testkit.services import Nginx, RedisServer
 
 UID_BASES = (62000, 62100)
 

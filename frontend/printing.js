@@ -7,7 +7,7 @@
 // more below 0.1 so every value keeps 4 significant digits of its own. The trace
 // stores values rounded to exactly these digits and the mode torch chose
 // (`grad.format`); modesOf derives it for numbers the trace does not carry.
-// tests/test_printing.py checks this module against torch through node.
+// tests/trace/test_printing.py checks this module against torch through node.
 
 const DECIMALS = 4; // torch's default print precision
 const OWN_DIGITS = 4; // significant digits every value keeps of its own

@@ -1,11 +1,5 @@
-"""Shared test setup: make tests/truth.py importable as ``truth``."""
-
-import sys
-from pathlib import Path
-
-TESTS = Path(__file__).resolve().parent
-if str(TESTS) not in sys.path:
-    sys.path.insert(0, str(TESTS))
+"""Shared test setup. Tests are grouped by layer in folders; what they share with the benchmarks
+lives in ``server/testkit`` (importable from the checkout, never installed)."""
 
 # the `browser` and `server` fixtures of the browser tests, for any test module that requests them
-from browser_support import browser, server  # noqa: E402, F401
+from testkit.browser_support import browser, server  # noqa: F401

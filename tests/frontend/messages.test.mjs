@@ -1,5 +1,5 @@
 // Unit tests for frontend/messages.js: which parent origins a restricted frame talks to.
-// (The frame's messages themselves are checked in Chromium by tests/test_browser_embed.py.)
+// (The frame's messages themselves are checked in Chromium by tests/browser/test_browser_embed.py.)
 // Run: node --test tests/frontend/
 import { test } from "node:test";
 import assert from "node:assert/strict";

@@ -1,5 +1,5 @@
 // Unit tests for frontend/permalink.js: the URL code codec and the embed parameters.
-// (Its compatibility with server/gradstep/permalink.py is checked from tests/test_permalink.py.)
+// (Its compatibility with server/gradstep/permalink.py is checked from tests/server/test_permalink.py.)
 // Run: node --test tests/frontend/
 import { test } from "node:test";
 import assert from "node:assert/strict";

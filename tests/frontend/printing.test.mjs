@@ -1,5 +1,5 @@
 // frontend/printing.js where JavaScript's number formatting differs from Python's (which torch
-// prints with). The strings themselves are checked against torch by tests/test_printing.py, which
+// prints with). The strings themselves are checked against torch by tests/trace/test_printing.py, which
 // runs this module under node next to torch; here only what JS would get wrong on its own.
 // Run: node --test tests/frontend/
 import { test } from "node:test";

@@ -1,7 +1,7 @@
 """The per-step passes of a snapshot, behind one seam.
 
 Each pass exists twice: in C (tracer/_nodes.c, fast) and here in Python (the reference that
-tests/test_tracer_native.py holds the C one to, and what runs when the extension is not
+tests/tracer/test_tracer_native.py holds the C one to, and what runs when the extension is not
 built). ``chosen`` picks once per recording; where a C pass fails on something it did not
 expect (a tensor without storage, a wrapper), its Python twin redoes that step's pass, reading
 each tensor on its own so that what it cannot read is said for that tensor alone.

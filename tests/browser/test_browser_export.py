@@ -1,0 +1,316 @@
+"""The static export in Chromium, opened from file:// with every network request refused.
+
+What the page shows at each step is checked against the trace it carries (the trace itself is
+checked against plain PyTorch in test_export.py and test_tracer_truth.py), as test_browser.py does
+for the app.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from gradstep import snippets
+from gradstep.export import export_html
+from gradstep.tracer import record
+from test_browser import assert_step_matches
+from testkit.browser_support import GRAPH_STATE, needs_chromium
+
+pytestmark = needs_chromium
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+class FilePage:
+    """A page opened from a file: any request but the file itself is aborted and recorded."""
+
+    def __init__(self, browser, path: Path, also: tuple[Path, ...] = (), **context):
+        self.ctx = browser.new_context(viewport={"width": 1280, "height": 900}, **context)
+        self.url = path.resolve().as_uri()
+        self.allowed = {self.url, *(p.resolve().as_uri() for p in also)}
+        self.refused: list[str] = []
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.ctx.route("**/*", self._route)
+        self.page = self.ctx.new_page()
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+    def _route(self, route):
+        if route.request.url in self.allowed:
+            route.continue_()
+        else:
+            self.refused.append(route.request.url)
+            route.abort()
+
+    def _console(self, m):
+        if m.type == "error":
+            self.errors.append(m.text)
+        elif m.type == "warning":
+            self.warnings.append(m.text)
+
+    def open(self) -> None:
+        self.page.goto(self.url)
+        self.page.wait_for_function(
+            "document.body.dataset.ready === 'true' || document.querySelector('.gs-export-failed')",
+            timeout=30_000,
+        )
+        failed = self.page.locator(".gs-export-failed")
+        assert failed.count() == 0, failed.first.inner_text()
+
+    def press(self, key: str) -> None:
+        self.page.focus("#gradstep")
+        self.page.keyboard.press(key)
+
+    def graph_state(self) -> dict:
+        return self.page.evaluate(GRAPH_STATE)
+
+    def network(self) -> list[str]:
+        """Requests that would have left the page: everything but the file and its own Blob/data URLs."""
+        return self.refused + [
+            u for u in self.requests if u not in self.allowed and not u.startswith(("blob:", "data:"))
+        ]
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def luminance(css_color: str) -> float:
+    """0 (black) to 1 (white), from a computed `rgb(r, g, b)`."""
+    r, g, b = (float(v) for v in css_color[css_color.index("(") + 1 : css_color.index(")")].split(",")[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+def export(tmp_path: Path, code: str, name: str = "page.html", **options) -> tuple[Path, dict]:
+    data = record(code)
+    path = tmp_path / name
+    path.write_text(export_html(data, **options), encoding="utf-8")
+    return path, data
+
+
+@pytest.fixture
+def opened(browser):
+    pages: list[FilePage] = []
+
+    def open_(path: Path, also: tuple[Path, ...] = (), **context) -> FilePage:
+        p = FilePage(browser, path, also, **context)
+        pages.append(p)
+        p.open()
+        return p
+
+    yield open_
+    for p in pages:
+        p.close()
+
+
+def test_exported_page_replays_every_step_from_file_with_no_network_request(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["shared_trunk_partial_grads"].code)
+    page = opened(path)
+    assert_step_matches(page.graph_state(), trace, 0)
+    for i in range(1, len(trace["steps"])):
+        page.press("ArrowRight")
+        assert_step_matches(page.graph_state(), trace, i)
+    page.press("Home")
+    assert page.graph_state()["step"] == 0
+    assert page.network() == []
+    assert page.errors == []
+
+
+def test_exported_page_opens_at_the_requested_step(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["retain_graph_accumulates"].code, step=2)
+    page = opened(path)
+    assert_step_matches(page.graph_state(), trace, 2)
+    assert page.errors == []
+
+
+def test_exported_page_clamps_a_step_past_the_end_to_the_last(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["backward_twice_fails"].code, step=1000)
+    page = opened(path)
+    assert_step_matches(page.graph_state(), trace, len(trace["steps"]) - 1)
+
+
+def test_exported_page_shows_the_snippets_error_at_its_line(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["backward_twice_fails"].code, step=1000)
+    page = opened(path)
+    err = page.page.locator(".gs-inline-error").first
+    assert err.get_attribute("data-error-line") == str(trace["error"]["line"])
+    assert "backward through the graph a second time" in err.inner_text()
+
+
+def test_exported_page_in_dark_theme_is_dark_even_when_the_system_is_light(tmp_path, opened):
+    path, _ = export(tmp_path, snippets.load_all()["backward_twice_fails"].code, theme="dark")
+    page = opened(path, color_scheme="light")
+    ink = page.page.evaluate("getComputedStyle(document.querySelector('#gradstep')).color")
+    bg = page.page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert page.page.locator("#gradstep").get_attribute("data-theme") == "dark"
+    assert luminance(bg) < 0.2 < 0.7 < luminance(ink), f"text {ink} on {bg} is not the dark theme"
+
+
+def test_exported_big_model_expands_every_node_from_file(tmp_path, opened):
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from tracer_overhead import SNIPPET
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    path, trace = export(tmp_path, SNIPPET, step=1000)
+    page = opened(path)
+    page.page.click(".gs-expand-all")
+    n = len(trace["nodes"])
+    page.page.wait_for_function(f"document.querySelectorAll('[data-node-id]').length >= {n}", timeout=60_000)
+    assert page.page.locator("[data-node-id]").count() == n
+    assert page.network() == []
+    assert page.errors == []
+
+
+MYST_HOST = """async ([esm, body]) => {
+  // what a MyST page does with ```{anywidget} ./file.mjs``` and a JSON body: a model of that body
+  const mod = await import(URL.createObjectURL(new Blob([esm], { type: "text/javascript" })));
+  const state = { ...body };
+  window.model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, on() {}, off() {} };
+  const el = document.createElement("div");
+  document.body.append(el);
+  await mod.default.render({ model: window.model, el });
+  const s = el.querySelector(".gradstep-widget-host").shadowRoot.querySelector(".gs-stepper");
+  return [Number(s.dataset.step), Number(s.dataset.steps)];
+}"""
+
+
+def test_widget_export_shows_its_own_trace_at_the_step_a_myst_body_sets(opened, tmp_path):
+    from gradstep.export import export_widget
+
+    trace = record(snippets.load_all()["retain_graph_accumulates"].code)
+    esm = export_widget(trace, step=0)
+    host = tmp_path / "host.html"
+    host.write_text('<!doctype html><body data-ready="true"></body>')
+    page = opened(host)
+    assert page.page.evaluate(MYST_HOST, [esm, {"step": 2}]) == [2, len(trace["steps"])]
+    assert page.network() == []
+    assert page.errors == []
+
+
+@pytest.fixture
+def http_folder(tmp_path):
+    """tmp_path served over http on a free loopback port (a static host)."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+NODE_PLACES = """() => Object.fromEntries([...document.querySelectorAll('[data-node-id]')]
+  .map((el) => [el.dataset.nodeId, el.getAttribute('transform')]))"""
+
+
+def test_big_model_lays_out_in_the_worker_the_same_from_file_as_from_a_static_host(browser, http_folder):
+    """The layout worker starts from file:// (a data: URL module worker) as from a static host,
+    and every node lands in the same place either way."""
+    folder, base = http_folder
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from tracer_overhead import SNIPPET
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    path, trace = export(folder, SNIPPET)
+    places = {}
+    for label, url in (("file", path.as_uri()), ("http", f"{base}/{path.name}")):
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = ctx.new_page()
+        workers: list[str] = []
+        warnings: list[str] = []
+        page.on("worker", lambda w, workers=workers: workers.append(w.url))
+        page.on("console", lambda m, warnings=warnings: m.type == "warning" and warnings.append(m.text))
+        try:
+            page.goto(url)
+            page.wait_for_function("document.body.dataset.ready === 'true'", timeout=30_000)
+            page.click(".gs-expand-all")
+            n = len(trace["nodes"])
+            page.wait_for_function(
+                f"document.querySelectorAll('[data-node-id]').length >= {n}"
+                " && !document.querySelector('.gs-laying-out')",
+                timeout=60_000,
+            )
+            places[label] = page.evaluate(NODE_PLACES)
+            assert workers, f"{label}: no layout worker started"
+            assert not any("layout worker failed" in w for w in warnings), f"{label}: {warnings}"
+        finally:
+            ctx.close()
+    assert len(places["file"]) == len(trace["nodes"])
+    assert places["file"] == places["http"]
+
+
+HOST_FRAME = """<!doctype html><body data-ready="true"><script>
+window.got = [];
+addEventListener("message", (ev) => window.got.push(ev.data));
+</script><iframe id="f" src="%s" style="width: 900px; height: 300px; border: 0"></iframe></body>"""
+
+
+def test_exported_page_in_a_frame_reports_ready_steps_and_its_height_and_follows_goto(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["retain_graph_accumulates"].code)
+    host = tmp_path / "host.html"
+    host.write_text(HOST_FRAME % path.name)
+    page = opened(host, also=(path,))
+    p = page.page
+    p.wait_for_function("window.got.some((m) => m.type === 'gradstep:ready')", timeout=30_000)
+    ready = p.evaluate("window.got.find((m) => m.type === 'gradstep:ready')")
+    assert ready == {"type": "gradstep:ready", "steps": len(trace["steps"]), "step": 0}
+    frame = p.frame_locator("#f")
+    height = frame.locator("html").evaluate("(el) => el.scrollHeight")
+    p.wait_for_function(f"window.got.some((m) => m.context === 'iframe.resize' && m.height === {height})")
+    assert p.evaluate(f"window.got.some((m) => m.subject === 'lti.frameResize' && m.height === {height})")
+    last = len(trace["steps"]) - 1
+    p.evaluate(
+        f"document.getElementById('f').contentWindow.postMessage({{type: 'gradstep:goto', step: {last}}}, '*')"
+    )
+    frame.locator(f".gs-stepper[data-step='{last}']").wait_for(timeout=10_000)
+    p.wait_for_function(f"window.got.some((m) => m.type === 'gradstep:step' && m.step === {last})")
+    step = p.evaluate(f"window.got.find((m) => m.type === 'gradstep:step' && m.step === {last})")
+    assert step == {"type": "gradstep:step", "step": last, "steps": len(trace["steps"])}
+    assert page.network() == []
+    assert page.errors == []
+
+
+URL_HOST = """async ([esm, body]) => {
+  const mod = await import(URL.createObjectURL(new Blob([esm], { type: "text/javascript" })));
+  const state = { ...body };
+  const model = { get: (k) => state[k], set() {}, on() {}, off() {} };
+  const el = document.createElement("div");
+  document.body.append(el);
+  await mod.default.render({ model, el });
+  const root = el.querySelector(".gradstep-widget-host").shadowRoot;
+  const s = root.querySelector(".gs-stepper");
+  const alert = root.querySelector("[role=alert]");
+  return s ? [Number(s.dataset.step), Number(s.dataset.steps)] : alert.textContent;
+}"""
+
+
+def test_widget_module_fetches_a_trace_url_next_to_the_page(browser, http_folder):
+    from gradstep.export import export_json
+    from gradstep.notebook import widget_esm
+
+    folder, base = http_folder
+    trace = record(snippets.load_all()["retain_graph_accumulates"].code)
+    (folder / "cube.json").write_bytes(export_json(trace))
+    (folder / "page.html").write_text("<!doctype html><title>book</title>")
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        page.goto(f"{base}/page.html")
+        got = page.evaluate(URL_HOST, [widget_esm(), {"trace_url": "cube.json", "step": 1}])
+        assert got == [1, len(trace["steps"])]
+        missing = page.evaluate(URL_HOST, [widget_esm(), {"trace_url": "gone.json"}])
+        assert (
+            missing == "gradstep could not show this trace: could not load the trace from gone.json: HTTP 404"
+        )
+    finally:
+        ctx.close()

@@ -1,0 +1,304 @@
+"""Static export: `gradstep export FILE.py -o page.html` and gradstep.export.
+
+The page is one file: every front-end module, the CSS and the trace inlined (what it looks like in
+a browser, opened from file://, is tests/browser/test_browser_export.py). The trace it carries comes from
+the sandbox, and what it says is checked here against plain PyTorch run on the same snippet.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+from gradstep.export import ExportError, bundle, collect, export_html, frontend_folder, write_export
+from gradstep.schema import Trace
+from gradstep.tracer import record
+
+GRADSTEP = Path(sys.executable).with_name("gradstep")
+SAFETY = 120  # seconds: only so a hung child cannot hang the suite
+REPO = Path(__file__).resolve().parents[2]
+SNIPPET = REPO / "snippets" / "backward_twice_fails.py"
+
+POW = textwrap.dedent(
+    """\
+    import torch
+    x = torch.tensor(2.0, requires_grad=True)
+    y = x ** 7
+    y.backward()
+    y.backward()
+    """
+)
+
+
+class _Page(HTMLParser):
+    """Every element's attributes, and the text of each <script> by id (or type)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.scripts: dict[str, str] = {}
+        self._script: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append((tag, a))
+        if tag == "script":
+            self._script = a.get("id") or a.get("type") or "script"
+            self.scripts[self._script] = ""
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._script = None
+
+    def handle_data(self, data):
+        if self._script is not None:
+            self.scripts[self._script] += data
+
+
+def parse(page: str) -> _Page:
+    p = _Page()
+    p.feed(page)
+    return p
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(GRADSTEP), *args], capture_output=True, text=True, timeout=SAFETY)
+
+
+# ---------------------------------------------------------------- the inlined modules
+
+
+def test_every_relative_import_of_the_inlined_modules_is_rewritten():
+    for m in collect(["embed.js", "widget.js"]):
+        if m.mime != "text/javascript":
+            continue
+        leftover = re.findall(r"""^(?:import|export)\b[^;]*?["']\.\.?/""", m.source, re.M)
+        assert not leftover, f"{m.name} still imports by a relative URL: {leftover}"
+        own_url = re.findall(r"""new URL\(\s*["']\.\.?/[^"']+["']\s*,\s*import\.meta\.url""", m.source)
+        assert not own_url, f"{m.name} still resolves files by its own URL: {own_url}"
+
+
+def test_modules_are_inlined_after_everything_they_import():
+    seen: set[str] = set()
+    for m in collect(["embed.js"]):
+        assert set(m.deps) <= seen, f"{m.name} comes before {set(m.deps) - seen}"
+        seen.add(m.name)
+
+
+def test_the_layout_worker_and_the_stylesheet_travel_with_the_viewer():
+    names = {m.name for m in collect(["embed.js"])}
+    assert {"viewer.js", "layout.worker.js", "style.css", "vendor/dagre.js"} <= names
+
+
+def test_files_the_viewer_does_not_use_are_not_inlined():
+    names = {m.name for m in collect(["embed.js"])}
+    assert "app.js" not in names
+    assert not any(n.startswith(("node_modules/", "vendor-src/")) for n in names)
+
+
+def test_an_import_cycle_is_reported_with_its_path(tmp_path):
+    (tmp_path / "a.js").write_text('import { b } from "./b.js";\nexport const a = 1;\n')
+    (tmp_path / "b.js").write_text('import { a } from "./a.js";\nexport const b = 2;\n')
+    with pytest.raises(ExportError, match=r"cycle: a\.js -> b\.js -> a\.js"):
+        collect(["a.js"], tmp_path)
+
+
+def test_a_missing_module_is_reported_with_its_importer(tmp_path):
+    (tmp_path / "a.js").write_text('import { gone } from "./gone.js";\n')
+    with pytest.raises(ExportError, match=r"gone\.js not found .*referred to by a\.js"):
+        collect(["a.js"], tmp_path)
+
+
+def test_an_import_leaving_the_front_end_folder_is_refused(tmp_path):
+    (tmp_path / "a.js").write_text('import { x } from "../secret.js";\n')
+    with pytest.raises(ExportError, match="outside the front end folder"):
+        collect(["a.js"], tmp_path)
+
+
+def test_the_bundle_is_one_module_without_a_closing_script_tag():
+    text = bundle("embed.js")
+    assert "</script" not in text.lower()
+    assert "export const render" in text
+
+
+# ---------------------------------------------------------------- the page
+
+
+def test_the_page_refers_to_no_other_file():
+    page = parse(export_html(record(POW)))
+    for tag, attrs in page.tags:
+        refs = [attrs[k] for k in ("src", "href") if k in attrs and not attrs[k].startswith("data:")]
+        assert not refs, f"<{tag}> refers to another file: {attrs}"
+    assert any(t == "link" and a.get("rel") == "icon" for t, a in page.tags)  # inline: no favicon request
+
+
+def test_the_page_carries_the_trace_unchanged():
+    data = record(POW)
+    page = parse(export_html(data))
+    assert json.loads(page.scripts["gradstep-trace"]) == data
+
+
+def test_code_and_output_with_script_tags_cannot_break_out_of_the_page():
+    code = 'import torch\nprint("</script><script>alert(1)</script>")\ns = "<!-- </style>"\n'
+    data = record(code)
+    page = parse(export_html(data))
+    assert json.loads(page.scripts["gradstep-trace"]) == data
+    assert [t for t, _ in page.tags].count("script") == 3  # trace, options, the module
+
+
+def test_the_page_runs_only_its_own_module_by_its_hash():
+    page = parse(export_html(record(POW)))
+    (meta,) = [a for t, a in page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    policy = dict(d.strip().split(" ", 1) for d in meta["content"].split(";"))
+    digest = base64.b64encode(hashlib.sha256(page.scripts["module"].encode()).digest()).decode()
+    # the inline module, and the Blob / data: URLs it makes of the front end's sources: nothing else runs
+    assert policy["script-src"].split() == [f"'sha256-{digest}'", "blob:", "data:"]
+    assert policy["default-src"] == "'none'"  # no network: no fetch, no image, no frame from anywhere
+    assert "connect-src" not in policy and "unsafe" not in policy["script-src"]
+    assert page.tags.index(("meta", meta)) < [t for t, _ in page.tags].index("script")  # before any script
+
+
+def test_a_step_past_the_end_opens_the_last_step():
+    data = record(POW)
+    options = json.loads(parse(export_html(data, step=99)).scripts["gradstep-options"])
+    assert options["step"] == len(data["steps"]) - 1
+
+
+def test_a_negative_step_opens_the_first_step():
+    options = json.loads(parse(export_html(record(POW), step=-3)).scripts["gradstep-options"])
+    assert options["step"] == 0
+
+
+def test_an_unknown_theme_is_refused_by_name():
+    with pytest.raises(ExportError, match="theme must be one of light, dark, auto, not 'pink'"):
+        export_html(record(POW), theme="pink")
+
+
+def test_a_fractional_step_is_refused():
+    with pytest.raises(ExportError, match="step must be a whole number"):
+        export_html(record(POW), step=1.5)
+
+
+def test_a_typed_trace_exports_like_its_dict():
+    data = record(POW)
+    page = parse(export_html(Trace.model_validate(data)))
+    assert Trace.model_validate(json.loads(page.scripts["gradstep-trace"])) == Trace.model_validate(data)
+
+
+def test_the_theme_is_set_on_the_page():
+    page = parse(export_html(record(POW), theme="dark"))
+    assert ("html", {"lang": "en", "data-theme": "dark"}) in page.tags
+
+
+def test_the_front_end_folder_is_found():
+    assert (frontend_folder() / "embed.js").is_file()
+
+
+# ---------------------------------------------------------------- gradstep export (sandboxed)
+
+
+def plain_grad_after_first_backward() -> float:
+    x = torch.tensor(2.0, requires_grad=True)
+    y = x**7
+    y.backward()
+    return x.grad.item()
+
+
+def grads_in(trace: dict, name: str) -> list:
+    out = []
+    for step in trace["steps"]:
+        for t in step.get("tensors", []):
+            if t["name"] == name and t.get("grad"):
+                out.append(t["grad"]["values"])
+    return out
+
+
+def test_cli_export_writes_a_page_whose_trace_matches_plain_torch(tmp_path):
+    out = tmp_path / "page.html"
+    r = run_cli("export", str(SNIPPET), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"wrote {out}" in r.stderr
+    trace = json.loads(parse(out.read_text()).scripts["gradstep-trace"])
+    # the snippet's second backward fails, as in plain torch; x.grad keeps the first one's value
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        x = torch.tensor(2.0, requires_grad=True)
+        y = x**7
+        y.backward()
+        y.backward()
+    assert trace["status"] == "error"
+    assert trace["error"]["type"] == "RuntimeError"
+    assert grads_in(trace, "x")[-1] == pytest.approx(plain_grad_after_first_backward())
+
+
+def test_cli_export_json_writes_the_raw_trace(tmp_path):
+    out = tmp_path / "trace.json"
+    r = run_cli("export", str(SNIPPET), "--format", "json", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    trace = Trace.model_validate_json(out.read_bytes())
+    assert trace.status == "error"
+    assert trace.code == SNIPPET.read_text()
+
+
+def test_cli_export_of_a_snippet_with_a_syntax_error_still_writes_the_page(tmp_path):
+    src = tmp_path / "broken.py"
+    src.write_text("import torch\nx = (\n")
+    out = tmp_path / "page.html"
+    r = run_cli("export", str(src), "-o", str(out), "--step", "5")
+    assert r.returncode == 0, r.stderr
+    trace = json.loads(parse(out.read_text()).scripts["gradstep-trace"])
+    with pytest.raises(SyntaxError) as plain:
+        compile(src.read_text(), str(src), "exec")
+    assert trace["status"] == "error"
+    assert trace["error"]["type"] == "SyntaxError"
+    assert trace["error"]["line"] == plain.value.lineno
+
+
+def test_cli_export_of_a_missing_file_exits_2_naming_it(tmp_path):
+    r = run_cli("export", str(tmp_path / "nope.py"), "-o", str(tmp_path / "p.html"))
+    assert r.returncode == 2
+    assert "cannot read" in r.stderr and "nope.py" in r.stderr
+    assert not (tmp_path / "p.html").exists()
+
+
+def test_cli_export_with_an_unknown_theme_exits_2_listing_the_themes(tmp_path):
+    r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "p.html"), "--theme", "pink")
+    assert r.returncode == 2
+    assert "invalid choice: 'pink'" in r.stderr and "light" in r.stderr
+
+
+def test_cli_export_into_a_missing_folder_exits_2_before_running(tmp_path):
+    r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "no" / "p.html"))
+    assert r.returncode == 2
+    assert "does not exist" in r.stderr
+
+
+def test_cli_export_with_a_non_numeric_step_exits_2(tmp_path):
+    r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "p.html"), "--step", "two")
+    assert r.returncode == 2
+    assert "invalid int value: 'two'" in r.stderr
+
+
+def test_widget_format_writes_one_module_carrying_the_trace(tmp_path):
+    data = record(POW)
+    out = tmp_path / "pow.mjs"
+    assert write_export(lambda: json.dumps(data).encode(), output=str(out), fmt="widget", step=9) == 0
+    text = out.read_text()
+    defaults = json.loads(re.search(r"^const DEFAULTS = (.*);$", text, re.M).group(1))
+    assert defaults == {"trace": data, "step": len(data["steps"]) - 1, "theme": "auto"}
+    assert "export default" in text
+
+
+def test_an_unknown_format_is_refused_before_the_snippet_runs(tmp_path):
+    ran = []
+    with pytest.raises(ExportError, match="format must be one of html, json, widget, not 'pdf'"):
+        write_export(lambda: ran.append(1) or b"{}", output=str(tmp_path / "x"), fmt="pdf")
+    assert ran == []

@@ -1,0 +1,291 @@
+"""Notebooks: gradstep.trace, gradstep.show, the %%gradstep cell magic, the anywidget module.
+
+The cell magic runs in IPython's own InteractiveShell; what a notebook displays (the iframe of
+_repr_html_, the anywidget module with a model) is rendered in Chromium and checked against the
+trace, whose values are checked against plain PyTorch.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import gradstep
+import pytest
+import torch
+from gradstep.notebook import Stepper, widget_esm
+from test_browser import assert_step_matches
+from testkit.browser_support import GRAPH_STATE, fmt_values, needs_chromium
+
+REPO = Path(__file__).resolve().parents[2]
+CODE = textwrap.dedent(
+    """\
+    import torch
+    w = torch.tensor([1.0, -2.0], requires_grad=True)
+    h = (w * 3).tanh()
+    loss = h.sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    """
+)
+
+
+def plain_grads() -> list[list[float]]:
+    """w.grad after each backward call, in plain torch."""
+    w = torch.tensor([1.0, -2.0], requires_grad=True)
+    loss = (w * 3).tanh().sum()
+    out = []
+    loss.backward(retain_graph=True)
+    out.append(w.grad.tolist())
+    loss.backward()
+    out.append(w.grad.tolist())
+    return out
+
+
+def srcdoc_of(markup: str) -> str:
+    m = re.search(r'srcdoc="([^"]*)"', markup)
+    assert m, markup[:200]
+    return html.unescape(m.group(1))
+
+
+def trace_in_page(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="gradstep-trace">(.*?)</script>', page, re.S)
+    return json.loads(m.group(1))
+
+
+# ---------------------------------------------------------------- Python side
+
+
+def test_importing_gradstep_and_its_notebook_module_does_not_import_torch():
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys, gradstep, gradstep.notebook; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.stdout.strip() == "False", r.stderr
+
+
+def test_trace_returns_a_typed_trace_whose_grads_match_plain_torch():
+    t = gradstep.trace(CODE)
+    assert isinstance(t, gradstep.Trace)
+    calls = [s for s in t.steps if s.kind == "backward"]
+    got = [next(x.grad.values for x in s.tensors if x.name == "w") for s in calls]
+    want = plain_grads()
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        # values are rounded to the digits torch prints: at least 4 significant digits of their own
+        assert g == pytest.approx(w, rel=1e-3, abs=1e-3 * max(map(abs, w)))
+
+
+def test_show_displays_an_iframe_holding_the_exported_page_of_the_code():
+    shown = gradstep.show(CODE)
+    page = srcdoc_of(shown._repr_html_())
+    assert trace_in_page(page)["code"] == CODE
+    assert '<script type="module">' in page
+
+
+def test_show_carries_the_same_verified_diagnoses_as_trace():
+    code = (REPO / "snippets" / "backward_twice_fails.py").read_text()
+    shown = gradstep.show(code)
+    assert shown.trace.diagnoses, "a second backward through a freed graph is a known mistake"
+    assert shown.trace.diagnoses == gradstep.trace(code).diagnoses
+
+
+def test_show_opens_at_a_step_past_the_end_as_the_last_step():
+    shown = gradstep.show(CODE, step=500)
+    assert shown.step == len(shown.data["steps"]) - 1
+
+
+def test_show_refuses_an_unknown_theme_by_name():
+    with pytest.raises(ValueError, match="theme must be one of light, dark, auto, not 'sepia'"):
+        gradstep.show(CODE, theme="sepia")
+
+
+def test_show_refuses_a_height_too_small_to_see():
+    with pytest.raises(ValueError, match="height must be a whole number of pixels, at least 120"):
+        gradstep.show(CODE, height=10)
+
+
+def test_show_refuses_code_that_is_not_a_string():
+    with pytest.raises(TypeError, match="code must be a string of Python, not int"):
+        gradstep.show(42)
+
+
+def test_a_stepper_saves_the_same_page_gradstep_export_writes(tmp_path):
+    shown = gradstep.show(CODE, step=1, theme="dark")
+    path = shown.save(tmp_path / "s.html")
+    assert path.read_text() == shown.html()
+    assert trace_in_page(path.read_text()) == shown.data
+
+
+# ---------------------------------------------------------------- %%gradstep
+
+
+@pytest.fixture(scope="module")
+def shell():
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    sh = InteractiveShell.instance()
+    sh.run_line_magic("load_ext", "gradstep")
+    yield sh
+
+
+def test_load_ext_registers_the_gradstep_cell_magic(shell):
+    assert "gradstep" in shell.magics_manager.magics["cell"]
+
+
+def test_cell_magic_traces_the_cell_and_displays_the_stepper(shell):
+    result = shell.run_cell(f"%%gradstep --step 2 --theme light\n{CODE}")
+    assert result.success, result.error_in_exec
+    shown = result.result
+    assert isinstance(shown, Stepper)
+    assert (shown.step, shown.theme) == (2, "light")
+    formatted, _ = shell.display_formatter.format(shown)
+    assert trace_in_page(srcdoc_of(formatted["text/html"]))["code"].strip() == CODE.strip()
+
+
+def test_cell_magic_with_an_unknown_option_is_a_usage_error(shell):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match=r"%%gradstep: unrecognized arguments: --colour"):
+        shell.run_cell_magic("gradstep", "--colour red", CODE)
+
+
+def test_cell_magic_with_a_bad_theme_is_a_usage_error_naming_the_themes(shell):
+    from IPython.core.error import UsageError
+
+    with pytest.raises(UsageError, match="theme must be one of light, dark, auto"):
+        shell.run_cell_magic("gradstep", "--theme pink", CODE)
+
+
+# ---------------------------------------------------------------- anywidget
+
+
+def test_stepper_widget_is_an_anywidget_carrying_the_trace():
+    anywidget = pytest.importorskip("anywidget")
+    shown = gradstep.show(CODE, step=1)
+    w = shown.widget()
+    assert isinstance(w, anywidget.AnyWidget)
+    assert (w.trace, w.step, w.theme) == (shown.data, 1, "auto")
+    assert "export default" in w._esm
+
+
+# ---------------------------------------------------------------- in Chromium
+
+
+@pytest.fixture
+def page(browser):
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    p = ctx.new_page()
+    p.errors = []
+    p.on("console", lambda m: m.type == "error" and p.errors.append(m.text))
+    p.on("pageerror", lambda e: p.errors.append(str(e)))
+    yield p
+    ctx.close()
+
+
+@needs_chromium
+def test_notebook_output_shows_the_stepper_with_the_grads_of_plain_torch(page):
+    shown = gradstep.show(CODE, step=100)
+    page.set_content(f"<h1>a notebook</h1>{shown._repr_html_()}")
+    frame = page.frame_locator("iframe.gradstep-frame")
+    frame.locator("body[data-ready=true]").wait_for(timeout=30_000)
+    inner = next(f for f in page.frames if f != page.main_frame)
+    last = len(shown.data["steps"]) - 1
+    assert_step_matches(inner.evaluate(GRAPH_STATE), shown.data, last)
+    w = inner.locator('[data-grad-for="w"]').first.text_content()
+    assert w == fmt_values(plain_grads()[-1])
+    assert page.errors == []
+
+
+WIDGET_HOST = """async ([esm, trace]) => {
+  const url = URL.createObjectURL(new Blob([esm], { type: "text/javascript" }));
+  const mod = await import(url);
+  const state = { trace, step: 1, theme: "dark" };
+  const handlers = {};
+  window.model = {
+    get: (k) => state[k],
+    set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
+    on: (ev, f) => { (handlers[ev] ||= []).push(f); },
+    off: (ev, f) => { handlers[ev] = (handlers[ev] || []).filter((g) => g !== f); },
+    save_changes() {},
+  };
+  const el = document.createElement("div");
+  el.id = "out";
+  document.body.append(el);
+  window.cleanup = await mod.default.render({ model: window.model, el });
+}"""
+
+SHADOW_STEP = """() => {
+  const root = document.querySelector('.gradstep-widget-host').shadowRoot;
+  const s = root.querySelector('.gs-stepper');
+  return s ? [Number(s.dataset.step), Number(s.dataset.steps)] : null;
+}"""
+
+
+@needs_chromium
+def test_widget_module_renders_the_models_trace_and_follows_its_step(page):
+    data = gradstep.show(CODE).data
+    page.set_content("<title>host</title>")
+    page.evaluate(WIDGET_HOST, [widget_esm(), data])
+    assert page.evaluate(SHADOW_STEP) == [1, len(data["steps"])]
+    page.evaluate("model.set('step', 1000)")
+    page.wait_for_function(f"({SHADOW_STEP})()[0] === {len(data['steps']) - 1}", timeout=10_000)
+    # the page's own styles are untouched: ours live in the widget's shadow root
+    assert page.evaluate("document.styleSheets.length") == 0
+    assert page.errors == []
+
+
+@needs_chromium
+def test_widget_module_without_a_trace_says_so(page):
+    page.set_content("<title>host</title>")
+    page.evaluate(WIDGET_HOST, [widget_esm(), None])
+    text = page.evaluate(
+        "document.querySelector('.gradstep-widget-host').shadowRoot.querySelector('[role=alert]').textContent"
+    )
+    assert 'no "trace"' in text
+
+
+FRAME_HEIGHTS = """() => {
+  const f = document.querySelector('iframe.gradstep-frame');
+  return [f.getBoundingClientRect().height, f.contentDocument.documentElement.scrollHeight];
+}"""
+
+
+@needs_chromium
+def test_notebook_output_grows_to_the_height_of_the_stepper(page):
+    page.set_content(gradstep.show(CODE)._repr_html_())
+    page.frame_locator("iframe.gradstep-frame").locator("body[data-ready=true]").wait_for(timeout=30_000)
+    page.wait_for_function(
+        f"(({FRAME_HEIGHTS})()).every((h, _, a) => Math.abs(h - a[1]) <= 1)", timeout=10_000
+    )
+    outer, inner = page.evaluate(FRAME_HEIGHTS)
+    assert outer > 300 and abs(outer - inner) <= 1
+
+
+@needs_chromium
+def test_notebook_output_with_a_height_keeps_it(page):
+    listen = "<script>window.sizes = []; addEventListener('message', (e) => e.data.height && sizes.push(e.data.height));</script>"
+    page.set_content(listen + gradstep.show(CODE, height=400)._repr_html_())
+    page.wait_for_function("window.sizes.length > 0", timeout=30_000)  # the page did report its height
+    outer, inner = page.evaluate(FRAME_HEIGHTS)
+    assert outer == 400 < inner
+
+
+def test_cell_magic_on_a_failing_cell_shows_the_error_plain_torch_raises(shell):
+    failing = "import torch\nx = torch.ones(3, requires_grad=True)\n(x * 2).backward()\n"
+    with pytest.raises(RuntimeError) as plain:
+        x = torch.ones(3, requires_grad=True)
+        (x * 2).backward()
+    shown = shell.run_cell_magic("gradstep", "", failing)
+    assert shown.trace.status == "error"
+    assert shown.trace.error.type == "RuntimeError"
+    assert shown.trace.error.message == str(plain.value)
+    assert shown.trace.error.line == 3

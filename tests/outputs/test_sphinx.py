@@ -1,0 +1,193 @@
+"""The Sphinx extension: a tiny project built with `python -m sphinx` in a temporary folder, its HTML
+opened in Chromium from file://, what it shows checked against plain PyTorch."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from testkit.browser_support import fmt_values, needs_chromium
+
+pytest.importorskip("sphinx")
+
+SAFETY = 300  # seconds: only so a hung build cannot hang the suite
+
+CUBE = """\
+import torch
+x = torch.tensor([1.0, 2.0], requires_grad=True)
+y = (x ** 3).sum()
+y.backward()"""
+
+
+def plain_cube_grad() -> list[float]:
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    (x**3).sum().backward()
+    return x.grad.tolist()
+
+
+def indent(code: str) -> str:
+    return textwrap.indent(code, "   ")
+
+
+def build(src: Path, builder: str = "html") -> tuple[subprocess.CompletedProcess, Path]:
+    out = src / "_build" / builder
+    r = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", builder, str(src), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=SAFETY,
+    )
+    return r, out
+
+
+def project(tmp: Path, pages: dict[str, str]) -> Path:
+    (tmp / "conf.py").write_text('project = "demo"\nextensions = ["gradstep.sphinx"]\n')
+    for name, text in pages.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_text(text)
+    return tmp
+
+
+GOOD = {
+    "index.rst": f"Demo\n====\n\n.. toctree::\n\n   course/cube\n\n.. gradstep::\n   :theme: dark\n\n{indent(CUBE)}\n",
+    "course/cube.rst": f"Cube\n====\n\n.. gradstep::\n   :step: 99\n   :height: 500\n\n{indent(CUBE)}\n",
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    src = project(tmp_path_factory.mktemp("docs"), GOOD)
+    r, out = build(src)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def iframes(page: Path) -> list[dict]:
+    tags = re.findall(r"<iframe [^>]*>", page.read_text())
+    return [dict(re.findall(r'(\w[\w-]*)="([^"]*)"', t)) for t in tags]
+
+
+def exported(page: Path) -> tuple[dict, dict]:
+    text = page.read_text()
+    trace = re.search(r'id="gradstep-trace">(.*?)</script>', text, re.S).group(1)
+    options = re.search(r'id="gradstep-options">(.*?)</script>', text, re.S).group(1)
+    return json.loads(trace), json.loads(options)
+
+
+def test_each_directive_becomes_an_iframe_to_a_written_export(built):
+    for doc in ("index.html", "course/cube.html"):
+        (frame,) = iframes(built / doc)
+        target = (built / doc).parent / frame["src"]
+        assert target.is_file(), f"{doc} points at {frame['src']}, which was not written"
+
+
+def test_the_export_carries_the_trace_of_the_directives_body(built):
+    (frame,) = iframes(built / "course/cube.html")
+    trace, _ = exported((built / "course").joinpath(frame["src"]))
+    assert trace["code"].strip() == CUBE
+    assert trace["status"] == "ok"
+
+
+def test_directive_options_set_the_step_clamped_the_theme_and_the_height(built):
+    (frame,) = iframes(built / "course/cube.html")
+    trace, options = exported((built / "course").joinpath(frame["src"]))
+    assert options == {"step": len(trace["steps"]) - 1, "theme": "auto"}
+    assert (
+        "height: 500px" in frame["style"] and "data-fixed-height" in (built / "course/cube.html").read_text()
+    )
+    (frame,) = iframes(built / "index.html")
+    assert exported(built / frame["src"])[1]["theme"] == "dark"
+
+
+def test_an_unknown_theme_fails_the_directive_naming_the_choices(tmp_path):
+    src = project(tmp_path, {"index.rst": f"T\n=\n\n.. gradstep::\n   :theme: pink\n\n{indent(CUBE)}\n"})
+    r, out = build(src)
+    assert '"pink" unknown; choose from "light", "dark", or "auto"' in r.stderr
+    assert iframes(out / "index.html") == []
+
+
+def test_a_directive_without_code_says_it_needs_its_body(tmp_path):
+    src = project(tmp_path, {"index.rst": "T\n=\n\n.. gradstep::\n   :step: 1\n"})
+    r, _ = build(src)
+    assert "the directive needs the code to trace as its body" in r.stderr
+
+
+def test_a_negative_step_fails_the_directive(tmp_path):
+    src = project(tmp_path, {"index.rst": f"T\n=\n\n.. gradstep::\n   :step: -1\n\n{indent(CUBE)}\n"})
+    r, _ = build(src)
+    assert "invalid option value: (option: \"step\"; value: '-1')" in r.stderr
+
+
+def test_other_builders_show_the_code(tmp_path):
+    r, out = build(project(tmp_path, {"index.rst": GOOD["course/cube.rst"]}), "text")
+    assert r.returncode == 0, r.stderr
+    assert "y = (x ** 3).sum()" in (out / "index.txt").read_text()
+
+
+@needs_chromium
+def test_built_page_shows_the_stepper_with_the_grads_of_plain_torch(built, browser):
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    page = ctx.new_page()
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    try:
+        page.goto((built / "course" / "cube.html").as_uri())
+        page.frame_locator("iframe.gradstep-frame").locator("body[data-ready=true]").wait_for(timeout=30_000)
+        frame = next(f for f in page.frames if f != page.main_frame)
+        shown = frame.locator('[data-grad-for="x"]').first.text_content()
+        assert shown == fmt_values(plain_cube_grad())
+        assert errors == []
+    finally:
+        ctx.close()
+
+
+@needs_chromium
+def test_an_iframe_without_a_height_grows_to_its_page(built, browser):
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
+    page = ctx.new_page()
+    try:
+        page.goto((built / "index.html").as_uri())
+        inner = page.frame_locator("iframe.gradstep-frame").locator("body[data-ready=true]")
+        inner.wait_for(timeout=30_000)
+        want = inner.evaluate("() => document.documentElement.scrollHeight")
+        page.wait_for_function(
+            f"Math.abs(document.querySelector('iframe.gradstep-frame').getBoundingClientRect().height - {want}) <= 1",
+            timeout=10_000,
+        )
+    finally:
+        ctx.close()
+
+
+def test_a_parallel_build_writes_the_export_of_every_page(tmp_path):
+    pages = {f"p{i}.rst": f"P{i}\n==\n\n.. gradstep::\n\n{indent(CUBE)}\n" for i in range(4)}
+    pages["index.rst"] = "Index\n=====\n\n.. toctree::\n\n" + "".join(f"   p{i}\n" for i in range(4))
+    src = project(tmp_path, pages)
+    out = src / "_build" / "html"
+    r = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-j", "2", "-b", "html", str(src), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=SAFETY,
+    )
+    assert r.returncode == 0, r.stderr
+    for i in range(4):
+        (frame,) = iframes(out / f"p{i}.html")
+        assert (out / frame["src"]).is_file()
+
+
+def test_a_rebuild_keeps_the_exports_of_pages_it_did_not_reread(tmp_path):
+    src = project(tmp_path, {"index.rst": GOOD["course/cube.rst"]})
+    build(src)
+    out = src / "_build" / "html"
+    for f in (out / "_gradstep").iterdir():
+        f.unlink()
+    r, _ = build(src)
+    assert r.returncode == 0, r.stderr
+    (frame,) = iframes(out / "index.html")
+    assert (out / frame["src"]).is_file()

@@ -1,0 +1,253 @@
+"""The Docker image, built by a real container engine and run with the README's flags.
+
+Slow (it builds the image: minutes the first time, a few seconds from the engine's cache), so
+it runs only when asked, with ``make test-image`` (GRADSTEP_TEST_IMAGE=1), and skips, saying
+why, where no engine is installed. Podman with runc (crun refuses hybrid cgroups); docker works
+the same way (GRADSTEP_ENGINE=docker). The build takes its base from GRADSTEP_IMAGE_BASE (a
+local one where Docker Hub can't be pulled: docs/deploy.md) and passes the pip settings of the
+machine it runs on (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_CERT; local paths
+mounted read-only) plus GRADSTEP_IMAGE_BUILD_ARGS. GRADSTEP_IMAGE names an image to test
+instead of building one.
+
+The container runs with exactly the flags of the README's ``docker run`` line (read from it);
+then the server's /healthz, a trace compared with plain torch, and attacks from the battery.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from testkit.container import image_env
+from testkit.sandbox_guard import MOUNT_POINTS, bound
+
+REPO = Path(__file__).resolve().parents[2]
+ENGINE = os.environ.get("GRADSTEP_ENGINE", "podman")
+START_TIMEOUT = 240.0  # seconds: the zygote imports torch and warms up (slower in a busy container)
+NAME = f"gradstep-test-{os.getpid()}"  # the container
+
+
+def why_not() -> str | None:
+    if os.environ.get("GRADSTEP_TEST_IMAGE") != "1":
+        return "slow (builds the Docker image): run it with `make test-image` (GRADSTEP_TEST_IMAGE=1)"
+    if shutil.which(ENGINE) is None:
+        return f"no container engine here ({ENGINE} not found; GRADSTEP_ENGINE picks another)"
+    if os.geteuid() != 0:
+        return "the image test runs the engine as root (rootless engines need their own setup)"
+    return None
+
+
+pytestmark = [pytest.mark.image, pytest.mark.skipif(why_not() is not None, reason=str(why_not()))]
+
+
+def engine(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+    runtime = ["--runtime", "runc"] if ENGINE == "podman" else []
+    done = subprocess.run([ENGINE, *runtime, *args], capture_output=True, text=True, timeout=timeout)
+    if check and done.returncode != 0:
+        raise RuntimeError(
+            f"{ENGINE} {' '.join(args[:2])} failed ({done.returncode}):\n{done.stderr[-4000:]}"
+        )
+    return done
+
+
+def documented_run_flags() -> list[str]:
+    """The flags of the README's `docker run` line (without --rm, the port and the image name)."""
+    section = (REPO / "README.md").read_text().split("## Docker and deploying", 1)[1]
+    command = re.search(r"^docker run .*?(?<!\\)$", section, re.M | re.S)
+    assert command, "README: no docker run line under 'Docker and deploying'"
+    argv = shlex.split(command.group(0).replace("\\\n", " "))
+    assert argv[:3] == ["docker", "run", "--rm"] and argv[-1] == "gradstep", argv
+    flags = argv[3:-1]
+    i = flags.index("-p")
+    return flags[:i] + flags[i + 2 :]
+
+
+def build_args() -> list[str]:
+    """This machine's pip settings as build arguments, local paths they name mounted read-only."""
+    args: list[str] = []
+    mounts: set[str] = set()
+    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT"):
+        value = os.environ.get(name)
+        if not value:
+            continue
+        args += ["--build-arg", f"{name}={value}"]
+        for item in value.split():
+            path = item.removeprefix("file://")
+            if path.startswith("/") and os.path.exists(path):
+                mounts.add(path)
+    args += [f"--volume={m}:{m}:ro" for m in sorted(mounts)]
+    if ENGINE == "podman":
+        args += ["--format", "docker"]  # OCI images drop the HEALTHCHECK
+    if base := os.environ.get("GRADSTEP_IMAGE_BASE"):
+        args += ["--build-arg", f"BASE_IMAGE={base}"]
+    return args + shlex.split(os.environ.get("GRADSTEP_IMAGE_BUILD_ARGS", ""))
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    if named := os.environ.get("GRADSTEP_IMAGE"):
+        return named
+    tag = "localhost/gradstep:test"
+    engine("build", "--tag", tag, *build_args(), str(REPO), timeout=3600)
+    return tag
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str, timeout: float = 5) -> dict:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return json.load(r)
+
+
+@pytest.fixture(scope="module")
+def server(image):
+    """The image's server, started with the README's flags on a loopback port: its base URL."""
+    port = free_port()
+    name = NAME
+    flags = documented_run_flags()
+    if ENGINE == "podman":  # podman's defaults are lower than these machines' hard limits allow
+        flags += ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+    flags = [
+        f"seccomp={REPO / f.removeprefix('seccomp=')}" if f.startswith("seccomp=deploy/") else f
+        for f in flags
+    ]
+    engine("run", "--detach", "--name", name, "-p", f"127.0.0.1:{port}:8000", *flags, image)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            state = engine("inspect", "--format", "{{.State.Status}}", name, check=False).stdout.strip()
+            if state not in ("running", "created", "configured"):
+                logs = engine("logs", name, check=False)
+                raise RuntimeError(f"the container stopped ({state}):\n{logs.stdout}{logs.stderr}")
+            try:
+                if get(f"{url}/healthz")["sandbox"]["zygote"]:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not answer in {START_TIMEOUT:.0f} s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        engine("rm", "--force", name, check=False)
+
+
+def trace(url: str, code: str) -> dict:
+    request = urllib.request.Request(
+        f"{url}/api/trace",
+        data=json.dumps({"code": code}).encode(),
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=120) as r:
+        return json.load(r)
+
+
+def printed(url: str, code: str) -> list[str]:
+    t = trace(url, code)
+    assert t["error"] is None, t["error"]
+    return t["stdout"].splitlines()
+
+
+def test_healthz_lists_every_layer_the_image_requires_as_active(server):
+    layers = get(f"{server}/healthz")["sandbox"]["layers"]
+    required = image_env()["GRADSTEP_REQUIRE_LAYERS"].split(",")
+    assert {name: layers[name] for name in required} == dict.fromkeys(required, "active")
+    assert set(layers) - set(required) == {"cgroup"}  # the container's --memory/--pids-limit stand in
+
+
+@pytest.mark.skipif(ENGINE != "podman", reason="`healthcheck run` is podman's (docker runs it on its own)")
+def test_the_images_healthcheck_passes(server):
+    done = engine("healthcheck", "run", NAME, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_snippet_runs_as_its_slots_uid_with_no_capability(server):
+    code = (
+        "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+        "for key in ('Uid', 'CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp'):\n"
+        "    print(key, ' '.join(status[key].split()))\n"
+    )
+    out = dict(line.split(" ", 1) for line in printed(server, code))
+    uids = set(out.pop("Uid").split())
+    assert len(uids) == 1 and uids != {"10001"} and uids != {"0"}  # its slot's own uid
+    assert out == dict.fromkeys(("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"), "0" * 16) | {
+        "NoNewPrivs": "1",
+        "Seccomp": "2",
+    }
+
+
+def test_a_snippet_traces_as_plain_torch_computes_it(server):
+    code = "import torch\nx = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)\n(x.exp() * x).sum().backward()\n"
+    t = trace(server, code)
+    assert t["status"] == "ok" and t["error"] is None
+    import torch
+
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (x.exp() * x).sum().backward()
+    grad = next(s["grad"]["values"] for s in t["steps"][-1]["tensors"] if s["name"] == "x")
+    assert grad == pytest.approx(x.grad.tolist(), rel=1e-4)
+
+
+def test_the_containers_files_are_not_in_the_snippets_root(server):
+    paths = ["/etc/passwd", "/etc/hostname", "/home", "/var", "/srv/gradstep", "/sys/fs/cgroup", "/usr/bin"]
+    code = (
+        "import os\n"
+        f"for path in {paths!r}:\n"
+        "    try:\n"
+        "        print(os.listdir(path) if os.path.isdir(path) else open(path).read()[:50])\n"
+        "    except OSError as e:\n"
+        "        print(type(e).__name__)\n"
+        "print(sorted(os.listdir('/')))\n"
+    )
+    *found, top = printed(server, code)
+    assert found == ["FileNotFoundError"] * len(paths)
+    visible = bound(ast.literal_eval(printed(server, MOUNT_POINTS)[0]))
+    assert any(p.startswith("/opt/gradstep/lib/python3.") and p.endswith("/site-packages") for p in visible)
+    assert top == str(sorted({"dev", "proc", "tmp"} | {p.split("/")[1] for p in visible}))
+
+
+def test_the_servers_interpreter_is_visible_but_not_readable(server):
+    code = (
+        "try:\n"
+        "    open('/opt/gradstep/bin/gradstep-python', 'rb').read(4)\n"
+        "except OSError as e:\n"
+        "    print(type(e).__name__)\n"
+    )
+    assert printed(server, code) == ["PermissionError"]  # 0750 root:gradstep, the snippet's uid is neither
+
+
+def test_network_and_fork_fail(server):
+    code = (
+        "import os, socket\n"
+        "for attempt in (lambda: socket.create_connection(('127.0.0.1', 8000), timeout=2), os.fork):\n"
+        "    try:\n"
+        "        attempt()\n"
+        "        print('it worked')\n"
+        "    except OSError as e:\n"
+        "        print(type(e).__name__, e.errno)\n"
+    )
+    assert printed(server, code) == ["PermissionError 1", "PermissionError 1"]  # seccomp
+
+
+def test_without_the_grants_the_container_does_not_start(image):
+    # The engine's default capabilities lack SYS_ADMIN: the kernel refuses to execute the
+    # capability-bearing interpreter at all, so no snippet ever runs unconfined.
+    flags = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"] if ENGINE == "podman" else []
+    done = engine("run", "--rm", *flags, image, check=False, timeout=120)
+    assert done.returncode != 0
+    assert "operation not permitted" in (done.stdout + done.stderr).lower()

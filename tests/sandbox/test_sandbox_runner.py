@@ -1,0 +1,465 @@
+"""The sandbox runner itself: results, limits, failures, slots and the zygote's life.
+
+These use a light target (server/testkit/sandbox_guard.py, no torch), so zygotes start
+in a fraction of a second; every sandbox runs inside a guard cgroup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig
+from testkit import sandbox_guard
+from testkit.sandbox_guard import Guard, guard_fixture, guard_unavailable, settle
+
+pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
+
+TESTS = str(Path(__file__).resolve().parents[1])  # a folder of the repository: never visible to a child
+TESTKIT = str(Path(sandbox_guard.__file__).resolve().parent)  # the light target's folder
+SECRET = f"gradstep-runner-secret-{os.getpid()}"
+
+
+def light(guard: Guard, **kw) -> SandboxConfig:
+    options = dict(
+        workers=2,
+        memory_mb=256,
+        cpu_seconds=2,
+        wall_seconds=3,
+        max_output_bytes=1 << 20,
+        preload=[],
+        target="sandbox_guard:target",
+        warmup="pid",
+        pythonpath=[TESTKIT],
+        cgroup_parent=guard.parent,
+        uid_base=62200,
+    )
+    options.update(kw)
+    return SandboxConfig(**options)
+
+
+guard = guard_fixture(memory_mb=2048, pids=200)
+
+
+@pytest.fixture(scope="module")
+def sandbox(guard):
+    os.environ["GRADSTEP_TEST_SECRET"] = SECRET
+    sb = Sandbox(light(guard))
+    try:
+        sb.start()
+        guard.hold(sb.health()["zygote_pid"])
+        yield sb
+    finally:
+        sb.close()
+        os.environ.pop("GRADSTEP_TEST_SECRET", None)
+
+
+def idle(sb: Sandbox) -> None:
+    end = time.monotonic() + 10
+    while sb.health()["busy"] and time.monotonic() < end:
+        time.sleep(0.01)
+    assert sb.health()["busy"] == 0
+
+
+def test_the_targets_bytes_come_back(sandbox):
+    r = sandbox.run("echo hello")
+    assert (r.status, r.output, r.limit, r.signal) == ("ok", b"echo hello", None, None)
+    assert set(LAYERS) <= set(r.timings), "each layer reports its time"
+
+
+def test_every_layer_is_active_here(sandbox):
+    h = sandbox.health()
+    assert h["zygote"] and h["zygote_threads"] == 1
+    assert h["layers"] == {name: "active" for name in LAYERS}
+
+
+def test_output_up_to_the_cap_is_returned_whole(sandbox):
+    r = sandbox.run(f"bytes {1 << 20}")
+    assert r.status == "ok" and r.output == b"x" * (1 << 20)
+
+
+def test_output_over_the_cap_is_a_limit(sandbox):
+    r = sandbox.run(f"bytes {(1 << 20) + 1}")
+    assert (r.status, r.limit, r.output) == ("limit", "output", b"")
+    assert "over the limit" in r.detail
+
+
+def test_an_exception_in_the_target_is_a_crash_with_its_message(sandbox):
+    r = sandbox.run("raise")
+    assert r.status == "crashed"
+    assert "ValueError: the target failed on purpose" in r.detail
+
+
+def test_a_target_that_returns_no_bytes_is_a_crash(sandbox):
+    r = sandbox.run("str")
+    assert r.status == "crashed" and "not bytes" in r.detail
+
+
+def test_a_child_that_exits_without_a_result_is_a_crash(sandbox):
+    r = sandbox.run("exit 3")
+    assert r.status == "crashed" and "status 3" in r.detail
+
+
+def test_the_wall_clock_limit_stops_a_run(sandbox):
+    r = sandbox.run("sleep 100")
+    assert (r.status, r.limit, r.signal) == ("timeout", "wall", "SIGKILL")
+    idle(sandbox)
+    assert sandbox.run("echo after").output == b"echo after"
+
+
+def test_each_run_is_a_fresh_child(sandbox):
+    pids = {sandbox.run("pid").output for _ in range(3)}
+    assert len(pids) == 3
+
+
+def test_the_zygote_has_a_minimal_environment(sandbox):
+    env = dict(line.split("=", 1) for line in sandbox.run("env").output.decode().splitlines())
+    assert SECRET not in str(env)
+    assert set(env) <= {
+        "PATH",
+        "LANG",
+        "HOME",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONPATH",
+        "LC_CTYPE",
+    }
+    assert env["HOME"] == "/nonexistent" and env["OMP_NUM_THREADS"] == "1"
+
+
+def test_concurrent_callers_queue_for_the_slots(sandbox):
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(sandbox.run("sleep 0.2"))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status for r in results] == ["ok"] * 6
+    assert sum(r.timings["queue"] > 0 for r in results) >= 1
+    idle(sandbox)
+
+
+def test_the_zygote_restarts_after_it_dies_and_its_spares_come_back(sandbox, guard):
+    before = settle(sandbox)
+    assert before["spares"] == 2
+    os.kill(before["zygote_pid"], signal.SIGKILL)
+    end = time.monotonic() + 10
+    while (sandbox.health()["zygote"] or sandbox.health()["spares"]) and time.monotonic() < end:
+        time.sleep(0.01)
+    assert sandbox.health()["spares"] == 0
+    for pid in before["spare_pids"]:  # they die with their zygote (PDEATHSIG, and the cgroup kill)
+        while alive(pid) and time.monotonic() < end:
+            time.sleep(0.01)
+        assert not alive(pid)
+    r = sandbox.run("echo back")
+    assert r.status == "ok" and r.output == b"echo back"
+    after = settle(sandbox)
+    assert after["zygote"] and after["starts"] == before["starts"] + 1
+    assert guard.contains(after["zygote_pid"])
+    assert after["spares"] == 2 and not set(after["spare_pids"]) & set(before["spare_pids"])
+    for pid in after["spare_pids"]:
+        assert ppid(pid) == after["zygote_pid"]
+
+
+def test_a_run_in_flight_when_the_zygote_dies_is_a_crash(sandbox):
+    results = []
+    t = threading.Thread(target=lambda: results.append(sandbox.run("sleep 2")))
+    t.start()
+    end = time.monotonic() + 10
+    while not sandbox.health()["busy"] and time.monotonic() < end:
+        time.sleep(0.01)
+    time.sleep(0.2)  # let the child start
+    os.kill(sandbox.health()["zygote_pid"], signal.SIGKILL)
+    t.join()
+    assert results[0].status == "crashed" and "zygote died" in results[0].detail
+    idle(sandbox)
+    assert sandbox.run("echo ok").status == "ok"
+
+
+def test_a_disabled_layer_is_reported_as_disabled(guard):
+    with Sandbox(light(guard, workers=1, uid_base=62300, disable=frozenset({"seccomp"}))) as sb:
+        assert sb.health()["layers"]["seccomp"] == "disabled"
+        assert sb.run("echo x").status == "ok"
+
+
+def test_an_unavailable_layer_is_reported_and_warned_about(guard, capfd):
+    config = light(guard, workers=1, uid_base=62400, cgroup_parent=guard.parent + "/no/such/cgroup")
+    with Sandbox(config) as sb:
+        guard.hold(sb.health()["zygote_pid"])
+        state = sb.health()["layers"]["cgroup"]
+        assert state.startswith("unavailable:")
+        assert sb.run("echo x").status == "ok"
+    assert "confinement layer 'cgroup' is unavailable" in capfd.readouterr().err
+
+
+def test_the_minimal_root_holds_no_host_file_and_is_listed_in_health(sandbox):
+    visible = sandbox.health()["visible"]
+    assert visible and not any(p.startswith(("/etc", "/home", "/sys", "/var")) for p in visible)
+    for path in ("/etc/passwd", "/etc/shadow", "/home", "/sys/fs/cgroup", "/var", TESTS):
+        assert sandbox.run(f"read {path}").output == b"FileNotFoundError", path
+    assert json.loads(sandbox.run("read /dev").output) == [
+        "fd", "full", "null", "random", "stderr", "stdin", "stdout", "urandom", "zero"
+    ]  # fmt: skip
+
+
+def test_without_the_minimal_root_the_project_is_hidden_and_the_uid_guards_the_rest(guard):
+    # The fallback (root disabled or unavailable): the host's tree, read-only, the project covered.
+    with Sandbox(light(guard, workers=1, uid_base=62500, disable=frozenset({"root"}))) as sb:
+        guard.hold(sb.health()["zygote_pid"])
+        assert sb.health()["layers"]["root"] == "disabled" and sb.health()["visible"] == []
+        assert sb.run("read /etc/shadow").output == b"PermissionError"  # uid
+        assert sb.run("read /etc/hostname").output != b"FileNotFoundError"  # there, readable
+        assert sb.run(f"read {TESTS}").output == b"FileNotFoundError"  # the repo: an empty tmpfs
+
+
+def test_a_child_whose_root_is_not_the_minimal_one_fails_its_root_layer():
+    # Fail closed: a child checks that / is the root its zygote built (here: the host's is not).
+    from gradstep.sandbox.confine import Confinement
+
+    st = os.stat("/")
+    elsewhere = Confinement({"uid_base": 62600, "root_id": (st.st_dev, st.st_ino + 1)}, 0, result_fd=-1)
+    with pytest.raises(RuntimeError, match="not the zygote's minimal root"):
+        elsewhere.root()
+    with pytest.raises(RuntimeError, match="no minimal root"):
+        Confinement({"uid_base": 62600}, 0, result_fd=-1).root()
+
+
+def test_close_leaves_no_process_and_no_cgroup(guard):
+    cgroups = Path("/sys/fs/cgroup/memory", guard.name)
+    before = {p for p in cgroups.iterdir() if p.is_dir()}
+    sb = Sandbox(light(guard, workers=2, uid_base=62500))
+    sb.start()
+    assert {p for p in cgroups.iterdir() if p.is_dir()} != before
+    zygote = sb.health()["zygote_pid"]
+    assert sb.run("echo x").status == "ok"
+    spares = settle(sb)["spare_pids"]
+    assert len(spares) == 2
+    sb.close()
+    assert not Path(f"/proc/{zygote}").exists()
+    for pid in spares:
+        assert not Path(f"/proc/{pid}").exists(), "a spare outlived close()"
+    assert sb.health()["spares"] == 0
+    assert {p for p in cgroups.iterdir() if p.is_dir()} == before
+    assert sb.run("echo x").status == "crashed"
+
+
+def test_close_right_after_a_run_leaves_no_child(guard):
+    # The run answered, its child may still be exiting, and a new spare may be half-way
+    # through its confinement: close() still leaves nothing.
+    sb = Sandbox(light(guard, workers=2, uid_base=62500))
+    sb.start()
+    zygote = sb.health()["zygote_pid"]
+    r = sb.run("early 5")
+    assert r.status == "ok"
+    child = int(r.output.split()[1])
+    assert sb.run("echo x").status == "ok"  # answered; the next spare for its slot is being made
+    sb.close()
+    assert not alive(child) and not alive(zygote)
+    assert not [pid for pid in guard.tasks() if uid_of(pid) in range(62500, 62502)]
+
+
+# -- answering before the child exits, and spares ------------------------------------------
+
+
+def alive(pid: int) -> bool:
+    """Running, or a zombie nobody reaped yet (a reaped child is gone from /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def uid_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].split()[0])
+    except (OSError, IndexError):
+        return None
+
+
+def status_of(pid: int) -> dict[str, str]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return {k: " ".join(v.split()) for k, _, v in (line.partition(":") for line in text.splitlines())}
+
+
+def test_a_run_answers_before_its_child_exits_and_the_child_is_reaped(sandbox, guard):
+    settle(sandbox)
+    r = sandbox.run("early 1.0")  # a whole result, then the child stays 1 s more
+    assert r.status == "ok" and r.output.startswith(b"early ")
+    assert r.seconds < 0.8, "run() waited for the child to exit"
+    child = int(r.output.split()[1])
+    assert alive(child)
+    assert sandbox.health()["busy"] == 1, "its slot stays busy while the child lives"
+    r2 = sandbox.run("echo meanwhile")  # the other slot serves meanwhile
+    assert r2.status == "ok"
+    h = settle(sandbox)
+    assert not alive(child) and not Path(f"/proc/{child}").exists(), "reaped"
+    assert guard.tasks() <= {h["zygote_pid"], *h["spare_pids"]}
+    assert child not in h["spare_pids"]
+
+
+def test_a_child_that_dies_after_its_result_is_still_ok(sandbox):
+    settle(sandbox)
+    r = sandbox.run("early-kill")
+    assert (r.status, r.signal, r.limit) == ("ok", None, None)
+    assert r.output.startswith(b"early ")
+    settle(sandbox)
+    assert sandbox.run("echo after").status == "ok"
+
+
+def test_a_memory_kill_after_the_result_does_not_change_it(sandbox, guard):
+    def oom_kills() -> int:
+        total = 0
+        for f in Path("/sys/fs/cgroup/memory", guard.name).rglob("memory.oom_control"):
+            total += int(f.read_text().split("oom_kill ")[1].split()[0])
+        return total
+
+    settle(sandbox)
+    before = oom_kills()
+    r = sandbox.run("early-oom")
+    assert (r.status, r.signal, r.limit) == ("ok", None, None)
+    child = int(r.output.split()[1])
+    settle(sandbox)
+    assert not alive(child)
+    assert oom_kills() > before, "the memory cgroup killed it after its result"
+    for _ in range(2):  # both slots: the next run in the killed one is not blamed
+        assert sandbox.run("echo after").status == "ok"
+
+
+def test_the_wall_clock_after_a_result_is_not_the_runs(sandbox):
+    # A child that answered and then hangs is killed EXIT_GRACE later; the answer stands.
+    settle(sandbox)
+    r = sandbox.run("early 100")
+    assert r.status == "ok" and r.seconds < 1
+    child = int(r.output.split()[1])
+    settle(sandbox, timeout=15)
+    assert not alive(child)
+
+
+def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
+    h = settle(sandbox)
+    assert h["spares"] == 2
+    ours = {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "net", "ipc", "uts")}
+    slots = set()
+    for pid in h["spare_pids"]:
+        end = time.monotonic() + 5
+        while time.monotonic() < end:  # forked, maybe still confining itself
+            st = status_of(pid)
+            if st["Seccomp"] == "2" and st["State"].startswith("S"):
+                break
+            time.sleep(0.005)
+        st = status_of(pid)
+        slot = int(st["Uid"].split()[0]) - 62200
+        slots.add(slot)
+        uid = str(62200 + slot)
+        assert st["Uid"] == st["Gid"] == f"{uid} {uid} {uid} {uid}" and st["Groups"] == ""
+        assert st["CapEff"] == st["CapPrm"] == "0000000000000000"
+        assert (st["NoNewPrivs"], st["Seccomp"]) == ("1", "2")
+        assert st["State"].startswith("S"), "it waits"
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+        assert wchan in ("0", "") or "pipe" in wchan, f"it waits for its code, not in {wchan}"
+        for ns, link in ours.items():
+            assert os.readlink(f"/proc/{pid}/ns/{ns}") != link, f"its own {ns} namespace"
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        assert int(stat[3]) == pid, "its own session"  # field 6: session id
+        assert ppid(pid) == h["zygote_pid"]
+        cgroups = Path(f"/proc/{pid}/cgroup").read_text()
+        assert f"{guard.parent}/" in cgroups and cgroups.count(f"/slot-{slot}\n") == 2  # memory, pids
+        fds = {int(fd): os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        assert sorted(fds) == [0, 1, 2, 3, 4], "the null fds, the result pipe, the code pipe"
+        assert fds[0] == fds[1] == fds[2] == "/dev/null"
+        assert fds[3].startswith("pipe:") and fds[4].startswith("pipe:")
+        limits = Path(f"/proc/{pid}/limits").read_text()
+        assert [line.split()[3:5] for line in limits.splitlines() if line.startswith("Max cpu time")] == [
+            ["2", "3"]
+        ]
+        mounts = Path(f"/proc/{pid}/mountinfo").read_text()
+        assert " /tmp " in mounts and "hidepid=invisible" in mounts
+    assert slots == {0, 1}
+
+
+def test_a_spare_serves_one_run_only(sandbox):
+    h = settle(sandbox)
+    spares = set(h["spare_pids"])
+    pids = {int(sandbox.run("pid").output) for _ in range(4)}
+    assert len(pids) == 4 and len(pids & spares) >= 1, "runs took the waiting spares"
+    after = settle(sandbox)
+    assert not set(after["spare_pids"]) & pids, "no child that ran is kept as a spare"
+
+
+def test_the_cpu_limit_counts_only_the_run_not_the_spares_wait(guard):
+    # A roomy wall clock: on a busy machine 1 s of CPU can take a while.
+    with Sandbox(light(guard, workers=1, uid_base=62800, cpu_seconds=1, wall_seconds=20)) as sb:
+        guard.hold(sb.health()["zygote_pid"])
+        settle(sb)
+        time.sleep(1.2)  # the spare waits, without using CPU
+        info = json.loads(sb.run("limits").output)
+        assert info["rlimit_cpu"] == [1, 2]
+        assert info["cpu_used"] < 0.5
+        settle(sb)
+        time.sleep(1.2)
+        r = sb.run("spin")
+        assert (r.status, r.limit, r.signal) == ("limit", "cpu", "SIGXCPU")
+        assert r.timings["cpu_before"] < 500
+        assert r.seconds > 0.5, "the run had its CPU second, not less for the spare's wait"
+
+
+def test_a_spare_killed_while_waiting_is_replaced(sandbox):
+    h = settle(sandbox)
+    victim = h["spare_pids"][0]
+    os.kill(victim, signal.SIGKILL)
+    end = time.monotonic() + 5
+    while victim in sandbox.health()["spare_pids"] and time.monotonic() < end:
+        time.sleep(0.005)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(sandbox.run("echo x"))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert settle(sandbox)["spares"] == 2
+
+
+def test_without_prefork_each_run_forks_on_request(guard):
+    with Sandbox(light(guard, workers=1, uid_base=62600, prefork=False)) as sb:
+        guard.hold(sb.health()["zygote_pid"])
+        assert sb.run("echo x").output == b"echo x"
+        h = settle(sb)
+        assert (h["prefork"], h["spares"]) == (False, 0)
+        assert sb.run("pid").status == "ok"
+
+
+def test_large_code_reaches_the_child_whole(sandbox):
+    code = "echo " + "y" * (600 << 10)
+    r = sandbox.run(code)
+    assert r.status == "ok" and r.output == code.encode()
+
+
+def test_huge_pages_can_be_turned_off(guard):
+    with Sandbox(light(guard, workers=1, uid_base=62700, huge_pages=False)) as sb:
+        guard.hold(sb.health()["zygote_pid"])
+        assert sb.health()["zygote_huge_pages_mb"] == 0
+        assert sb.run("echo x").output == b"echo x"
+
+
+def test_a_prewarm_runs_confined_in_each_child_before_its_code_and_its_failure_is_dropped(guard):
+    """SandboxConfig.prewarm: the target runs once more in every child, after its layers and before
+    its code arrives; what it returns or raises never reaches the run."""
+    with Sandbox(light(guard, workers=1, uid_base=62850, prewarm="raise")) as sb:
+        for _ in range(2):  # a spare's, then the next child's
+            r = sb.run("echo after a prewarm")
+            assert (r.status, r.output) == ("ok", b"echo after a prewarm"), r.detail
+            assert "prewarm" in r.timings and set(LAYERS) <= set(r.timings)
+            idle(sb)

@@ -1,0 +1,501 @@
+"""Attacks on the trust boundary between the sandboxed child and the server (issue 20).
+
+The snippet runs in the same process as the tracer, so it can write anything to the result
+descriptor: a forged trace, forged "verified" fixes, thousands of warnings. Each test here
+attempts one attack through the real app and the real sandbox (in a guard cgroup, as
+tests/sandbox/test_sandbox_attacks.py does) and shows it failing: the server shows the code that ran,
+offers only fixes it ran itself, runs no rule on the child's bytes, charges every run a request
+causes to its client, and stops them all when the client goes away.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import gradstep.diagnose
+import gradstep.jobs
+import httpx
+import orjson
+import pytest
+import torch
+import uvicorn
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from gradstep import serving
+from gradstep.app import create_app
+from gradstep.cache import cache_key, fix_run_key
+from gradstep.diagnose import RULES, facts
+from gradstep.encoding import decompress
+from gradstep.export import export_html
+from gradstep.routes.trace import TraceOptions
+from gradstep.runs import NOT_CHECKED, TraceRunner, sandbox_config
+from gradstep.sandbox import Sandbox
+from gradstep.schema import VERSION, Trace
+from gradstep.settings import Settings
+from testkit.sandbox_guard import Guard, guard_fixture, guard_unavailable, settle
+
+pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
+
+SNIPPETS = Path(__file__).resolve().parents[2] / "snippets"
+FREED = (SNIPPETS / "shared_trunk_partial_grads.py").read_text()  # two fixes, both verified
+TRIVIAL = "import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n"
+SLEEP_FOREVER = "import time\ntime.sleep(10**6)\n"
+
+guard = guard_fixture(memory_mb=6144, pids=400)
+
+
+def forge(trace: dict, proposals: list[dict] | None = None, build: str = "") -> str:
+    """A snippet that writes ``trace`` (plus ``proposals`` as its diagnoses) as its own result frame,
+    as the tracer would at the end, and exits: the server gets nothing else from this child.
+    ``build``: code run first, which may change ``trace`` (to forge more than fits in a snippet)."""
+    trace = {"version": 2, "status": "ok", **trace, "diagnoses": proposals or []}
+    return (
+        "import json, os, struct\n"
+        f"trace = json.loads({orjson.dumps(trace).decode()!r})\n"
+        f"{build}"
+        "body = json.dumps(trace).encode()\n"
+        "os.write(3, b'R' + struct.pack('<Q', len(body)) + body)\n"
+        "os._exit(0)\n"
+    )
+
+
+def proposal(*codes: str, message: str = "FORGED") -> dict:
+    fixes = [{"title": "Forged fix", "explanation": "verified, trust me", "code": c} for c in codes]
+    return {
+        "kind": "backward_through_freed_graph",
+        "severity": "error",
+        "line": 1,
+        "message": message,
+        "fixes": fixes,
+    }
+
+
+def guarded_app(guard: Guard, uid_base: int, **overrides) -> FastAPI:
+    settings = Settings(
+        workers=2, queue=4, rate=0, wall_seconds=30, cpu_seconds=10, fix_budget=10, uid_base=uid_base
+    )
+    for name, value in overrides.items():
+        setattr(settings, name, value)
+    sandbox = Sandbox(sandbox_config(settings, cgroup_parent=guard.parent, memory_mb=768))
+    return create_app(settings, runner=TraceRunner(settings, sandbox=sandbox))
+
+
+@contextlib.contextmanager
+def serving_client(app: FastAPI, guard: Guard) -> Iterator[TestClient]:
+    with TestClient(app) as client:
+        guard.hold(app.state.runner.health()["zygote_pid"])
+        yield client
+        settle(app.state.runner.sandbox, timeout=30)
+
+
+@contextlib.contextmanager
+def live_server(app: FastAPI, guard: Guard) -> Iterator[str]:
+    """``app`` served by uvicorn (as `gradstep serve` does) on a free port, in a thread."""
+    settings: Settings = app.state.settings
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        settings.port = s.getsockname()[1]
+    server = uvicorn.Server(serving.config(app, settings, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    end = time.monotonic() + 180  # a busy machine starts the zygote slowly
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < end, "the server did not start"
+        time.sleep(0.05)
+    guard.hold(app.state.runner.health()["zygote_pid"])
+    try:
+        yield f"http://127.0.0.1:{settings.port}"
+    finally:
+        server.should_exit = True
+        thread.join(60)
+
+
+@contextlib.contextmanager
+def sandbox_runs(app: FastAPI) -> Iterator[list[dict]]:
+    """Every run the server starts while the block runs, as it starts: {"job", "concurrent": trace jobs
+    running then, this one included, "result": its RunResult once it returns (None until then)}."""
+    sandbox = app.state.runner.sandbox
+    runs: list[dict] = []
+    running = [0]
+    lock = threading.Lock()
+    run = sandbox.run
+
+    def counting(payload: str, **kw):
+        job = orjson.loads(payload)
+        with lock:
+            running[0] += "check" not in job
+            entry = {"job": job, "concurrent": running[0], "result": None}
+            runs.append(entry)
+        try:
+            entry["result"] = run(payload, **kw)
+        finally:
+            with lock:
+                running[0] -= "check" not in job
+        return entry["result"]
+
+    sandbox.run = counting
+    try:
+        yield runs
+    finally:
+        sandbox.run = run
+
+
+def started(runs: list[dict], code: str) -> bool:
+    return any(r["job"].get("code") == code for r in runs)
+
+
+def trace_jobs(runs: list[dict]) -> list[dict]:
+    return [r for r in runs if "check" not in r["job"]]
+
+
+def wait_for(condition, what: str, timeout: float = 90.0) -> None:
+    """A safety net for a hung run (never an assert on speed: the limits it proves are far larger)."""
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def client(guard):
+    with serving_client(guarded_app(guard, 63000), guard) as c:
+        yield c
+
+
+def post(client, code: str, **headers) -> httpx.Response:
+    return client.post("/api/trace", json={"code": code}, headers=headers)
+
+
+# -- 1. the server runs no rule on what a child wrote ----------------------------------------
+
+
+@pytest.fixture
+def rules_in_the_server(monkeypatch) -> list[str]:
+    """Every rule, the candidate search and the check, counted when this process calls them."""
+    called: list[str] = []
+
+    def counting(name, fn):
+        def wrapper(*args, **kw):
+            called.append(name)
+            return fn(*args, **kw)
+
+        return wrapper
+
+    for rule in RULES:
+        monkeypatch.setattr(rule, "find", counting(rule.__name__, rule.find))
+    for name in ("find", "verify", "diagnose", "check", "propose"):
+        monkeypatch.setattr(gradstep.diagnose, name, counting(name, getattr(gradstep.diagnose, name)))
+    monkeypatch.setattr(gradstep.jobs, "run", counting("jobs.run", gradstep.jobs.run))
+    return called
+
+
+def test_forged_warnings_cost_the_server_no_rule_run(client, rules_in_the_server):
+    # The 479-byte attack: 8,500 lines of code and 2,000 non-leaf warnings, built in the child
+    # (it cost the server 48 s of CPU when the server ran the rules on the child's trace).
+    build = (
+        "trace['code'] = 'import torch\\nx = torch.ones(2, requires_grad=True)\\ny = x * 2\\n' + "
+        "'print(y.grad)\\n' * 8500\n"
+        "trace['warnings'] = [{'category': 'UserWarning', 'message': 'The .grad attribute of a Tensor "
+        f"{facts.NON_LEAF_MARK}', 'line': 4 + i}} for i in range(2000)]\n"
+    )
+    code = forge({}, [proposal("x = 1\n")], build=build)
+    body = post(client, code).json()
+    assert body["code"] == code and len(body["warnings"]) == 2000  # served: the child's claim, with its code
+    assert body["diagnoses"] == []  # nothing the check found in that claim, about this code
+    assert rules_in_the_server == []
+
+
+def test_a_genuine_snippet_of_55_kb_of_grad_reads_is_diagnosed_in_the_sandbox(client, rules_in_the_server):
+    code = "import torch\nx = torch.ones(2, requires_grad=True)\ny = x * 2\ny.sum().backward()\n"
+    code += "y.grad\n" * ((55_000 - len(code)) // 7)
+    body = post(client, code).json()
+    assert body["status"] == "ok"
+    (d,) = body["diagnoses"]  # one tensor, one diagnosis, however many lines read it
+    assert d["kind"] == "grad_of_non_leaf" and d["fixes"][0]["code"].count("y.retain_grad()") == 1
+    assert rules_in_the_server == []
+
+
+def test_diagnoses_with_verified_fixes_still_come_from_the_sandbox(client, rules_in_the_server):
+    body = post(client, FREED + "# rules-free server\n").json()
+    assert [d["kind"] for d in body["diagnoses"]] == ["backward_through_freed_graph"]
+    assert len(body["diagnoses"][0]["fixes"]) == 2
+    assert rules_in_the_server == []
+
+
+# -- 2. a forged trace is served as the child's claim, never as the server's truth -------------
+
+
+def test_a_forged_result_frame_shows_the_code_that_ran_not_the_code_it_claims(client):
+    claim = {"code": "print('an innocent snippet')\n", "torch": "9.9.9", "version": 1, "stdout": "hello\n"}
+    code = forge(claim)
+    first = post(client, code)
+    again = post(client, code)
+    assert (first.headers["x-gradstep-cache"], again.headers["x-gradstep-cache"]) == ("miss", "hit")
+    for r in (
+        first,
+        again,
+    ):  # served, and cached (memory and Redis hold the same bytes), as the code that ran
+        trace = Trace.model_validate_json(r.content)
+        assert (trace.code, trace.torch, trace.version) == (code, torch.__version__, VERSION)
+
+
+def test_forged_verified_fixes_are_never_shown(client):
+    # The child claims a failed second backward with a "verified" fix that does run cleanly.
+    steps = [
+        {"index": 0, "kind": "backward", "line": 2, "nodes": []},
+        {
+            "index": 1,
+            "kind": "backward",
+            "line": 2,
+            "error": {"type": "RuntimeError", "message": f"Trying to {facts.FREED_MARK}", "line": 2},
+        },
+    ]
+    code = forge({"steps": steps, "status": "error"}, [proposal("print('fixed')\n")])
+    with sandbox_runs(client.app) as runs:
+        body = post(client, code).json()
+    ran = [r["job"]["code"] for r in trace_jobs(runs)]
+    assert ran == [code, "print('fixed')\n"]  # the proposal was run (charged to this client)...
+    shown = orjson.dumps(body["diagnoses"]).decode()
+    assert "FORGED" not in shown and "Forged fix" not in shown
+    # ...but only a diagnosis the sandboxed check found in the claim is shown, without that fix
+    assert all(f["code"] != "print('fixed')\n" for d in body["diagnoses"] for f in d["fixes"])
+
+
+def test_an_export_carries_the_code_that_ran(client):
+    code = forge({"code": "print('an innocent snippet')\n"})
+    body = client.app.state.runner.trace(code).body  # what `gradstep export` writes
+    page = export_html(orjson.loads(body))
+    assert orjson.loads(body)["code"] == code
+    assert (
+        "an innocent snippet" in page and "os.write(3" in page
+    )  # the claim's code only as part of the real one
+
+
+# -- 3. the runs a request causes are its client's -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stingy(guard):
+    """A server whose clients may make 4 runs (no refill to speak of) and whose requests get 6 s for fixes."""
+    app = guarded_app(guard, 63100, rate=0.001, burst=4, fix_budget=6, trust_proxy=True)
+    with serving_client(app, guard) as c:
+        yield c
+
+
+def test_forged_proposals_run_only_as_far_as_the_clients_budget_goes(stingy):
+    fixes = [f"x = {i}\n" for i in range(8)]
+    code = forge({}, [proposal(*fixes)])
+    me = {"x-forwarded-for": "203.0.113.7"}
+    with sandbox_runs(stingy.app) as runs:
+        body = post(stingy, code, **me).json()
+    # 4 runs in the budget: this one and 3 of the 8 proposed fixes, one at a time (never both workers)
+    fix_runs = trace_jobs(runs)[1:]
+    assert [r["job"]["code"] for r in fix_runs] == fixes[:3]
+    assert all(r["concurrent"] == 1 for r in fix_runs)
+    assert body["diagnoses"] == []
+    # and the client's budget is spent: its next run is refused
+    assert post(stingy, TRIVIAL + "# next\n", **me).status_code == 429
+
+
+def test_a_client_short_of_budget_gets_its_diagnosis_with_the_fixes_it_could_pay_for(stingy):
+    me = {"x-forwarded-for": "203.0.113.10"}
+    for i in range(2):  # 2 of its 4 runs
+        assert post(stingy, TRIVIAL + f"# spend {i}\n", **me).status_code == 200
+    code = FREED + "# short of budget\n"
+    with sandbox_runs(stingy.app) as runs:
+        body = post(stingy, code, **me).json()
+    assert len(trace_jobs(runs)) == 2  # its run and one of the two fixes: all it had left
+    (diagnosis,) = body["diagnoses"]
+    assert [f["code"] for f in diagnosis["fixes"]] == [trace_jobs(runs)[1]["job"]["code"]]
+    assert NOT_CHECKED in body["notes"]
+    # not cached: whoever asks next (with budget) gets both fixes checked
+    assert stingy.app.state.cache.get_now(cache_key(code, TraceOptions().model_dump())) is None
+
+
+def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy):
+    show_limit = "import resource\nprint(resource.getrlimit(resource.RLIMIT_CPU))  # fix {}\n"
+    fixes = [show_limit.format(i) for i in range(3)]
+    post(stingy, forge({}, [proposal(*fixes)]), **{"x-forwarded-for": "203.0.113.8"})
+    options = TraceOptions().model_dump()
+    for fix in fixes:
+        soft, hard = ast.literal_eval(
+            orjson.loads(decompress(stingy.app.state.cache.get_now(fix_run_key(fix, options))))["stdout"]
+        )
+        # 6 s of CPU for 3 fixes: 2 s each (the sandbox's limit is 10), on top of the little the child
+        # used before the snippet
+        assert soft <= 3 and hard == soft + 1
+
+
+def test_a_trivial_run_of_another_user_does_not_wait_for_an_attackers_fixes(stingy):
+    fix_a, fix_b = SLEEP_FOREVER + "# a\n", SLEEP_FOREVER + "# b\n"
+    code = forge({}, [proposal(fix_a, fix_b)])
+    attacker_done = threading.Event()
+
+    def attack():
+        post(stingy, code, **{"x-forwarded-for": "203.0.113.9"})
+        attacker_done.set()
+
+    with sandbox_runs(stingy.app) as runs:
+        threading.Thread(target=attack, daemon=True).start()
+        # the attacker's first fix holds a worker until the request's deadline (6 s)...
+        wait_for(lambda: started(runs, fix_a), "the attacker's fix run")
+        r = post(stingy, TRIVIAL + "# bystander\n", **{"x-forwarded-for": "198.51.100.1"})
+        # ...and the bystander's run took the other one meanwhile
+        bystander_first = not attacker_done.is_set()
+        wait_for(attacker_done.is_set, "the attacker's request")
+    assert r.status_code == 200 and r.json()["status"] == "ok"
+    assert bystander_first
+    (first_fix,) = [r for r in runs if r["job"].get("code") == fix_a]
+    # the attacker's fix ended at its request's deadline (6 s for all its fixes), not the 30 s wall
+    # limit; its second fix, past the deadline, never started
+    assert (first_fix["result"].status, first_fix["result"].limit) == ("timeout", "wall")
+    assert not started(runs, fix_b)
+
+
+def test_a_class_behind_one_address_opening_the_same_page_gets_its_fixes(guard):
+    # 30 students behind one NAT address open the same diagnosed snippet at once: one run and its
+    # two fix runs, shared by all; only the first pays (burst 5 would refuse 25 of 30 otherwise).
+    app = guarded_app(guard, 63200, rate=0.001, burst=5)
+    with live_server(app, guard) as base, sandbox_runs(app) as runs:
+        code = FREED + "# class\n"
+        barrier = threading.Barrier(30)
+
+        def student(_):
+            barrier.wait()
+            return httpx.post(f"{base}/api/trace", json={"code": code}, timeout=120, trust_env=False)
+
+        with ThreadPoolExecutor(30) as pool:
+            answers = list(pool.map(student, range(30)))
+    assert [r.status_code for r in answers] == [200] * 30
+    assert all(len(r.json()["diagnoses"][0]["fixes"]) == 2 for r in answers)
+    assert len(trace_jobs(runs)) == 3  # the snippet and its two fixes, once
+
+
+# -- 4. a client that goes away takes its runs with it ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def patient(guard):
+    """A live server whose runs would last minutes (wall 300 s, fixes 300 s): only a disconnect ends them
+    soon; capacity 2 (1 worker, 1 queued)."""
+    app = guarded_app(guard, 63300, workers=1, queue=1, wall_seconds=300, fix_budget=300)
+    with live_server(app, guard) as base:
+        yield app, base
+
+
+def send_and_hang_up(base: str, code: str, until) -> None:
+    """POST ``code``, wait until ``until()`` (the server is busy with it), then close the connection."""
+    body = orjson.dumps({"code": code})
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as s:
+        s.sendall(
+            b"POST /api/trace HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        wait_for(until, "the server to start the run")
+
+
+def test_a_client_that_hangs_up_gives_back_its_place_and_its_run_is_killed(patient):
+    app, base = patient
+    with sandbox_runs(app) as runs:
+        code = SLEEP_FOREVER + "# hang up\n"
+        send_and_hang_up(base, code, lambda: started(runs, code))
+        wait_for(
+            lambda: app.state.admission.inside == 0 and runs[0]["result"], "the place and the run to end"
+        )
+    assert [r["result"].status for r in runs] == ["cancelled"]  # not the 300 s wall limit
+    settle(app.state.runner.sandbox, timeout=30)
+    r = httpx.post(f"{base}/api/trace", json={"code": TRIVIAL}, timeout=120, trust_env=False)
+    assert r.json()["status"] == "ok"
+
+
+def test_a_client_that_hangs_up_during_its_fix_runs_stops_them(patient):
+    app, base = patient
+    fixes = [SLEEP_FOREVER + f"# fix {i}\n" for i in range(4)]
+    with sandbox_runs(app) as runs:
+        send_and_hang_up(base, forge({}, [proposal(*fixes)]), lambda: started(runs, fixes[0]))
+        wait_for(lambda: app.state.admission.inside == 0, "the place to be given back")
+    # the forged run, then the first fix, killed: the other three never started, nor did a check
+    assert [(r["job"]["code"], r["result"].status) for r in runs[1:]] == [(fixes[0], "cancelled")]
+    settle(app.state.runner.sandbox, timeout=30)
+
+
+def test_a_queued_request_whose_client_hangs_up_leaves_the_queue(patient):
+    app, base = patient
+    port = int(base.rsplit(":", 1)[1])
+    holds, queues = SLEEP_FOREVER + "# holds the worker\n", SLEEP_FOREVER + "# queued\n"
+    body = orjson.dumps({"code": holds})
+    request = (
+        b"POST /api/trace HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    with sandbox_runs(app) as runs:
+        with socket.create_connection(("127.0.0.1", port)) as holder:
+            holder.sendall(request)
+            wait_for(lambda: started(runs, holds), "the first run")
+            send_and_hang_up(base, queues, lambda: started(runs, queues))
+            wait_for(lambda: app.state.admission.inside == 1, "the queued request to leave")
+            holding, queued = runs
+            # the queued one left without a worker, while the first still runs
+            assert queued["result"].status == "cancelled" and holding["result"] is None
+        wait_for(lambda: app.state.admission.inside == 0, "the holder's run to end when it hung up")
+    assert holding["result"].status == "cancelled"
+    settle(app.state.runner.sandbox, timeout=30)
+
+
+# -- 5. slow clients ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quick(guard):
+    """A live server that gives a request 1 s to arrive whole."""
+    app = guarded_app(guard, 63400, workers=1, request_timeout=1.0)
+    with live_server(app, guard) as base:
+        yield base
+
+
+def closed_by_server(s: socket.socket) -> bool:
+    s.settimeout(60)  # a safety net: the server closes it after 1 s
+    try:
+        while s.recv(4096):
+            pass
+    except ConnectionResetError:
+        pass
+    return True
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        b"",
+        b"POST /api/trace HTTP/1.1\r\nHost: x\r\n",
+        b"POST /api/trace HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+    ],
+    ids=["nothing", "half-headers", "half-body"],
+)
+def test_a_connection_that_does_not_send_its_request_whole_is_closed(quick, sent):
+    port = int(quick.rsplit(":", 1)[1])
+    conns = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]  # as many as were held
+    for c in conns:
+        c.sendall(sent)
+    assert all(closed_by_server(c) for c in conns)
+    for c in conns:
+        c.close()
+    assert httpx.get(f"{quick}/healthz", timeout=30, trust_env=False).status_code == 200
+
+
+def test_a_kept_alive_connection_serves_requests_that_take_longer_than_the_timeout(quick):
+    # the timeout is the client's, not the app's: a run of ~2 s on a kept-alive connection answers
+    with httpx.Client(base_url=quick, timeout=120, trust_env=False) as c:
+        for i in range(2):
+            r = c.post("/api/trace", json={"code": f"import time\ntime.sleep(2)  # {i}\n"})
+            assert r.status_code == 200 and r.json()["status"] == "ok"
