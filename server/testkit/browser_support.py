@@ -2,7 +2,7 @@
 `gradstep serve` on a free port, the `browser` / `server` fixtures, a watched `Page`, and the texts
 the page must show (the front end's number formatting, in Python).
 
-Test modules import the helpers (`from browser_support import Page, needs_chromium, fmt_grad`) and
+Test modules import the helpers (`from testkit.browser_support import Page, needs_chromium, fmt_grad`) and
 simply request the `browser` / `server` fixtures: tests/conftest.py provides them to every module.
 (Importing the fixtures into a test module also works with pytest, but ruff then reports F811 on
 each test that takes them as arguments.)
@@ -284,3 +284,52 @@ def fmt_grad(grad) -> str:
     if grad.get("norm") is None:
         return f"{shape_text} {grad['dtype']}"
     return f"‖{fmt_number(grad['norm'])}‖ {shape_text}"
+
+
+# ---------------------------------------------------------------- what the graph must show
+
+
+def expected_at(trace: dict, i: int) -> dict:
+    """What the graph must show at step i, straight from the trace (defaults applied)."""
+    step = trace["steps"][i]
+    table = trace["nodes"]
+    alive = {}
+    for s in step["nodes"]:
+        if s.get("dropped"):
+            continue
+        alive[str(s["id"])] = {
+            "op": table[s["id"]]["op"],
+            "freed": "true" if s.get("freed") else "false",
+            "stale": "true" if s.get("stale") else "false",
+            "executed": "true" if s.get("executed") else "false",
+            "failed": "true" if s.get("failed") else "false",
+            "grads": {},
+        }
+    for t in step.get("tensors", []):
+        node = t.get("node")
+        if node is not None and str(node) in alive:
+            alive[str(node)]["grads"][t["name"]] = fmt_grad(t.get("grad"))
+    return alive
+
+
+def assert_step_matches(state: dict, trace: dict, i: int) -> None:
+    assert state["step"] == i
+    assert state["steps"] == len(trace["steps"])
+    want = expected_at(trace, i)
+    for node_id, exp in want.items():
+        got = state["nodes"].get(node_id)
+        assert got is not None, f"step {i}: node {node_id} ({exp['op']}) is not drawn"
+        assert got["alive"] == "true", f"step {i}: node {node_id} should be alive"
+        for key in ("op", "freed", "stale", "executed", "failed"):
+            assert got[key] == exp[key], (
+                f"step {i}: node {node_id} {exp['op']} {key}={got[key]}, trace says {exp[key]}"
+            )
+        for name, text in exp["grads"].items():
+            assert got["grads"].get(name) == text, (
+                f"step {i}: {name}.grad shows {got['grads'].get(name)!r}, trace {text!r}"
+            )
+    for node_id, got in state["nodes"].items():
+        if node_id not in want:
+            assert got["alive"] == "false", (
+                f"step {i}: node {node_id} is drawn alive but the step does not list it"
+            )

@@ -17,9 +17,8 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from gradstep import snippets
-from test_browser import assert_step_matches
 from test_browser_embed import Site
-from testkit.browser_support import Page, needs_chromium
+from testkit.browser_support import Page, assert_step_matches, needs_chromium
 
 pytestmark = needs_chromium
 

@@ -18,8 +18,7 @@ import pytest
 from gradstep import snippets
 from gradstep.permalink import MAX_ENCODED, encode_code
 from playwright.sync_api import expect
-from test_browser import assert_step_matches
-from testkit.browser_support import Page, fmt_grad, needs_chromium, running_server
+from testkit.browser_support import Page, assert_step_matches, fmt_grad, needs_chromium, running_server
 
 pytestmark = needs_chromium
 

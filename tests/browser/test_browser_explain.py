@@ -13,8 +13,7 @@ import json
 from collections import Counter
 
 import pytest
-from test_browser import assert_step_matches
-from testkit.browser_support import NODE_STATE, Page, fmt_grad, needs_chromium
+from testkit.browser_support import NODE_STATE, Page, assert_step_matches, fmt_grad, needs_chromium
 
 pytestmark = needs_chromium
 

@@ -14,8 +14,7 @@ import pytest
 from gradstep import snippets
 from gradstep.export import export_html
 from gradstep.tracer import record
-from test_browser import assert_step_matches
-from testkit.browser_support import GRAPH_STATE, needs_chromium
+from testkit.browser_support import GRAPH_STATE, assert_step_matches, needs_chromium
 
 pytestmark = needs_chromium
 

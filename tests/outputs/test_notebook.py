@@ -19,8 +19,7 @@ import gradstep
 import pytest
 import torch
 from gradstep.notebook import Stepper, widget_esm
-from test_browser import assert_step_matches
-from testkit.browser_support import GRAPH_STATE, fmt_values, needs_chromium
+from testkit.browser_support import GRAPH_STATE, assert_step_matches, fmt_values, needs_chromium
 
 REPO = Path(__file__).resolve().parents[2]
 CODE = textwrap.dedent(
