@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gradstep.trace_dicts import GradDict
+
 SAME_RUN = 0.0
 ACROSS_RUNS = 1.01e-3  # one unit of a 4th significant digit, relative to the value
 
@@ -35,14 +37,14 @@ def _close(x: Any, y: Any, tolerance: float, scale: float) -> bool:
     return abs(x - y) <= tolerance * (max(abs(x), abs(y)) + 0.1 * scale)
 
 
-def same_grad(a: dict | None, b: dict | None, tolerance: float = SAME_RUN) -> bool:
+def same_grad(a: GradDict | None, b: GradDict | None, tolerance: float = SAME_RUN) -> bool:
     """Both absent, or the same shape, grad_fn-ness and values (the norm where either has no values)
     up to ``tolerance`` relative to each value (plus a tenth of it relative to the largest)."""
     if a is b:  # the tracer reuses a tensor's record while nothing in it changed
         return True
     if a is None or b is None:
         return False
-    if a.get("shape") != b.get("shape") or bool(a.get("has_grad_fn")) != bool(b.get("has_grad_fn")):
+    if a["shape"] != b["shape"] or a["has_grad_fn"] != b["has_grad_fn"]:
         return False
     va, vb = a.get("values"), b.get("values")
     if va is not None and vb is not None:
@@ -51,12 +53,12 @@ def same_grad(a: dict | None, b: dict | None, tolerance: float = SAME_RUN) -> bo
             return False
         scale = max((abs(v) for v in xs + ys if _number(v)), default=0.0)
         return all(_close(x, y, tolerance, scale) for x, y in zip(xs, ys, strict=True))
-    na, nb = a.get("norm"), b.get("norm")
+    na, nb = a["norm"], b["norm"]
     if na is None or nb is None:
         return na is nb
     return _close(na, nb, tolerance, 0.0)
 
 
-def same_grads(a: dict[str, dict], b: dict[str, dict], tolerance: float = ACROSS_RUNS) -> bool:
+def same_grads(a: dict[str, GradDict], b: dict[str, GradDict], tolerance: float = ACROSS_RUNS) -> bool:
     """Two runs' name -> .grad maps: the same names, each the same gradient (none: not the same)."""
     return bool(a) and a.keys() == b.keys() and all(same_grad(a[k], b[k], tolerance) for k in a)

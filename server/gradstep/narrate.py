@@ -19,6 +19,7 @@ from collections import Counter
 
 from gradstep.grad_equality import same_grad
 from gradstep.printing import fmt_bytes, fmt_number, fmt_values
+from gradstep.trace_dicts import GradDict, NodeDict, StepDict, TraceDict
 
 MAX_LISTED = 6  # nodes or tensors named one by one before the rest is summarised
 MAX_VALUES = 4  # gradients with at most this many elements are shown by value
@@ -60,22 +61,22 @@ class _Text:
         return "".join(self.parts).rstrip()
 
 
-def fmt_grad(grad: dict | None) -> str:
+def fmt_grad(grad: GradDict | None) -> str:
     """A gradient as a reader wants it: its values as torch prints them when small, else its shape
     and norm."""
     if grad is None:
         return "None"
     values = grad.get("values")
-    shape = grad.get("shape") or []
+    shape = grad["shape"]
     if values is not None and math.prod(shape) <= MAX_VALUES:
-        return fmt_values(values, grad.get("dtype"), grad.get("format"))
-    norm = grad.get("norm")
+        return fmt_values(values, grad["dtype"], grad.get("format"))
+    norm = grad["norm"]
     size = "×".join(str(s) for s in shape) or "scalar"
     return f"a {size} tensor of norm {fmt_number(norm)}" if norm is not None else f"a {size} tensor"
 
 
-def _saved_bytes(info: dict) -> int:
-    return sum(s.get("bytes") or 0 for s in info.get("saved") or () if s.get("kind") != "value")
+def _saved_bytes(info: NodeDict) -> int:
+    return sum(s.get("bytes") or 0 for s in info.get("saved") or () if s["kind"] != "value")
 
 
 def _plural(n: int, word: str) -> str:
@@ -83,7 +84,7 @@ def _plural(n: int, word: str) -> str:
 
 
 class _Narrator:
-    def __init__(self, trace: dict):
+    def __init__(self, trace: TraceDict):
         self.trace = trace
         self.nodes: list[dict] = trace.get("nodes") or []
         self.freed_at: dict[int, int] = {}  # node id -> index of the step that first showed it freed
@@ -91,14 +92,14 @@ class _Narrator:
         self.new_at: dict[int, list[int]] = {}  # step index -> ids of the nodes it shows first
         self.op: list[str] = []  # op of each node, by id (nodes[i].id == i)
         for info in self.nodes:
-            self.new_at.setdefault(info.get("step"), []).append(info["id"])
-            self.op.append(info.get("op", "?"))
+            self.new_at.setdefault(info["step"], []).append(info["id"])
+            self.op.append(info["op"])
         self.calls: dict[int, list[str]] | None = None  # line -> backward/grad calls written there
         self.tensor_names: set[str] = set()  # tensors the current step lists (links may name only these)
 
     def label(self, nid: int) -> str:
         info = self.nodes[nid] if 0 <= nid < len(self.nodes) else {}
-        op = info.get("op", "?")
+        op = info["op"]
         if op == "AccumulateGrad" and info.get("tensor"):
             return f"AccumulateGrad ({info['tensor']})"
         return op
@@ -120,7 +121,7 @@ class _Narrator:
                     self.stale_at[nid] = index
             self.tensor_names = {te["name"] for te in step.get("tensors") or ()}
             text = _Text()
-            if step.get("kind") == "forward":
+            if step["kind"] == "forward":
                 self.forward(step, states, prev_states, prev_step, text)
             else:
                 self.call(step, states, prev_states, prev_step, text)
@@ -130,7 +131,7 @@ class _Narrator:
 
     # -- forward steps ---------------------------------------------------------
 
-    def forward(self, step: dict, states: dict, prev: dict, prev_step: dict | None, t: _Text) -> None:
+    def forward(self, step: StepDict, states: dict, prev: dict, prev_step: StepDict | None, t: _Text) -> None:
         index = step["index"]
         new = self.new_at.get(index, [])  # first shown at this step, so alive in it
         where = f"Line {step['line']}" if step.get("line") is not None else "The snippet"
@@ -174,10 +175,10 @@ class _Narrator:
         t.node(nid, self.label(nid))
         details = []
         vars_ = states.get(nid, {}).get("vars") or []
-        if info.get("op") != "AccumulateGrad" and vars_:
+        if info["op"] != "AccumulateGrad" and vars_:
             details.append(("grad_fn of ", vars_[0]))
-        saved = [s for s in info.get("saved") or () if s.get("kind") != "value"]
-        if info.get("op") == "AccumulateGrad":
+        saved = [s for s in info.get("saved") or () if s["kind"] != "value"]
+        if info["op"] == "AccumulateGrad":
             pass
         elif saved:
             names = [s["name"] + (f" = {s['of']}" if s.get("of") else "") for s in saved]
@@ -225,7 +226,7 @@ class _Narrator:
 
     # -- call steps ------------------------------------------------------------
 
-    def call(self, step: dict, states: dict, prev: dict, prev_step: dict | None, t: _Text) -> None:
+    def call(self, step: StepDict, states: dict, prev: dict, prev_step: StepDict | None, t: _Text) -> None:
         ordered = []
         failed = None
         for nid, st in states.items():
@@ -294,7 +295,7 @@ class _Narrator:
             t.add(" (returned, not written into .grad).")
 
     def _call_head(self, step: dict, ordered: list, states: dict, t: _Text) -> None:
-        api = step.get("api") or ("torch.autograd.grad" if step.get("kind") == "grad" else "backward")
+        api = step.get("api") or ("torch.autograd.grad" if step["kind"] == "grad" else "backward")
         roots = [nid for order, nid in ordered if order == 0]
         root_var = None
         for nid in roots:
@@ -346,7 +347,7 @@ class _Narrator:
         error = step["error"]
         t.sentence_break()
         if failed is None:
-            first = (error.get("message") or "").split(". ")[0].rstrip(".")
+            first = error["message"].split(". ")[0].rstrip(".")
             t.add(f"It raised {error.get('type', 'an error')}: {first}.")
             return
         info = self.nodes[failed] if failed < len(self.nodes) else {}
@@ -358,7 +359,7 @@ class _Narrator:
         steps = self.trace.get("steps") or []
         if st.get("freed"):
             by = self.freed_at.get(failed)
-            if by is not None and by < step["index"] and steps[by].get("kind") != "forward":
+            if by is not None and by < step["index"] and steps[by]["kind"] != "forward":
                 t.add(
                     f": its saved tensors were freed by the {'autograd.grad' if steps[by]['kind'] == 'grad' else 'backward'}"
                     f" call at line {steps[by].get('line')} (step {by + 1}), which ran without retain_graph=True."
@@ -414,7 +415,7 @@ class _Narrator:
                 " alone would still work."
             )
 
-    def _grads(self, step: dict, prev_step: dict | None, t: _Text) -> None:
+    def _grads(self, step: dict, prev_step: StepDict | None, t: _Text) -> None:
         before = {te["name"]: te.get("grad") for te in (prev_step or {}).get("tensors") or ()}
         changed = []
         kept = []
@@ -468,7 +469,7 @@ def _calls_by_line(code: str) -> dict[int, list[str]]:
     return out
 
 
-def narrate(trace: dict) -> dict:
+def narrate(trace: TraceDict) -> TraceDict:
     """Add ``explanation`` and ``links`` to every step of ``trace`` (in place); returns it.
 
     Never raises: a narration failure must not cost the user the trace, so the

@@ -148,8 +148,8 @@ class Grad(_Model):
     )
     has_grad_fn: bool = Field(description="The grad itself has a grad_fn (create_graph=True).")
     norm: float | None = Field(
-        description="L2 norm, to 9 significant digits (and at least 4 decimals); null when not finite or not a "
-        "dense float or complex tensor."
+        description="L2 norm, to 9 significant digits (and at least 4 decimals), or whole where that rounding "
+        "would print unlike torch; null when not finite or not a dense float or complex tensor."
     )
 
 

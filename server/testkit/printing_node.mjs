@@ -2,7 +2,7 @@
 // stdout: for each case, its recorded values in the recorded modes, the values in the modes
 // modesOf derives, those modes, and the norm.
 import { readFileSync } from "node:fs";
-import { fmtNumber, fmtValues, modesOf } from "../frontend/printing.js";
+import { fmtNumber, fmtValues, modesOf } from "../../frontend/printing.js";
 
 const cases = JSON.parse(readFileSync(0, "utf8"));
 const answers = cases.map((c) => ({

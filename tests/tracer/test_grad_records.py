@@ -20,7 +20,7 @@ from gradstep.tracer import Limits, record
 from gradstep.tracer.grads import NORM_DIGITS, STACK_MAX, GradRecords
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from testkit.torch_print import printed
+from testkit.torch_print import printed, printed_number
 from torch._tensor_str import _Formatter
 
 MAX_VALUES = Limits().max_values
@@ -39,14 +39,19 @@ def _alone(t: torch.Tensor, max_values: int = MAX_VALUES) -> dict:
 
 def _norm_rule_broken(got: float, exact: float) -> str | None:
     """Why ``got`` is not ``exact`` rounded to NORM_DIGITS significant digits, or 4 decimals when
-    that keeps more (None if it is)."""
+    that keeps more, or ``exact`` itself where that rounding would print unlike torch prints the
+    norm (None if it is)."""
     if exact == 0.0:
         return None if got == exact else f"{got} != {exact}"
     unit = min(10.0 ** (math.floor(math.log10(abs(exact))) - (NORM_DIGITS - 1)), 1e-4)
+    places = -round(math.log10(unit))
+    if got == exact and places <= EXACT_POWERS:
+        rounded = round(exact, places)
+        if rounded != exact and printed_number(rounded) != printed_number(exact):
+            return None  # rounded, it would print unlike torch: kept whole
     # (the difference itself is off by an ulp of got; past 2**53 / 1e4 a double holds no 4 decimals)
     if abs(got - exact) > max(unit / 2 * (1 + 1e-6), math.ulp(exact)):
         return f"{got} is more than half of {unit} from {exact}"
-    places = -round(math.log10(unit))
     if places <= EXACT_POWERS and round(got, places) != got:  # round() is correctly rounded
         return f"{got} has more digits than {unit}"
     return None

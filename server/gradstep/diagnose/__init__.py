@@ -35,6 +35,7 @@ from gradstep.diagnose import (
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.old_idioms import RULES as OLD_IDIOMS
 from gradstep.diagnose.source import Source, moved_line
+from gradstep.trace_dicts import TraceDict
 
 Run = Callable[[list[str]], list[dict | None]]  # codes -> their traces (plain dicts; None: not run), in order
 
@@ -75,9 +76,9 @@ __all__ = [
 ]
 
 
-def find(trace: dict) -> list[Candidate]:
+def find(trace: TraceDict) -> list[Candidate]:
     src = Source.parse(trace.get("code") or "")
-    if src is None or trace.get("status") not in ("ok", "error"):
+    if src is None or trace["status"] not in ("ok", "error"):
         return []
     found: list[Candidate] = []
     for rule in RULES:
@@ -88,7 +89,7 @@ def find(trace: dict) -> list[Candidate]:
     return found[:MAX_CANDIDATES]
 
 
-def propose(trace: dict) -> list[dict]:
+def propose(trace: TraceDict) -> list[dict]:
     """The candidates as ``Trace.diagnoses`` entries whose fixes are only proposals, not yet run.
 
     The sandboxed run sends these to the server in its trace's ``diagnoses``: the server takes
@@ -116,12 +117,12 @@ def propose(trace: dict) -> list[dict]:
 
 def proposed_codes(diagnoses: list[dict], max_chars: int) -> list[str]:
     """The distinct fix codes in proposed diagnoses, at most ``MAX_FIX_RUNS``, none over ``max_chars``."""
-    codes = (f.get("code") for d in diagnoses for f in d.get("fixes") or ())
+    codes = (f["code"] for d in diagnoses for f in d.get("fixes") or ())
     fitting = (c for c in codes if isinstance(c, str) and 0 < len(c) <= max_chars)
     return list(dict.fromkeys(fitting))[:MAX_FIX_RUNS]
 
 
-def check(trace: dict, fixed: dict[str, dict]) -> list[dict]:
+def check(trace: TraceDict, fixed: dict[str, dict]) -> list[dict]:
     """``diagnose`` with fix runs that were already made: ``fixed`` maps a fix's code to its run's trace
     (a fix whose code is not there is not offered)."""
     return diagnose(trace, lambda codes: [fixed.get(code) for code in codes])
@@ -168,13 +169,13 @@ def _passes(candidate: Candidate, fix: CandidateFix, fixed: dict, trace: dict, p
         return False
 
 
-def diagnose(trace: dict, run: Run) -> list[dict]:
+def diagnose(trace: TraceDict, run: Run) -> list[dict]:
     """Find and verify: what ``Trace.diagnoses`` holds. Costs nothing more when no rule fires."""
     candidates = find(trace)
     return verify(candidates, trace, run) if candidates else []
 
 
-def add_in_process(trace: dict) -> dict:
+def add_in_process(trace: TraceDict) -> TraceDict:
     """Fill ``trace["diagnoses"]``, verifying fixes with the tracer in this process; returns the trace."""
     try:
         trace["diagnoses"] = diagnose(trace, run_locally)

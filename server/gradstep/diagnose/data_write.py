@@ -48,7 +48,7 @@ def find(trace: dict, src: Source) -> list[Candidate]:
 
 
 def _same_run(fixed: dict, trace: dict, _passed: dict) -> bool:
-    if trace.get("status") == "ok" and fixed.get("stdout") != trace.get("stdout"):
+    if trace["status"] == "ok" and fixed.get("stdout") != trace.get("stdout"):
         return False
     before, after = facts.final_grads(trace), facts.final_grads(fixed)
     return before.keys() == after.keys() and all(facts.same_grad(before[k], after[k]) for k in before)

@@ -6,6 +6,7 @@ import math
 
 from gradstep import grad_equality
 from gradstep.grad_equality import ACROSS_RUNS, flat_values
+from gradstep.trace_dicts import GradDict, StepDict, TraceDict
 
 FREED_MARK = "backward through the graph a second time"
 STALE_MARK = "modified by an inplace operation"
@@ -19,19 +20,19 @@ def is_integer_requires_grad(message: str) -> bool:
     return all(mark in lowered for mark in INTEGER_MARKS)
 
 
-def calls(trace: dict) -> list[dict]:
-    return [s for s in trace.get("steps") or () if s.get("kind") != "forward"]
+def calls(trace: TraceDict) -> list[StepDict]:
+    return [s for s in trace.get("steps") or () if s["kind"] != "forward"]
 
 
-def failed_node(step: dict) -> int | None:
+def failed_node(step: StepDict) -> int | None:
     return next((st["id"] for st in step.get("nodes") or () if st.get("failed")), None)
 
 
-def state(step: dict, nid: int) -> dict:
+def state(step: StepDict, nid: int) -> dict:
     return next((st for st in step.get("nodes") or () if st["id"] == nid), {})
 
 
-def first_step_where(trace: dict, nid: int, flag: str, before: int) -> dict | None:
+def first_step_where(trace: TraceDict, nid: int, flag: str, before: int) -> StepDict | None:
     """The first step (before index ``before``) that shows node ``nid`` with ``flag`` set."""
     for step in (trace.get("steps") or [])[:before]:
         for st in step.get("nodes") or ():
@@ -40,22 +41,22 @@ def first_step_where(trace: dict, nid: int, flag: str, before: int) -> dict | No
     return None
 
 
-def freed_by(trace: dict, nid: int, before: int) -> dict | None:
+def freed_by(trace: TraceDict, nid: int, before: int) -> StepDict | None:
     """The call step that released node ``nid``'s saved tensors (a call that ran it without retaining)."""
     step = first_step_where(trace, nid, "freed", before)
-    if step is None or step.get("kind") == "forward":
+    if step is None or step["kind"] == "forward":
         return None
     return step
 
 
-def grads(step: dict | None) -> dict[str, dict]:
+def grads(step: StepDict | None) -> dict[str, GradDict]:
     """name -> .grad record of every tensor with a grad at ``step``."""
     if step is None:
         return {}
     return {t["name"]: t["grad"] for t in step.get("tensors") or () if t.get("grad")}
 
 
-def final_grads(trace: dict) -> dict[str, dict]:
+def final_grads(trace: TraceDict) -> dict[str, GradDict]:
     steps = trace.get("steps") or []
     return grads(steps[-1]) if steps else {}
 
@@ -66,12 +67,12 @@ def _close(a: float | None, b: float | None, rel: float = 1e-4) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=1e-6 * max(1.0, abs(a), abs(b)))
 
 
-def grad_values(grad: dict) -> list | None:
+def grad_values(grad: GradDict) -> list | None:
     values = grad.get("values")
     return None if values is None else flat_values(values)
 
 
-def same_grad(a: dict | None, b: dict | None) -> bool:
+def same_grad(a: GradDict | None, b: GradDict | None) -> bool:
     """A diagnosis never hangs on one unit of a last digit: it compares at the across-runs tolerance,
     also within a run (an iteration that recomputes a gradient, a fix beside its original)."""
     return grad_equality.same_grad(a, b, ACROSS_RUNS)
@@ -87,7 +88,7 @@ def proportional_grads(a: dict[str, dict], b: dict[str, dict]) -> bool:
         return False
     ratio = None
     for k in a:
-        na, nb = a[k].get("norm"), b[k].get("norm")
+        na, nb = a[k]["norm"], b[k]["norm"]
         if na is None or nb is None:
             return False
         if nb == 0 or na == 0:
@@ -109,11 +110,11 @@ def proportional_grads(a: dict[str, dict], b: dict[str, dict]) -> bool:
     return True
 
 
-def runs_cleanly(trace: dict) -> bool:
-    return trace.get("status") == "ok" and not any(s.get("error") for s in trace.get("steps") or ())
+def runs_cleanly(trace: TraceDict) -> bool:
+    return trace["status"] == "ok" and not any(s.get("error") for s in trace.get("steps") or ())
 
 
-def grad_growth(trace: dict, line: int) -> dict[str, list[dict]]:
+def grad_growth(trace: TraceDict, line: int) -> dict[str, list[dict]]:
     """For each tensor: its .grad after each successful call at ``line`` (in order)."""
     out: dict[str, list[dict]] = {}
     for step in calls(trace):
@@ -123,7 +124,7 @@ def grad_growth(trace: dict, line: int) -> dict[str, list[dict]]:
     return out
 
 
-def accumulations(trace: dict, line: int) -> dict[str, list[float]]:
+def accumulations(trace: TraceDict, line: int) -> dict[str, list[float]]:
     """Tensors whose non-zero .grad a later call at ``line`` added to: name -> norms after each such call."""
     steps = trace.get("steps") or []
     out: dict[str, list[float]] = {}
@@ -133,8 +134,8 @@ def accumulations(trace: dict, line: int) -> dict[str, list[float]]:
             continue
         before = grads(steps[step["index"] - 1]) if step["index"] > 0 else {}
         for name, grad in grads(step).items():
-            seen.setdefault(name, []).append(grad.get("norm") or 0.0)
+            seen.setdefault(name, []).append(grad["norm"] or 0.0)
             old = before.get(name)
-            if old is not None and (old.get("norm") or 0.0) > 0 and not same_grad(old, grad):
+            if old is not None and (old["norm"] or 0.0) > 0 and not same_grad(old, grad):
                 out[name] = seen[name]
     return {name: seen[name] for name in out}

@@ -96,7 +96,7 @@ def _sum_fix(src: Source, first: ast.Call, second: ast.Call) -> CandidateFix | N
 def find(trace: dict, src: Source) -> list[Candidate]:
     for step in facts.calls(trace):
         error = step.get("error")
-        if not error or facts.FREED_MARK not in error.get("message", ""):
+        if not error or facts.FREED_MARK not in error["message"]:
             continue
         if hidden_state.carried_through(trace, src, step) is not None:
             return []  # the loop's hidden state is the cause: that rule says so

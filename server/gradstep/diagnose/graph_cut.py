@@ -195,9 +195,7 @@ def _ungraded(trace: dict) -> tuple[dict, list[str]] | None:
     names = [
         t["name"]
         for t in last.get("tensors") or ()
-        if t.get("requires_grad")
-        and t.get("is_leaf")
-        and (t.get("grad") is None or t["grad"].get("norm") == 0)
+        if t["requires_grad"] and t["is_leaf"] and (t.get("grad") is None or t["grad"]["norm"] == 0)
     ]
     return last, names
 
@@ -256,7 +254,7 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         if cut is not None:
             by_cut.setdefault(id(cut.node), (cut, []))[1].append(name)
     heal_lines = list(dict.fromkeys(lines))
-    others = any(t.get("is_leaf") and (t.get("grad") or {}).get("norm") for t in last.get("tensors") or ())
+    others = any(t["is_leaf"] and (t.get("grad") or {}).get("norm") for t in last.get("tensors") or ())
     grads = {t["name"]: t.get("grad") for t in last.get("tensors") or ()}
     return [
         _candidate(src, cut, cut_names, grads[cut_names[0]], last, out_label, others, heal_lines)
@@ -298,7 +296,7 @@ def _candidate(
 
         def intent(fixed: dict, original: dict, siblings: dict) -> bool:
             got = facts.final_grads(fixed).get(name)
-            return got is not None and (got.get("norm") or 0) > 0
+            return got is not None and (got["norm"] or 0) > 0
 
         def explain(fixed: dict) -> str:
             got = facts.final_grads(fixed).get(name) or {}

@@ -91,7 +91,7 @@ def _rerun(trace: dict, src: Source) -> tuple[dict, ast.AST, list[str]] | None:
         again = [
             st["id"]
             for st in ran
-            if nodes[st["id"]].get("op") != "AccumulateGrad" and nodes[st["id"]]["step"] <= prev["index"]
+            if nodes[st["id"]]["op"] != "AccumulateGrad" and nodes[st["id"]]["step"] <= prev["index"]
         ]
         loop = _loop_of_call(src, line)
         if not again or loop is None:
@@ -148,7 +148,7 @@ def _first_call_grads(trace: dict, line: int | None) -> dict:
 def find(trace: dict, src: Source) -> list[Candidate]:
     for step in facts.calls(trace):
         error = step.get("error")
-        if not error or facts.FREED_MARK not in error.get("message", ""):
+        if not error or facts.FREED_MARK not in error["message"]:
             continue
         found = carried_through(trace, src, step)
         if found is None:

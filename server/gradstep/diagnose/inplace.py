@@ -81,7 +81,7 @@ def _inplace_statement(src: Source, names: set[str], after: int | None, upto: in
 def find(trace: dict, src: Source) -> list[Candidate]:
     for step in facts.calls(trace):
         error = step.get("error")
-        if not error or facts.STALE_MARK not in error.get("message", ""):
+        if not error or facts.STALE_MARK not in error["message"]:
             continue
         failed = facts.failed_node(step)
         line = step.get("line")

@@ -54,7 +54,7 @@ def _reads_grad(stmt: ast.stmt) -> bool:
 
 def find(trace: dict, src: Source) -> list[Candidate]:
     error = trace.get("error") or {}
-    text = error.get("message", "")
+    text = error["message"]
     line = error.get("line")
     if LEAF_MARK not in text or line is None:
         return []

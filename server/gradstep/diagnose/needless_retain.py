@@ -30,7 +30,7 @@ def _with_saved_tensors(trace: dict) -> set[int]:
     return {
         n["id"]
         for n in trace.get("nodes") or ()
-        if any(s.get("kind") in ("tensor", "tensors") for s in n.get("saved") or ())
+        if any(s["kind"] in ("tensor", "tensors") for s in n.get("saved") or ())
     }
 
 

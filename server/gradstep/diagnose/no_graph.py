@@ -121,14 +121,14 @@ def src_name(node: ast.AST) -> str | None:
 def find(trace: dict, src: Source) -> list[Candidate]:
     for step in facts.calls(trace):
         error = step.get("error")
-        if not error or MARK not in error.get("message", ""):
+        if not error or MARK not in error["message"]:
             continue
         line = step.get("line")
         call = the_call_at(src, line)
         out = output_of(call) if call is not None else None
         defining = _defining(src, out, line) if out is not None else None
         label = f"`{src.text(out)}`" if out is not None else "The output"
-        leaves = [t["name"] for t in step.get("tensors") or () if t.get("requires_grad") and t.get("is_leaf")]
+        leaves = [t["name"] for t in step.get("tensors") or () if t["requires_grad"] and t["is_leaf"]]
         built = {n.get("line") for n in trace.get("nodes") or ()}
         found = _cause(src, trace, defining, line, leaves, built, label)
         if found is None and out is not None and leaves:

@@ -60,7 +60,7 @@ def find(trace: dict, src: Source) -> list[Candidate]:
     index: _Index | None = None
     for warning in trace.get("warnings") or ():
         line = warning.get("line")
-        if line in lines or line is None or facts.NON_LEAF_MARK not in warning.get("message", ""):
+        if line in lines or line is None or facts.NON_LEAF_MARK not in warning["message"]:
             continue
         lines.add(line)
         index = index or _Index(src)
@@ -82,7 +82,7 @@ def find(trace: dict, src: Source) -> list[Candidate]:
 
             def intent(fixed: dict, original: dict, siblings: dict, name=name, at=at) -> bool:
                 warned = any(
-                    facts.NON_LEAF_MARK in w.get("message", "") and w.get("line") == at
+                    facts.NON_LEAF_MARK in w["message"] and w.get("line") == at
                     for w in fixed.get("warnings") or ()
                 )
                 got = any(name in facts.grads(s) for s in fixed.get("steps") or ())

@@ -34,7 +34,7 @@ def outcome(trace: dict) -> dict[str, dict]:
 def find(trace: dict, src: Source) -> list[Candidate]:
     for step in facts.calls(trace):
         error = step.get("error")
-        if not error or facts.NON_SCALAR_MARK not in error.get("message", ""):
+        if not error or facts.NON_SCALAR_MARK not in error["message"]:
             continue
         line = step.get("line")
         call = the_call_at(src, line)

@@ -41,7 +41,7 @@ def _non_finite(grad: dict) -> bool:
     values = facts.grad_values(grad)
     if values is not None:
         return any(isinstance(v, str) for v in values)
-    return grad.get("norm") is None and grad.get("dtype", "").startswith(("torch.float", "torch.complex"))
+    return grad["norm"] is None and grad["dtype"].startswith(("torch.float", "torch.complex"))
 
 
 def _operand(src: Source, node: ast.AST, fn: str) -> tuple[ast.expr, bool] | None:

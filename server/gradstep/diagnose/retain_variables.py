@@ -18,7 +18,7 @@ MARK = "unexpected keyword argument 'retain_variables'"
 def find(trace: dict, src: Source) -> list[Candidate]:
     error = trace.get("error") or {}
     line = error.get("line")
-    if error.get("type") != "TypeError" or MARK not in error.get("message", "") or line is None:
+    if error["type"] != "TypeError" or MARK not in error["message"] or line is None:
         return []
     message = (
         "retain_variables= is the name PyTorch used before version 0.4 (2018); it became retain_graph=, and "

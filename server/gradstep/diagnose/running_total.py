@@ -50,7 +50,7 @@ def _samples(trace: dict, line: int) -> list[tuple[int, int]]:
     """(nodes alive, saved bytes) at each step of ``line``: one per iteration of a loop body."""
     out = []
     for step in trace.get("steps") or ():
-        if step.get("line") == line and step.get("kind") == "forward":
+        if step.get("line") == line and step["kind"] == "forward":
             alive = sum(1 for st in step.get("nodes") or () if not st.get("dropped"))
             out.append((alive, step.get("saved_bytes") or 0))
     return out
@@ -62,7 +62,7 @@ def _climbs(values: list[int]) -> bool:
 
 def _sample_line(trace: dict, loop: ast.AST) -> int | None:
     """The first line of the loop body (in source order) that built nodes: where each iteration is measured."""
-    lines = {s.get("line") for s in trace.get("steps") or () if s.get("kind") == "forward"}
+    lines = {s.get("line") for s in trace.get("steps") or () if s["kind"] == "forward"}
     inside = sorted(
         n.lineno for n in ast.walk(loop) if isinstance(n, ast.stmt) and n is not loop and n.lineno in lines
     )

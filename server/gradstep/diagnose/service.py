@@ -39,13 +39,13 @@ def may_need_diagnosis(trace: dict) -> bool:
         return True
     if _DATA_WRITE.search(trace.get("code") or ""):
         return True
-    calls = [i for i, step in enumerate(steps) if step.get("kind") in _CALLS]
+    calls = [i for i, step in enumerate(steps) if step["kind"] in _CALLS]
     if not calls:  # a loop that only builds graphs (an evaluation loop keeping them all alive)
-        return _repeats([step.get("line") for step in steps if step.get("kind") == "forward"])
+        return _repeats([step.get("line") for step in steps if step["kind"] == "forward"])
     if _repeats([steps[i].get("line") for i in calls]):  # a backward in a loop
         return True
     return any(  # from the first call on, a leaf that requires grad and still has no .grad
-        t.get("requires_grad") and t.get("is_leaf") and t.get("grad") is None
+        t["requires_grad"] and t["is_leaf"] and t.get("grad") is None
         for step in steps[calls[0] :]
         for t in step.get("tensors") or []
     )

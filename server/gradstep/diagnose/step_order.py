@@ -42,13 +42,12 @@ def _never_changes(growth: dict[str, list[dict]]) -> bool:
     """Every call gave the same, non-zero gradient (at least two calls)."""
     runs = [grads for grads in growth.values() if len(grads) >= 2]
     return bool(runs) and all(
-        all(facts.same_grad(g, grads[0]) for g in grads[1:]) and (grads[0].get("norm") or 0) > 0
-        for grads in runs
+        all(facts.same_grad(g, grads[0]) for g in grads[1:]) and (grads[0]["norm"] or 0) > 0 for grads in runs
     )
 
 
 def _series(grads: list[dict]) -> str:
-    shown = [fmt_number(g.get("norm") or 0.0) for g in grads[:SHOWN]]
+    shown = [fmt_number(g["norm"] or 0.0) for g in grads[:SHOWN]]
     return " → ".join(shown) + (" → …" if len(grads) > SHOWN else "")
 
 

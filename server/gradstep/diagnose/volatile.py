@@ -40,7 +40,7 @@ def _builds_less(fixed: dict, trace: dict, _passed: dict) -> bool:
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    warned = {w.get("line") for w in trace.get("warnings") or () if MARK in str(w.get("message", ""))}
+    warned = {w.get("line") for w in trace.get("warnings") or () if MARK in str(w["message"])}
     out = []
     for line in sorted(n for n in warned if isinstance(n, int))[:MAX_CANDIDATES]:
         found = modernize.volatile_calls(src, line)

@@ -18,7 +18,7 @@ MARK = "invalid index of a 0-dim tensor"
 def find(trace: dict, src: Source) -> list[Candidate]:
     error = trace.get("error") or {}
     line = error.get("line")
-    if error.get("type") != "IndexError" or MARK not in error.get("message", "") or line is None:
+    if error["type"] != "IndexError" or MARK not in error["message"] or line is None:
         return []
     message = (
         "x.data[0] read the number out of a loss before PyTorch 0.4 (2018), when a loss was a 1-element tensor. "

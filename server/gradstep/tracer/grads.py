@@ -279,7 +279,39 @@ def _round(flat: np.ndarray, singles: int, sizes: np.ndarray) -> tuple[np.ndarra
     out /= mul
     if not every_ok:  # zero, non-finite, or too big or small for exact powers of ten: kept as they are
         out = np.where(ok, out, flat)
+    if singles:
+        _print_as_unrounded(flat[:singles], out[:singles], places[:singles])
     return out, codes.tolist(), norms_finite, values_finite
+
+
+def _print_as_unrounded(raw: np.ndarray, kept: np.ndarray, places: np.ndarray) -> None:
+    """A norm keeps 9 digits but prints with fewer (4 decimals, or 4 after the first digit in sci
+    mode), and rounding twice can cross a tie that rounding once does not: 1068.4741496 kept as
+    1068.47415 prints 1068.4742 where torch prints 1068.4741. Only a kept norm whose digits past
+    the printed ones are a 5 and zeros can. Where the kept norm would print unlike the true one,
+    the true norm is kept instead: it prints as torch, and is within half a unit of every digit."""
+    mag = np.abs(raw)
+    exponent = _exponent10(mag)
+    sci = (mag > 1.0e8) | ((mag < 1.0e-4) & (mag > 0))
+    printed = np.where(sci, DECIMALS - exponent, np.maximum(DECIMALS, OWN_DIGITS - 1 - exponent))
+    # Rounding can also change how it prints: 3.0000000001 kept as 3.0 prints "3." (an integer),
+    # 9.99999999e-05 kept as 0.0001 in fixed mode, where torch prints the true norm's mode.
+    kept_mag = np.abs(kept)
+    kept_sci = (kept_mag > 1.0e8) | ((kept_mag < 1.0e-4) & (kept_mag > 0))
+    moved = (kept_sci != sci) | ((kept == np.rint(kept)) & (raw != np.rint(raw)))
+    moved &= np.isfinite(raw)
+    kept[moved] = raw[moved]
+    extra = places - printed  # digits kept past the printed ones
+    maybe = (extra > 0) & (extra < 16) & np.isfinite(raw) & (mag > 0) & (np.abs(places) <= _MAX_EXACT)
+    if not maybe.any():
+        return
+    at = np.nonzero(maybe)[0]
+    digits = np.rint(np.abs(kept[at]) * _MUL[places[at] + _MAX_EXACT] / _DIV[places[at] + _MAX_EXACT])
+    unit = 10.0 ** extra[at]
+    for k in at[np.fmod(digits, unit) == unit / 2]:  # rare: decided as the formatter prints
+        spec = f".{DECIMALS}e" if sci[k] else f".{printed[k]}f"
+        if format(float(raw[k]), spec) != format(float(kept[k]), spec):
+            kept[k] = raw[k]
 
 
 def _exponent10(mag: np.ndarray) -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from gradstep.schema import VERSION
+from gradstep.trace_dicts import TraceDict
 from gradstep.tracer import errors, lines, passes, patches
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.devices import CudaUse
@@ -725,7 +726,7 @@ def _materialize(bound: inspect.BoundArguments) -> None:
             bound.arguments[key] = list(value)
 
 
-def record(code: str, limits: Limits | None = None, *, explain: bool = True) -> dict:
+def record(code: str, limits: Limits | None = None, *, explain: bool = True) -> TraceDict:
     """Run ``code`` here, in this process, and return its trace as plain JSON-able data.
 
     ``explain``: add each step's narration (gradstep.narrate, a pure function of the
