@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gradstep.diagnose.source import Edit, Source
+
 # intent(fixed trace, original trace, traces of the sibling fixes by key) -> whether it does what was meant
 Intent = Callable[[dict, dict, dict[str, dict]], bool]
 
@@ -33,3 +35,22 @@ class Candidate:
     line: int | None
     message: str
     fixes: list[CandidateFix] = field(default_factory=list)
+
+
+def fix_of(
+    src: Source,
+    edits: list[Edit | None],
+    key: str,
+    title: str,
+    explanation: str | Callable[[dict], str],
+    intent: Intent | None = None,
+    needs: tuple[str, ...] = (),
+) -> CandidateFix | None:
+    """The fix that ``edits`` make to ``src``; None when one of them cannot be made (then there is no fix to offer)."""
+    code = src.apply(edits)
+    return CandidateFix(key, title, explanation, code, intent, needs) if code else None
+
+
+def present(*fixes: CandidateFix | None) -> list[CandidateFix]:
+    """The fixes that could be made, in the order given."""
+    return [f for f in fixes if f is not None]

@@ -13,7 +13,7 @@ reached (before its error, if it had one).
 from __future__ import annotations
 
 from gradstep.diagnose import facts, modernize
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, fix_of, present
 from gradstep.diagnose.source import Source
 
 KIND = "data_write"
@@ -30,20 +30,16 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         "PyTorch 0.4 (2018) this was how to step outside the graph; now it is the write itself, in place, under "
         "torch.no_grad()."
     )
-    code = src.apply(modernize.under_no_grad(src, writes))
-    fixes = []
-    if code:
-        fixes.append(
-            CandidateFix(
-                "no_grad",
-                "Write in place under torch.no_grad()",
-                "The same update where autograd can see it (checked: the fixed snippet prints the same and ends with "
-                "the same gradients).",
-                code,
-                intent=_same_run,
-            )
-        )
-    fixes.extend(f for f in [modernize.update_all(src, code)] if f is not None)
+    own = fix_of(
+        src,
+        modernize.under_no_grad(src, writes),
+        "no_grad",
+        "Write in place under torch.no_grad()",
+        "The same update where autograd can see it (checked: the fixed snippet prints the same and ends with "
+        "the same gradients).",
+        intent=_same_run,
+    )
+    fixes = present(own, modernize.update_all(src, own))
     return [Candidate(KIND, "warning", first.lineno, message, fixes)]
 
 

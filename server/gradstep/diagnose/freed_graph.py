@@ -11,7 +11,7 @@ import ast
 
 from gradstep.diagnose import facts, hidden_state
 from gradstep.diagnose.calls import api_of, output_of, replace_output, set_keyword, the_call_at
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of
 from gradstep.diagnose.source import Source, assigned_names, keyword, moved_line, names_in
 from gradstep.printing import fmt_bytes
 
@@ -70,15 +70,14 @@ def _sum_fix(src: Source, first: ast.Call, second: ast.Call) -> CandidateFix | N
     retain = keyword(second, "retain_graph")
     if retain is not None:
         edits.append(src.replace(retain.value, "False"))
-    code = src.apply(edits)
-    if code is None:
-        return None
 
     def intent(fixed: dict, original: dict, siblings: dict) -> bool:
         # the gradient of a sum is the sum of the gradients: same .grad as two retained backwards
         return facts.same_grads(facts.final_grads(fixed), facts.final_grads(siblings["retain"]))
 
-    return CandidateFix(
+    return fix_of(
+        src,
+        edits,
         "sum",
         f"One backward on the summed losses: ({a_text} + {b_text}).backward()",
         (
@@ -87,7 +86,6 @@ def _sum_fix(src: Source, first: ast.Call, second: ast.Call) -> CandidateFix | N
             "the shared part of the graph once and frees each saved tensor as soon as it is used, so it needs less "
             "memory than keeping the whole graph for a second call."
         ),
-        code,
         intent=intent,
         needs=("retain",),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 
 from gradstep.diagnose import facts
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.non_scalar import outcome
 from gradstep.diagnose.source import Source
 
@@ -136,38 +136,32 @@ def _message(
 
 
 def _fixes(src: Source, stmt: ast.stmt, name: str) -> list[CandidateFix]:
-    fixes = []
+    out_of_place = None
     replacement = _out_of_place(src, stmt, name)
     if replacement is not None:
-        code = src.apply([src.replace(stmt, replacement)])
-        if code:
-            fixes.append(
-                CandidateFix(
-                    "out_of_place",
-                    f"Use the out-of-place form: {replacement}",
-                    f"`{replacement}` computes a new tensor and rebinds `{name}` to it; the tensor the node saved "
-                    "stays as it was, so backward can use it. It costs one more tensor of that size.",
-                    code,
-                )
-            )
-    code = src.apply([src.insert_before(stmt, f"{name} = {name}.clone()")])
-    if code:
-
-        def same_as_out_of_place(fixed: dict, original: dict, siblings: dict) -> bool:
-            # both compute the same function, so where both ran their gradients must agree
-            return "out_of_place" not in siblings or facts.same_grads(
-                outcome(fixed), outcome(siblings["out_of_place"])
-            )
-
-        fixes.append(
-            CandidateFix(
-                "clone",
-                f"Clone before changing it: {name} = {name}.clone()",
-                f"`{name}.clone()` makes a copy (through CloneBackward0, so gradients still flow) and the in-place "
-                "change then applies to the copy; the saved tensor keeps its version. It costs one more tensor of "
-                "that size.",
-                code,
-                intent=same_as_out_of_place,
-            )
+        out_of_place = fix_of(
+            src,
+            [src.replace(stmt, replacement)],
+            "out_of_place",
+            f"Use the out-of-place form: {replacement}",
+            f"`{replacement}` computes a new tensor and rebinds `{name}` to it; the tensor the node saved "
+            "stays as it was, so backward can use it. It costs one more tensor of that size.",
         )
-    return fixes
+    clone = fix_of(
+        src,
+        [src.insert_before(stmt, f"{name} = {name}.clone()")],
+        "clone",
+        f"Clone before changing it: {name} = {name}.clone()",
+        f"`{name}.clone()` makes a copy (through CloneBackward0, so gradients still flow) and the in-place "
+        "change then applies to the copy; the saved tensor keeps its version. It costs one more tensor of "
+        "that size.",
+        intent=_same_as_out_of_place,
+    )
+    return present(out_of_place, clone)
+
+
+def _same_as_out_of_place(fixed: dict, original: dict, siblings: dict) -> bool:
+    # both compute the same function, so where both ran their gradients must agree
+    return "out_of_place" not in siblings or facts.same_grads(
+        outcome(fixed), outcome(siblings["out_of_place"])
+    )

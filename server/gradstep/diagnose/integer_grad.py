@@ -10,7 +10,7 @@ import ast
 
 from gradstep.diagnose import facts
 from gradstep.diagnose.calls import set_keyword
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, fix_of, present
 from gradstep.diagnose.source import Source, keyword
 
 KIND = "requires_grad_on_integer"
@@ -58,19 +58,16 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         "integer tensor cannot change by a fraction. "
         + (f"The tensor at line {line} has an integer dtype (integer literals make int64)." if line else "")
     )
-    fixes = []
+    fix = None
     found = _edits(src, line) if line is not None else None
     if found is not None:
         edits, title = found
-        code = src.apply(edits)
-        if code:
-            fixes.append(
-                CandidateFix(
-                    "float",
-                    title,
-                    "A float32 tensor holds the same values and can carry gradients (checked: the fixed snippet "
-                    "runs). Use float64 if you need the precision.",
-                    code,
-                )
-            )
-    return [Candidate(KIND, "error", line, message, fixes)]
+        fix = fix_of(
+            src,
+            edits,
+            "float",
+            title,
+            "A float32 tensor holds the same values and can carry gradients (checked: the fixed snippet "
+            "runs). Use float64 if you need the precision.",
+        )
+    return [Candidate(KIND, "error", line, message, present(fix))]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.source import Source, torch_alias
 
 KIND = "inplace_on_leaf"
@@ -77,22 +77,18 @@ def find(trace: dict, src: Source) -> list[Candidate]:
             "torch.no_grad()."
         )
     )
-    fixes = []
     torch_name = torch_alias(src)
-    if stmt is not None and torch_name is not None:
-        fix = _no_grad_fix(src, stmt, name, torch_name, line)
-        if fix is not None:
-            fixes.append(fix)
-    return [Candidate(KIND, "error", line, message, fixes)]
+    fix = (
+        _no_grad_fix(src, stmt, name, torch_name, line)
+        if stmt is not None and torch_name is not None
+        else None
+    )
+    return [Candidate(KIND, "error", line, message, present(fix))]
 
 
 def _no_grad_fix(
     src: Source, stmt: ast.stmt, name: str | None, torch_name: str, line: int
 ) -> CandidateFix | None:
-    code = src.apply([src.wrap(stmt, f"with {torch_name}.no_grad():")])
-    if code is None:
-        return None
-
     def intent(fixed: dict, original: dict, siblings: dict) -> bool:
         # the tensor is still a leaf that requires grad wherever the fixed run shows it
         if name is None:
@@ -101,12 +97,13 @@ def _no_grad_fix(
         return all(t["requires_grad"] and t["is_leaf"] for t in shown)
 
     subject = f"`{name}`" if name else "the tensor"
-    return CandidateFix(
+    return fix_of(
+        src,
+        [src.wrap(stmt, f"with {torch_name}.no_grad():")],
         "no_grad",
         f"Make the change under {torch_name}.no_grad()",
         f"Inside `with {torch_name}.no_grad():` autograd records nothing, so line {line} changes {subject}'s values "
         f"in place and {subject} stays the same leaf, with requires_grad=True (checked: the fixed run raises nothing "
         "and shows it as a leaf that requires grad). This is what optimizers do in their step().",
-        code,
         intent=intent,
     )

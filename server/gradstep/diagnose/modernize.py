@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from gradstep.diagnose.candidate import CandidateFix
+from gradstep.diagnose.candidate import CandidateFix, fix_of
 from gradstep.diagnose.source import Edit, Source, keyword
 
 MAX_WRITES = 8  # .data writes rewritten in one fix
@@ -189,7 +189,7 @@ def under_no_grad(src: Source, writes: list[tuple[ast.stmt, ast.stmt]]) -> list[
 # -- all of them -----------------------------------------------------------------------------------
 
 
-def update_all(src: Source, own: str | None) -> CandidateFix | None:
+def update_all(src: Source, own: CandidateFix | None) -> CandidateFix | None:
     """The fix that updates every old idiom in the snippet, where it differs from the rule's own fix."""
     edits = [
         *retain_graph(src),
@@ -197,13 +197,12 @@ def update_all(src: Source, own: str | None) -> CandidateFix | None:
         *item(src),
         *under_no_grad(src, data_writes(src)),
     ]
-    code = src.apply(edits) if edits else None
-    if code is None or code == own:
-        return None
-    return CandidateFix(
+    fix = fix_of(
+        src,
+        edits,
         "update_all",
         "Update every pre-0.4 idiom in the snippet",
         "retain_variables= becomes retain_graph=, volatile=True is dropped, x.data[0] becomes x.item(), writes "
         "through .data happen in place under torch.no_grad() (checked: the updated snippet runs).",
-        code,
     )
+    return None if fix is None or (own is not None and fix.code == own.code) else fix

@@ -21,7 +21,7 @@ import ast
 
 from gradstep.diagnose import facts, graph_cut
 from gradstep.diagnose.calls import output_of, the_call_at
-from gradstep.diagnose.candidate import Candidate, CandidateFix, Intent
+from gradstep.diagnose.candidate import Candidate, CandidateFix, Intent, fix_of, present
 from gradstep.diagnose.source import Edit, Source, assigned_names, call_name
 
 KIND = "backward_without_graph"
@@ -215,20 +215,16 @@ def _under_no_grad(
         f"no graph and {label} has no grad_fn. The backward at line {line} has nothing to go back through. "
         "Compute what you want gradients of outside that block (no_grad is for evaluation and updates)."
     )
-    fixes = []
-    code = src.apply([edit]) if edit is not None else None
-    if code:
-        fixes.append(
-            CandidateFix(
-                "enable_grad",
-                title,
-                f"Without {context}, autograd records the forward again, so the backward at line {line} has a graph "
-                "to go through (checked: it runs and fills .grad).",
-                code,
-                intent=_gets_grad(None),
-            )
-        )
-    return defining.lineno, message, fixes
+    fix = fix_of(
+        src,
+        [edit],
+        "enable_grad",
+        title,
+        f"Without {context}, autograd records the forward again, so the backward at line {line} has a graph "
+        "to go through (checked: it runs and fills .grad).",
+        intent=_gets_grad(None),
+    )
+    return defining.lineno, message, present(fix)
 
 
 def _delete_decorator(src: Source, decorator: ast.expr) -> Edit | None:
@@ -249,7 +245,7 @@ def _too_late(
         f"{defining.lineno}, before that: autograd records operations only on tensors that already require grad, "
         f"so that line built no graph. Turning requires_grad on later does not go back and record it."
     )
-    fixes = []
+    fix = None
     created = [
         s
         for s in _statements(src)
@@ -259,20 +255,17 @@ def _too_late(
     ]
     if created:
         origin = created[-1]
-        code = src.apply([src.delete(late), src.insert_after(origin, src.text(late))])
-        if code:
-            fixes.append(
-                CandidateFix(
-                    "requires_grad_first",
-                    f"Turn requires_grad on right after {name} is created (line {origin.end_lineno})",
-                    f"With `{src.text(late)}` right after line {origin.end_lineno}, every operation on `{name}` is "
-                    f"recorded, so {label} has a graph back to it (checked: the backward runs and fills "
-                    f"{name}.grad).",
-                    code,
-                    intent=_gets_grad(name),
-                )
-            )
-    return late.lineno, message, fixes
+        fix = fix_of(
+            src,
+            [src.delete(late), src.insert_after(origin, src.text(late))],
+            "requires_grad_first",
+            f"Turn requires_grad on right after {name} is created (line {origin.end_lineno})",
+            f"With `{src.text(late)}` right after line {origin.end_lineno}, every operation on `{name}` is "
+            f"recorded, so {label} has a graph back to it (checked: the backward runs and fills "
+            f"{name}.grad).",
+            intent=_gets_grad(name),
+        )
+    return late.lineno, message, present(fix)
 
 
 def _frozen(src: Source, off: ast.stmt, label: str, line: int) -> tuple[int, str, list[CandidateFix]]:
@@ -289,21 +282,17 @@ def _frozen(src: Source, off: ast.stmt, label: str, line: int) -> tuple[int, str
         f"{label} was computed from tensors that are all frozen, so it has no graph and the backward at line {line} "
         "has nothing to compute. Freeze only the parameters you do not train."
     )
-    fixes = []
-    code = src.apply([src.delete(stmt)])
-    if code:
-        fixes.append(
-            CandidateFix(
-                "unfreeze",
-                f"Remove {_lines(stmt)}: keep {src.text(stmt.iter) if stmt is not off else name} trainable",
-                f"Without {_lines(stmt)} the tensors keep requires_grad=True, so {label} has a graph back to it "
-                "(checked: the backward runs and fills .grad). To fine-tune part of a model, freeze only the "
-                "layers you keep fixed.",
-                code,
-                intent=_gets_grad(None),
-            )
-        )
-    return off.lineno, message, fixes
+    fix = fix_of(
+        src,
+        [src.delete(stmt)],
+        "unfreeze",
+        f"Remove {_lines(stmt)}: keep {src.text(stmt.iter) if stmt is not off else name} trainable",
+        f"Without {_lines(stmt)} the tensors keep requires_grad=True, so {label} has a graph back to it "
+        "(checked: the backward runs and fills .grad). To fine-tune part of a model, freeze only the "
+        "layers you keep fixed.",
+        intent=_gets_grad(None),
+    )
+    return off.lineno, message, present(fix)
 
 
 def _lines(stmt: ast.stmt) -> str:

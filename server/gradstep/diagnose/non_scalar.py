@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gradstep.diagnose import facts
 from gradstep.diagnose.calls import api_of, output_of, set_keyword, the_call_at, wrap_output
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.source import Source, is_pure
 
 KIND = "non_scalar_backward"
@@ -54,52 +54,45 @@ def find(trace: dict, src: Source) -> list[Candidate]:
 
 def _fixes(src: Source, call, out) -> list[CandidateFix]:
     name = src.text(out)
-    fixes = []
-    code = src.apply([wrap_output(src, call, "sum")])
-    if code:
-        fixes.append(
-            CandidateFix(
-                "sum",
-                f"Backpropagate from {name}.sum()",
-                f"The sum weighs every element of {name} by 1: the gradient is that of the total, the same as "
-                f"gradient=torch.ones_like({name}) (checked).",
-                code,
-            )
-        )
+    ones = None
     if is_pure(out):
         keyword = _GRADIENT_KEYWORD[api_of(call)]
-        code = src.apply([set_keyword(src, call, keyword, f"torch.ones_like({name})")])
-        if code:
-
-            def same_as_sum(fixed: dict, original: dict, siblings: dict) -> bool:
-                return "sum" in siblings and facts.same_grads(outcome(fixed), outcome(siblings["sum"]))
-
-            fixes.append(
-                CandidateFix(
-                    "ones",
-                    f"Pass {keyword}=torch.ones_like({name})",
-                    f"{keyword}= is how much each element of {name} counts; ones make every element count 1, "
-                    f"which gives the same gradients as {name}.sum() (checked). Other weights give a weighted sum.",
-                    code,
-                    intent=same_as_sum,
-                    needs=("sum",),
-                )
-            )
-    code = src.apply([wrap_output(src, call, "mean")])
-    if code:
-
-        def scaled_sum(fixed: dict, original: dict, siblings: dict) -> bool:
-            return "sum" in siblings and facts.proportional_grads(outcome(fixed), outcome(siblings["sum"]))
-
-        fixes.append(
-            CandidateFix(
-                "mean",
-                f"Backpropagate from {name}.mean()",
-                f"The mean weighs every element of {name} by 1/N: the gradients are those of .sum() divided by the "
-                "number of elements (checked), what you want when the loss is an average.",
-                code,
-                intent=scaled_sum,
-                needs=("sum",),
-            )
+        ones = fix_of(
+            src,
+            [set_keyword(src, call, keyword, f"torch.ones_like({name})")],
+            "ones",
+            f"Pass {keyword}=torch.ones_like({name})",
+            f"{keyword}= is how much each element of {name} counts; ones make every element count 1, "
+            f"which gives the same gradients as {name}.sum() (checked). Other weights give a weighted sum.",
+            intent=_same_as_sum,
+            needs=("sum",),
         )
-    return fixes
+    return present(
+        fix_of(
+            src,
+            [wrap_output(src, call, "sum")],
+            "sum",
+            f"Backpropagate from {name}.sum()",
+            f"The sum weighs every element of {name} by 1: the gradient is that of the total, the same as "
+            f"gradient=torch.ones_like({name}) (checked).",
+        ),
+        ones,
+        fix_of(
+            src,
+            [wrap_output(src, call, "mean")],
+            "mean",
+            f"Backpropagate from {name}.mean()",
+            f"The mean weighs every element of {name} by 1/N: the gradients are those of .sum() divided by the "
+            "number of elements (checked), what you want when the loss is an average.",
+            intent=_scaled_sum,
+            needs=("sum",),
+        ),
+    )
+
+
+def _same_as_sum(fixed: dict, original: dict, siblings: dict) -> bool:
+    return "sum" in siblings and facts.same_grads(outcome(fixed), outcome(siblings["sum"]))
+
+
+def _scaled_sum(fixed: dict, original: dict, siblings: dict) -> bool:
+    return "sum" in siblings and facts.proportional_grads(outcome(fixed), outcome(siblings["sum"]))

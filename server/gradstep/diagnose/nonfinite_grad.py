@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 
 from gradstep.diagnose import facts
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.source import Source, call_name, torch_alias
 from gradstep.printing import fmt_value, mode_of
 
@@ -166,24 +166,24 @@ def _fixes(
 
         return text_of
 
-    out = []
-    code = src.apply([src.replace(operand, plus)])
-    if code:
-        out.append(
-            CandidateFix("epsilon", f"Add a small epsilon: {plus}", explain(f"`+ {EPS}`"), code, intent)
-        )
+    epsilon = fix_of(
+        src,
+        [src.replace(operand, plus)],
+        "epsilon",
+        f"Add a small epsilon: {plus}",
+        explain(f"`+ {EPS}`"),
+        intent,
+    )
+    clamp = None
     denominator = isinstance(site[0], ast.BinOp) and isinstance(site[0].op, ast.Div)
     if torch_name is not None and not denominator:  # a negative denominator clamped to +eps: a new result
         clamped = f"{torch_name}.clamp({text}, min={EPS})"
-        code = src.apply([src.replace(operand, clamped)])
-        if code:
-            out.append(
-                CandidateFix(
-                    "clamp",
-                    f"Clamp it: {clamped}",
-                    explain(f"`{torch_name}.clamp(…, min={EPS})`"),
-                    code,
-                    intent,
-                )
-            )
-    return out
+        clamp = fix_of(
+            src,
+            [src.replace(operand, clamped)],
+            "clamp",
+            f"Clamp it: {clamped}",
+            explain(f"`{torch_name}.clamp(…, min={EPS})`"),
+            intent,
+        )
+    return present(epsilon, clamp)

@@ -8,7 +8,7 @@ through again); and, where the snippet has more old idioms, all of them updated.
 from __future__ import annotations
 
 from gradstep.diagnose import modernize
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, fix_of, present
 from gradstep.diagnose.source import Source
 
 KIND = "retain_variables_renamed"
@@ -25,19 +25,15 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         "torch no longer accepts the old name. It keeps the graph's saved tensors after this backward, so the "
         "graph can be backwarded through again."
     )
-    code = src.apply(modernize.retain_graph(src, line))
-    fixes = []
-    if code:
-        fixes.append(
-            CandidateFix(
-                "rename",
-                "Use retain_graph=",
-                "The same call with today's name for the keyword (checked: the fixed snippet runs).",
-                code,
-                intent=lambda fixed, _trace, _passed: _retains_at(fixed, line),
-            )
-        )
-    fixes.extend(f for f in [modernize.update_all(src, code)] if f is not None)
+    own = fix_of(
+        src,
+        modernize.retain_graph(src, line),
+        "rename",
+        "Use retain_graph=",
+        "The same call with today's name for the keyword (checked: the fixed snippet runs).",
+        intent=lambda fixed, _trace, _passed: _retains_at(fixed, line),
+    )
+    fixes = present(own, modernize.update_all(src, own))
     return [Candidate(KIND, "error", line, message, fixes)]
 
 

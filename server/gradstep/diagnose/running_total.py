@@ -17,7 +17,7 @@ import ast
 
 from gradstep.diagnose import facts
 from gradstep.diagnose.calls import output_of, the_call_at
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, fix_of, present
 from gradstep.diagnose.graph_cut import _cut_of
 from gradstep.diagnose.source import Source, assigned_names, names_in
 from gradstep.printing import fmt_bytes
@@ -137,23 +137,21 @@ def _candidate(
         f"To keep a number, add `{text}.item()`."
     )
     simple = isinstance(added, ast.Name | ast.Attribute | ast.Call | ast.Subscript)
-    code = src.apply([src.replace(added, f"{text}.item()" if simple else f"({text}).item()")])
-    fixes = []
-    if code:
 
-        def intent(fixed: dict, original: dict, siblings: dict) -> bool:
-            alive = [a for a, _ in _samples(fixed, line)]
-            return len(alive) >= 2 and max(alive[1:]) <= alive[1] and not _holds_graph(fixed, total)
+    def intent(fixed: dict, original: dict, siblings: dict) -> bool:
+        alive = [a for a, _ in _samples(fixed, line)]
+        return len(alive) >= 2 and max(alive[1:]) <= alive[1] and not _holds_graph(fixed, total)
 
-        def explain(fixed: dict) -> str:
-            fixed_samples = _samples(fixed, line)
-            shown = _series([str(a) for a, _ in fixed_samples])
-            bytes_now = f"; saved tensors {_series([fmt_bytes(b) for _, b in fixed_samples])}" if held else ""
-            return (
-                f"`{text}.item()` is a Python number: `{total}` adds up the values and holds no graph, so each "
-                f"iteration's graph is freed when the next one replaces it (checked: graph nodes alive at line "
-                f"{line}: {shown}{bytes_now}, where the original run had {nodes}{held})."
-            )
+    def explain(fixed: dict) -> str:
+        fixed_samples = _samples(fixed, line)
+        shown = _series([str(a) for a, _ in fixed_samples])
+        bytes_now = f"; saved tensors {_series([fmt_bytes(b) for _, b in fixed_samples])}" if held else ""
+        return (
+            f"`{text}.item()` is a Python number: `{total}` adds up the values and holds no graph, so each "
+            f"iteration's graph is freed when the next one replaces it (checked: graph nodes alive at line "
+            f"{line}: {shown}{bytes_now}, where the original run had {nodes}{held})."
+        )
 
-        fixes.append(CandidateFix("item", f"Add the number: {text}.item() to {total}", explain, code, intent))
-    return Candidate(KIND, "warning", stmt.lineno, message, fixes)
+    edit = src.replace(added, f"{text}.item()" if simple else f"({text}).item()")
+    fix = fix_of(src, [edit], "item", f"Add the number: {text}.item() to {total}", explain, intent)
+    return Candidate(KIND, "warning", stmt.lineno, message, present(fix))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 
 from gradstep.diagnose import modernize
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, fix_of, present
 from gradstep.diagnose.source import Edit, Source
 
 KIND = "volatile_removed"
@@ -50,29 +50,24 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         drop = modernize.without_volatile(src, call, kw)
         stmt = src.statement_of(call)
         wrap = _no_grad_after(src, stmt) if stmt is not None else None
-        fixes = []
-        code = src.apply([drop, wrap]) if wrap is not None else None
-        if code:
-            fixes.append(
-                CandidateFix(
-                    "no_grad",
-                    "Run the lines after it under torch.no_grad()",
-                    "Inference without a graph, as volatile=True meant (checked: the fixed snippet runs and builds "
-                    "fewer nodes).",
-                    code,
-                    intent=_builds_less,
-                )
-            )
-        code = src.apply([drop])
-        if code:
-            fixes.append(
-                CandidateFix(
-                    "drop",
-                    "Drop volatile=True",
-                    "It has no effect: the snippet runs the same without it, graph and all (checked).",
-                    code,
-                )
-            )
+        fixes = present(
+            fix_of(
+                src,
+                [drop, wrap],
+                "no_grad",
+                "Run the lines after it under torch.no_grad()",
+                "Inference without a graph, as volatile=True meant (checked: the fixed snippet runs and builds "
+                "fewer nodes).",
+                intent=_builds_less,
+            ),
+            fix_of(
+                src,
+                [drop],
+                "drop",
+                "Drop volatile=True",
+                "It has no effect: the snippet runs the same without it, graph and all (checked).",
+            ),
+        )
         message = (
             "volatile=True ran what followed without a graph before PyTorch 0.4 (2018). It does nothing now: the "
             "lines after it build a graph and keep its saved tensors. torch.no_grad() is what it became."

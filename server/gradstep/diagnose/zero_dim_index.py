@@ -8,7 +8,7 @@ and, where the snippet has more old idioms, all of them updated.
 from __future__ import annotations
 
 from gradstep.diagnose import modernize
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, fix_of, present
 from gradstep.diagnose.source import Source
 
 KIND = "index_of_0_dim_tensor"
@@ -24,11 +24,12 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         "x.data[0] read the number out of a loss before PyTorch 0.4 (2018), when a loss was a 1-element tensor. "
         "A loss is now a 0-dim tensor (a scalar): it has no index 0. .item() gives its value as a Python number."
     )
-    code = src.apply(modernize.item(src, line))
-    fixes = []
-    if code:
-        fixes.append(
-            CandidateFix("item", "Use .item()", "The Python number (checked: the fixed snippet runs).", code)
-        )
-    fixes.extend(f for f in [modernize.update_all(src, code)] if f is not None)
+    own = fix_of(
+        src,
+        modernize.item(src, line),
+        "item",
+        "Use .item()",
+        "The Python number (checked: the fixed snippet runs).",
+    )
+    fixes = present(own, modernize.update_all(src, own))
     return [Candidate(KIND, "error", line, message, fixes)]
