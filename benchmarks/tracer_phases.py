@@ -26,14 +26,11 @@ from collections import defaultdict
 from collections.abc import Callable
 from unittest import mock
 
-from gradstep.tracer import grads, graph, recorder
+from gradstep.tracer import grads, graph, passes, recorder
 from tracer_overhead import SNIPPET, pin, recording, warm_up
 
 # The C reader's entry points (tracer/_nodes.c); the Python parts are patched in Phases.__enter__.
-NATIVE = (
-    "walk read_new data_index roots step_names states new_edges tensor_records "
-    "check_stale check_freed reachable saved_bytes ids_of untrack"
-).split()
+NATIVE = passes.ALL
 
 
 class Phases:
@@ -66,7 +63,7 @@ class Phases:
             self.run["gc"] += time.perf_counter() - self.gc_started
 
     def __enter__(self) -> Phases:
-        if graph._nodes is not None:  # Graph.__init__ reads graph._nodes: a timed stand-in
+        if graph._nodes is not None:  # passes.chosen reads graph._nodes: a timed stand-in
             public = [k for k in dir(graph._nodes) if not k.startswith("__")]
             native = types.SimpleNamespace(**{k: getattr(graph._nodes, k) for k in public})
             for name in NATIVE:

@@ -32,17 +32,7 @@ except RuntimeError as e:
 print(x.grad, w.grad)
 """
 
-C_PASSES = (
-    *passes.NAMES,
-    "read_new",
-    "walk",
-    "data_index",
-    "check_freed",
-    "check_stale",
-    "ids_of",
-    "reachable",
-    "saved_bytes",
-)
+C_PASSES = (*passes.NAMES, *passes.GRAPH)
 
 
 def _failing(module: types.ModuleType | types.SimpleNamespace, name: str) -> types.SimpleNamespace:

@@ -1,4 +1,4 @@
-"""The C node reader (tracer/_nodes.c) records exactly what graph.py's Python reader records.
+"""The C passes (tracer/_nodes.c) record exactly what their Python twins (passes.py) record.
 
 Every trace is made twice, once per reader, and the two must serialise to the same
 bytes: the Python reader is the reference the rest of the suite checks against plain

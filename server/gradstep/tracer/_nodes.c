@@ -3,10 +3,13 @@
  *
  * A 24-layer transformer has ~1800 nodes, ~2700 saved slots and ~300 named tensors, and in
  * Python the bookkeeping around each torch call costs several times the call itself. Each
- * function here has a Python twin in graph.py or recorder.py (named in its comment), which is
- * the reference and the fallback when this module is not built: the same records, field for
- * field and in the same key order (tests/test_tracer_native.py compares whole traces). Rare
- * cases (lists of saved tensors, unusual saved values) are handed back to the Python helpers.
+ * function here (but setup) has a Python twin of the same name and arguments in passes.py,
+ * which is the reference and the fallback when this module is not built: the same records,
+ * field for field and in the same key order (tests/tracer/test_tracer_native.py compares whole
+ * traces; tests/tracer/test_tracer_seam.py holds the two lists of passes together). The passes are
+ * handed the containers they read and write, never the tracer's own objects: the only
+ * attributes read here are torch's. Rare cases (lists of saved tensors, unusual saved values)
+ * are handed back to the Python helpers setup() gives.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -16,12 +19,16 @@
 /* Set once by setup(): torch.Tensor, graph.py's caches and its fallbacks. */
 static PyObject *Tensor, *SlotCache, *type_slots, *jsonable, *describe, *DtypeNames, *dtype_name;
 
+/* The keys of the records built here, gradstep/schema.py's fields, listed with their models in
+ * PyInit__nodes (FIELDS there, which tests/tracer/test_tracer_seam.py checks against the schema); the
+ * kinds of a saved value; and the torch attributes read. Interned once. */
 static PyObject *s_id, *s_op, *s_step, *s_seq, *s_line, *s_tensor, *s_module, *s_grad_graph, *s_saved,
-    *s_next, *s_name, *s_kind, *s_value, *s_shape, *s_dtype, *s_bytes, *s_of, *s_tensors,
-    *s_sequence_nr, *s_variable, *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_mark_unreadable,
-    *s_seq_base, *s_lines, *s_modules, *s_starts, *s_values, *s_table, *s_children, *s_tensor_slots,
-    *s_storages, *s_shared, *s_ids, *s_accumulators, *s_freed, *s_stale, *s_stale_saved, *s_order, *s_failed, *s_executed,
-    *s_vars, *s_objs, *s_grad_fn, *s_requires_grad, *s_is_leaf, *s_retains_grad, *s_node, *s_grad, *s_next_functions, *s_data;
+    *s_next, *s_name, *s_kind, *s_value, *s_shape, *s_dtype, *s_bytes, *s_of, *s_freed, *s_stale,
+    *s_stale_saved, *s_order, *s_failed, *s_executed, *s_vars, *s_requires_grad, *s_is_leaf,
+    *s_retains_grad, *s_node, *s_grad;
+static PyObject *s_tensors; /* SavedValue.kind: "tensor" (s_tensor), "tensors", "value" (s_value) */
+static PyObject *s_sequence_nr, *s_variable, *s_untyped_storage, *s_nbytes, *s_data_ptr, *s_grad_fn,
+    *s_next_functions, *s_data; /* torch's (shape, dtype, grad, requires_grad, ... are fields too) */
 
 static PyObject *setup(PyObject *self, PyObject *args) {
     PyObject *objs[7];
@@ -153,7 +160,7 @@ static PyObject *name_of_data(PyObject *index, PyObject *ptr, PyObject *shape, P
 }
 
 /* The layers of a model save the same sizes and dims over and over: records of one run that
- * are equal share one object (graph.shared: key -> record), which saves building, tracking
+ * are equal share one object (``shared``, Graph.shared: key -> record), which saves building, tracking
  * and freeing thousands of small dicts and lists. Nothing changes a node record once made.
  * Returns a new reference to the record under ``key``, ``made`` when it is the first;
  * steals both. */
@@ -276,8 +283,9 @@ static PyObject *value_entry(PyObject *cache, PyObject *label, PyObject *value) 
     return shared(cache, key, entry3(label, s_value, value));
 }
 
+/* What read_new's helpers share: its arguments, unpacked (see read_new). */
 typedef struct {
-    PyObject *graph, *of, *of_tensors, *of_modules, *index, *step, *line, *grad_graph;
+    PyObject *mark_unreadable, *of_tensors, *of_modules, *index, *step, *line, *grad_graph;
     PyObject *lines_starts, *lines_values, *mod_starts, *mod_values, *tensor_slots, *storages_of,
         *accumulators, *shared;
     unsigned long long seq_base;
@@ -313,7 +321,7 @@ static int read_saved(Ctx *c, PyObject *node, PyObject *nid, PyObject *slots, Py
             entry = entry3(label, s_tensor, NULL);
             int bad = !entry || PyList_Append(saved, entry) < 0 || PyList_Append(held, kind_slot) < 0;
             Py_XDECREF(entry);
-            PyObject *r = bad ? NULL : PyObject_CallMethodObjArgs(c->graph, s_mark_unreadable, nid, kind_slot, msg, NULL);
+            PyObject *r = bad ? NULL : PyObject_CallFunctionObjArgs(c->mark_unreadable, nid, kind_slot, msg, NULL);
             Py_DECREF(msg);
             if (!r)
                 return -1;
@@ -330,7 +338,7 @@ static int read_saved(Ctx *c, PyObject *node, PyObject *nid, PyObject *slots, Py
             entry = tensor_entry(label, value, storages, c->index, c->shared);
             kind_slot = PyTuple_GET_ITEM(slot, 2);
         } else if ((PyList_CheckExact(value) || PyTuple_CheckExact(value)) && holds_tensor(value)) {
-            entry = PyObject_CallFunctionObjArgs(describe, label, s_tensors, value, storages, c->of, NULL);
+            entry = PyObject_CallFunctionObjArgs(describe, label, s_tensors, value, storages, c->index, NULL);
             kind_slot = PyTuple_GET_ITEM(slot, 3);
         } else {
             entry = value_entry(c->shared, label, json_value(value));
@@ -346,7 +354,7 @@ static int read_saved(Ctx *c, PyObject *node, PyObject *nid, PyObject *slots, Py
     return 0;
 }
 
-/* Graph._info for one node: a new reference to its record, or NULL. */
+/* graph.node_info for one node: a new reference to its record, or NULL. */
 static PyObject *node_info(Ctx *c, PyObject *node, PyObject *nid) {
     PyObject *type = (PyObject *)Py_TYPE(node);
     PyObject *op_slots = PyDict_GetItemWithError(SlotCache, type);
@@ -435,12 +443,6 @@ fail:
     return NULL;
 }
 
-static PyObject *attr_of(PyObject *obj, PyObject *name, PyObject **keep) {
-    /* a borrowed-like attribute: the new reference is parked in ``keep`` for release */
-    *keep = PyObject_GetAttr(obj, name);
-    return *keep;
-}
-
 /* Takes a tree of trace data (dicts, lists, tuples of plain values) out of the cyclic garbage
  * collector's sight. A traced run keeps tens of thousands of such containers, which no cycle
  * can run through, and without this every collection of a young generation walks them again:
@@ -478,20 +480,31 @@ static int untrack_tree(PyObject *o, int depth) {
     return all;
 }
 
+/* untrack(tree): untrack_tree for passes.untrack, which cannot (True: now out of sight). */
 static PyObject *untrack(PyObject *self, PyObject *o) {
     int r = untrack_tree(o, 0);
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
-/* read_new(graph, of, index, nodes, nexts, ids, first_id, step, line, grad_graph)
+/* read_new(nodes, nexts, ids, first_id, step, line, grad_graph, into, reading)
  *
  * Appends the records of ``nodes`` (new, in id order from ``first_id``, each already in ``ids``)
- * to graph.table and their children's ids to graph.children, as Graph.discover's Python path. */
+ * to the table and their children's ids to children, as passes.read_new. ``into`` and
+ * ``reading`` are graph.Into and graph.Reading, read by position (lines and modules are each
+ * a SeqRanges' (starts, values) lists):
+ *   into = (table, children, tensor_slots, storages, accumulators, shared, mark_unreadable)
+ *   reading = (seq_base, lines, modules, of_tensors, of_modules, index) */
 static PyObject *read_new(PyObject *self, PyObject *args) {
-    PyObject *graph, *of, *index, *nodes, *nexts, *ids, *step, *line, *grad_graph;
+    PyObject *nodes, *nexts, *ids, *step, *line, *grad_graph, *table, *children;
     Py_ssize_t first_id;
-    if (!PyArg_ParseTuple(args, "OOO!O!O!O!nOOO", &graph, &of, &PyDict_Type, &index, &PyList_Type, &nodes,
-                          &PyList_Type, &nexts, &PyDict_Type, &ids, &first_id, &step, &line, &grad_graph))
+    Ctx c = {0};
+    if (!PyArg_ParseTuple(args, "O!O!O!nOOO(O!O!O!O!O!O!O)(K(O!O!)(O!O!)O!O!O!)", &PyList_Type, &nodes,
+                          &PyList_Type, &nexts, &PyDict_Type, &ids, &first_id, &step, &line, &grad_graph,
+                          &PyList_Type, &table, &PyList_Type, &children, &PyDict_Type, &c.tensor_slots,
+                          &PyDict_Type, &c.storages_of, &PyDict_Type, &c.accumulators, &PyDict_Type, &c.shared,
+                          &c.mark_unreadable, &c.seq_base, &PyList_Type, &c.lines_starts, &PyList_Type,
+                          &c.lines_values, &PyList_Type, &c.mod_starts, &PyList_Type, &c.mod_values,
+                          &PyDict_Type, &c.of_tensors, &PyDict_Type, &c.of_modules, &PyDict_Type, &c.index))
         return NULL;
     if (!Tensor) {
         PyErr_SetString(PyExc_RuntimeError, "_nodes.setup() was not called");
@@ -502,39 +515,10 @@ static PyObject *read_new(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "nodes and nexts differ in length");
         return NULL;
     }
-    Ctx c = {.graph = graph, .of = of, .index = index, .step = step, .line = line, .grad_graph = grad_graph};
-    PyObject *keep[13] = {0}, *result = NULL;
-    PyObject *lines = attr_of(graph, s_lines, &keep[0]), *mods = attr_of(graph, s_modules, &keep[1]);
-    PyObject *table = attr_of(graph, s_table, &keep[2]), *children = attr_of(graph, s_children, &keep[3]);
-    PyObject *base = attr_of(graph, s_seq_base, &keep[4]);
-    if (!lines || !mods || !table || !children || !base || !PyList_Check(table) || !PyList_Check(children))
-        goto done;
-    c.seq_base = PyLong_AsUnsignedLongLong(base);
-    if (PyErr_Occurred())
-        goto done;
-    c.lines_starts = attr_of(lines, s_starts, &keep[5]);
-    c.lines_values = attr_of(lines, s_values, &keep[6]);
-    c.mod_starts = attr_of(mods, s_starts, &keep[7]);
-    c.mod_values = attr_of(mods, s_values, &keep[8]);
-    c.tensor_slots = attr_of(graph, s_tensor_slots, &keep[9]);
-    c.storages_of = attr_of(graph, s_storages, &keep[10]);
-    c.accumulators = attr_of(graph, s_accumulators, &keep[11]);
-    c.shared = attr_of(graph, s_shared, &keep[12]);
-    if (PyErr_Occurred())
-        goto done;
-    PyObject *t = PyObject_GetAttr(of, s_tensors), *m = PyObject_GetAttr(of, s_modules);
-    c.of_tensors = t;
-    c.of_modules = m;
-    if (!t || !m || !PyDict_Check(t) || !PyDict_Check(m) || !PyList_Check(c.lines_starts) ||
-        !PyList_Check(c.lines_values) || !PyList_Check(c.mod_starts) || !PyList_Check(c.mod_values) ||
-        !PyDict_Check(c.tensor_slots) || !PyDict_Check(c.storages_of) || !PyDict_Check(c.accumulators) ||
-        !PyDict_Check(c.shared)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "unexpected graph or names layout");
-        Py_XDECREF(t);
-        Py_XDECREF(m);
-        goto done;
-    }
+    c.step = step;
+    c.line = line;
+    c.grad_graph = grad_graph;
+    PyObject *result = NULL;
     if (PyList_GET_SIZE(table) != first_id || PyList_GET_SIZE(children) != first_id) {
         PyErr_SetString(PyExc_ValueError, "first_id is not the table's length");
     } else {
@@ -571,16 +555,11 @@ static PyObject *read_new(PyObject *self, PyObject *args) {
         if (i == n)
             result = Py_NewRef(Py_None);
     }
-    Py_DECREF(t);
-    Py_DECREF(m);
-done:
-    for (int k = 0; k < 13; k++)
-        Py_XDECREF(keep[k]);
     return result;
 }
 
 /* states(live, freed, stale, run, failed, vars_of, plain): a step's node states, as
- * recorder.node_states. Nodes with nothing to say share one {"id": n} dict across steps. */
+ * passes.states. Nodes with nothing to say share one {"id": n} dict across steps. */
 static PyObject *states(PyObject *self, PyObject *args) {
     PyObject *live, *freed, *stale, *run, *failed, *vars_of, *plain;
     if (!PyArg_ParseTuple(args, "O!O!O!O!OO!O!", &PyList_Type, &live, &PySet_Type, &freed, &PyDict_Type, &stale,
@@ -757,10 +736,10 @@ done:
 }
 
 /* Reads saved ``slot`` (a _Saved) of node ``nid``. Reading raises a RuntimeError once the
- * node was freed or the saved tensor modified in place: graph._mark_unreadable sorts which,
- * except for a freed one when ``keep_freed`` is 0 and ``freed_mark`` is in the message.
+ * node was freed or the saved tensor modified in place: ``mark_unreadable`` (Graph's) sorts
+ * which, except for a freed one when ``keep_freed`` is 0 and ``freed_mark`` is in the message.
  * 0, or -1 with an error set (any other error). */
-static int read_or_mark(PyObject *graph, PyObject *node, PyObject *nid, PyObject *slot, int keep_freed,
+static int read_or_mark(PyObject *mark_unreadable, PyObject *node, PyObject *nid, PyObject *slot, int keep_freed,
                         PyObject *freed_mark) {
     PyObject *value = PyObject_GetAttr(node, PyTuple_GET_ITEM(slot, 1));
     if (value) {
@@ -774,7 +753,7 @@ static int read_or_mark(PyObject *graph, PyObject *node, PyObject *nid, PyObject
         return -1;
     /* PyUnicode_Find: the position, -1 when absent, -2 on error */
     Py_ssize_t at = keep_freed ? -1 : PyUnicode_Find(msg, freed_mark, 0, PY_SSIZE_T_MAX, 1);
-    PyObject *r = at == -1 ? PyObject_CallMethodObjArgs(graph, s_mark_unreadable, nid, slot, msg, NULL) : NULL;
+    PyObject *r = at == -1 ? PyObject_CallFunctionObjArgs(mark_unreadable, nid, slot, msg, NULL) : NULL;
     Py_DECREF(msg);
     if (at >= 0) /* freed, and the caller asked to leave freed ones alone */
         return 0;
@@ -792,25 +771,18 @@ static PyObject *node_of(PyObject *objs, PyObject *nid) {
     return node;
 }
 
-/* check_stale(graph, mark_freed, freed_mark, below): Graph.check_stale's loop, over the nodes
- * with ids below ``below``. Reading a saved tensor raises once it was modified in place (or
- * freed); graph._mark_unreadable sorts which. */
+/* check_stale(tensor_slots, freed, objs, stale, mark_unreadable, mark_freed, freed_mark, below):
+ * passes.check_stale, over the nodes with ids below ``below``. Reading a saved tensor raises once
+ * it was modified in place (or freed); ``mark_unreadable`` sorts which. */
 static PyObject *check_stale(PyObject *self, PyObject *args) {
-    PyObject *graph, *freed_mark;
+    PyObject *slots_of, *freed, *objs, *stale, *mark_unreadable, *freed_mark;
     int mark_freed;
     Py_ssize_t below;
-    if (!PyArg_ParseTuple(args, "OpUn", &graph, &mark_freed, &freed_mark, &below))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!OpUn", &PyDict_Type, &slots_of, &PySet_Type, &freed, &PyDict_Type,
+                          &objs, &PyDict_Type, &stale, &mark_unreadable, &mark_freed, &freed_mark, &below))
         return NULL;
-    PyObject *slots_of = PyObject_GetAttr(graph, s_tensor_slots), *freed = PyObject_GetAttr(graph, s_freed);
-    PyObject *objs = PyObject_GetAttr(graph, s_objs), *stale = PyObject_GetAttr(graph, s_stale);
     PyObject *result = NULL, *nid, *slots;
-    if (!slots_of || !freed || !objs || !stale || !PyDict_Check(slots_of) || !PyDict_Check(objs) ||
-        !PyDict_Check(stale)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "unexpected graph layout");
-        goto done;
-    }
-    /* Nothing called from here changes tensor_slots (_mark_unreadable writes freed and stale);
+    /* Nothing called from here changes tensor_slots (mark_unreadable writes freed and stale);
      * its size is checked anyway, so a change could only stop tracing, never misread memory. */
     Py_ssize_t pos = 0, size = PyDict_GET_SIZE(slots_of);
     while (PyDict_Next(slots_of, &pos, &nid, &slots)) {
@@ -845,7 +817,7 @@ static PyObject *check_stale(PyObject *self, PyObject *args) {
                 bad = skip < 0;
                 continue;
             }
-            bad = read_or_mark(graph, node, nid, slot, mark_freed, freed_mark) < 0;
+            bad = read_or_mark(mark_unreadable, node, nid, slot, mark_freed, freed_mark) < 0;
         }
         Py_DECREF(node);
         Py_DECREF(nid);
@@ -860,15 +832,11 @@ static PyObject *check_stale(PyObject *self, PyObject *args) {
     }
     result = Py_NewRef(Py_None);
 done:
-    Py_XDECREF(slots_of);
-    Py_XDECREF(freed);
-    Py_XDECREF(objs);
-    Py_XDECREF(stale);
     return result;
 }
 
 /* tensor_records(shown, facts, grads, leaf_ids, ids, last, now): the tensors of a step, as
- * recorder._tensor_records, from what roots() read of each tensor. A tensor whose name, node,
+ * passes.tensor_records, from what roots() read of each tensor. A tensor whose name, node,
  * grad, flags and shape are as at the last step keeps its record; ``now`` maps id(tensor) ->
  * (weakref, key, record). */
 static PyObject *tensor_records(PyObject *self, PyObject *args) {
@@ -967,7 +935,7 @@ static PyObject *tensor_records(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* roots(entries, extra_roots): recorder._roots in C, one pass over the named tensors
+/* roots(entries, extra_roots): passes.roots in C, one pass over the named tensors
  * (``entries`` are Names.tensors' values, (tensor, [names])). Returns (graph roots, the entries
  * a step lists, each entry's grad_fn, and per listed entry (grad_fn, grad, requires_grad, is_leaf,
  * retains_grad, dtype, shape)). */
@@ -1056,28 +1024,24 @@ static int add_vars(PyObject *vars_of, PyObject *nid, PyObject *names) {
     return PyList_SetSlice(list, n, n, names);
 }
 
-/* step_names(entries, fns, shown, facts, graph): the snapshot's per-tensor pass, in C, from
- * what roots() read. Returns (vars_of: node id -> variable names, leaf_ids: each shown tensor's
+/* step_names(entries, fns, shown, facts, ids, table, accumulators, objs): passes.step_names, the
+ * snapshot's per-tensor pass, from what roots() read. Returns (vars_of: node id -> variable names, leaf_ids: each shown tensor's
  * AccumulateGrad id or None, grads: each shown tensor's .grad where it can have one, else None). */
 static PyObject *step_names(PyObject *self, PyObject *args) {
-    PyObject *entries, *fns, *shown, *facts, *graph;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyDict_Type, &entries, &PyList_Type, &fns, &PyList_Type, &shown,
-                          &PyList_Type, &facts, &graph))
+    PyObject *entries, *fns, *shown, *facts, *ids, *table, *accs, *objs;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!", &PyDict_Type, &entries, &PyList_Type, &fns, &PyList_Type,
+                          &shown, &PyList_Type, &facts, &PyDict_Type, &ids, &PyList_Type, &table, &PyDict_Type,
+                          &accs, &PyDict_Type, &objs))
         return NULL;
     if (PyList_GET_SIZE(fns) != PyDict_GET_SIZE(entries) || PyList_GET_SIZE(facts) != PyList_GET_SIZE(shown)) {
         PyErr_SetString(PyExc_ValueError, "fns/entries or facts/shown differ in length");
         return NULL;
     }
     PyObject *vars_of = PyDict_New(), *leaf_ids = PyList_New(0), *grads = PyList_New(0), *out = NULL;
-    PyObject *accs = PyObject_GetAttr(graph, s_accumulators), *objs = PyObject_GetAttr(graph, s_objs);
-    PyObject *table = PyObject_GetAttr(graph, s_table), *ids = PyObject_GetAttr(graph, s_ids), *key, *entry;
+    PyObject *key, *entry;
     Py_ssize_t pos = 0, i = 0;
-    if (!vars_of || !leaf_ids || !grads || !accs || !objs || !table || !ids || !PyDict_Check(accs) ||
-        !PyDict_Check(objs) || !PyList_Check(table) || !PyDict_Check(ids)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "unexpected graph layout");
+    if (!vars_of || !leaf_ids || !grads)
         goto done;
-    }
     while (PyDict_Next(entries, &pos, &key, &entry)) { /* nodes the snippet's variables are the grad_fn of */
         PyObject *fn = PyList_GET_ITEM(fns, i++);
         PyObject *nid = fn != Py_None ? PyDict_GetItemWithError(ids, fn) : NULL;
@@ -1090,7 +1054,7 @@ static PyObject *step_names(PyObject *self, PyObject *args) {
         PyObject *tid = PyLong_FromVoidPtr(t);
         if (!tid)
             goto done;
-        PyObject *nid = PyDict_GetItemWithError(accs, tid); /* Graph.accumulator_id */
+        PyObject *nid = PyDict_GetItemWithError(accs, tid); /* graph.accumulator_id */
         Py_DECREF(tid);
         if (!nid && PyErr_Occurred())
             goto done;
@@ -1138,10 +1102,6 @@ done:
     Py_XDECREF(vars_of);
     Py_XDECREF(leaf_ids);
     Py_XDECREF(grads);
-    Py_XDECREF(accs);
-    Py_XDECREF(objs);
-    Py_XDECREF(table);
-    Py_XDECREF(ids);
     return out;
 }
 
@@ -1159,7 +1119,7 @@ static int by_creation(const void *a, const void *b) {
 
 /* walk(roots, ids): the nodes reachable from ``roots`` that ``ids`` does not know, in creation
  * order (sequence number; AccumulateGrad, which has none, by first sight), with each one's
- * next_functions: Graph.discover's walk in C. Returns (nodes, nexts). */
+ * next_functions: passes.walk in C. Returns (nodes, nexts). */
 static PyObject *walk(PyObject *self, PyObject *args) {
     PyObject *roots_in, *ids;
     if (!PyArg_ParseTuple(args, "OO!", &roots_in, &PyDict_Type, &ids))
@@ -1260,20 +1220,15 @@ static PyObject *ids_of(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* check_freed(graph, nids): Graph.check_freed in C. After a backward that did not retain its
- * graph: did it release these nodes' saved tensors? A SavedTensor handle's data is None once
- * freed; list and custom-Function saves read through a stale handle, so those are re-read. */
+/* check_freed(nids, tensor_slots, freed, objs, mark_unreadable): passes.check_freed. After a
+ * backward that did not retain its graph: did it release these nodes' saved tensors? A
+ * SavedTensor handle's data is None once freed; list and custom-Function saves read through a
+ * stale handle, so those are re-read. */
 static PyObject *check_freed(PyObject *self, PyObject *args) {
-    PyObject *graph, *nids;
-    if (!PyArg_ParseTuple(args, "OO!", &graph, &PyList_Type, &nids))
+    PyObject *nids, *slots_of, *freed, *objs, *mark_unreadable, *result = NULL;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O", &PyList_Type, &nids, &PyDict_Type, &slots_of, &PySet_Type, &freed,
+                          &PyDict_Type, &objs, &mark_unreadable))
         return NULL;
-    PyObject *slots_of = PyObject_GetAttr(graph, s_tensor_slots), *freed = PyObject_GetAttr(graph, s_freed);
-    PyObject *objs = PyObject_GetAttr(graph, s_objs), *result = NULL;
-    if (!slots_of || !freed || !objs || !PyDict_Check(slots_of) || !PySet_Check(freed) || !PyDict_Check(objs)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "unexpected graph layout");
-        goto done;
-    }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(nids); i++) {
         PyObject *nid = PyList_GET_ITEM(nids, i);
         PyObject *slots = PyDict_GetItemWithError(slots_of, nid);
@@ -1306,18 +1261,15 @@ static PyObject *check_freed(PyObject *self, PyObject *args) {
                 goto done;
             continue;
         }
-        if (read_or_mark(graph, node, nid, slot, 1, NULL) < 0)
+        if (read_or_mark(mark_unreadable, node, nid, slot, 1, NULL) < 0)
             goto done; /* list and custom-Function saves read through a stale handle: re-read */
     }
     result = Py_NewRef(Py_None);
 done:
-    Py_XDECREF(slots_of);
-    Py_XDECREF(freed);
-    Py_XDECREF(objs);
     return result;
 }
 
-/* data_index(entries): Names.data_index in C. Data address -> {(shape, dtype): first name} of
+/* data_index(entries): passes.data_index in C (Names.data_index keeps what it returns). Data address -> {(shape, dtype): first name} of
  * the named tensors (``entries`` are Names.tensors' values, (tensor, [names])). */
 static PyObject *data_index(PyObject *self, PyObject *args) {
     PyObject *entries;
@@ -1356,20 +1308,20 @@ static PyObject *data_index(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(Tensor, slot_cache, type_slots, jsonable, describe, dtype_names, dtype_name)"},
-    {"read_new", read_new, METH_VARARGS, "Append new nodes' records to the graph's table (Graph._info in C)."},
+    {"read_new", read_new, METH_VARARGS, "Append new nodes' records to the table (passes.read_new in C)."},
     {"untrack", untrack, METH_O, "Take a tree of plain trace data out of the garbage collector's sight."},
-    {"states", states, METH_VARARGS, "A step's node states (recorder.node_states in C)."},
-    {"new_edges", new_edges, METH_VARARGS, "Edges of the live nodes from first_new on."},
-    {"reachable", reachable, METH_VARARGS, "Ids the roots reach (Graph.reachable in C)."},
-    {"check_stale", check_stale, METH_VARARGS, "Mark saved tensors modified in place (Graph.check_stale in C)."},
-    {"ids_of", ids_of, METH_VARARGS, "Ids of the known nodes among the given ones, in order."},
-    {"check_freed", check_freed, METH_VARARGS, "Mark nodes whose saved tensors a backward released."},
-    {"data_index", data_index, METH_VARARGS, "Data address -> {(shape, dtype): name} of named tensors."},
-    {"walk", walk, METH_VARARGS, "New nodes reachable from the roots, in creation order, with their edges."},
-    {"roots", roots, METH_VARARGS, "Graph roots and the tensors a step lists (recorder._roots in C)."},
-    {"step_names", step_names, METH_VARARGS, "Variables per node, leaf ids and grads of a step's tensors."},
-    {"tensor_records", tensor_records, METH_VARARGS, "A step's tensor records (the snapshot's loop in C)."},
-    {"saved_bytes", saved_bytes, METH_VARARGS, "Bytes held by live saved tensors (Graph.saved_bytes in C)."},
+    {"states", states, METH_VARARGS, "A step's node states (passes.states in C)."},
+    {"new_edges", new_edges, METH_VARARGS, "Edges of the live nodes from first_new on (passes.new_edges in C)."},
+    {"reachable", reachable, METH_VARARGS, "Ids the roots reach (passes.reachable in C)."},
+    {"check_stale", check_stale, METH_VARARGS, "Mark saved tensors modified in place (passes.check_stale in C)."},
+    {"ids_of", ids_of, METH_VARARGS, "Ids of the known nodes among the given ones, in order (passes.ids_of in C)."},
+    {"check_freed", check_freed, METH_VARARGS, "Mark nodes whose saved tensors a backward released (passes.check_freed in C)."},
+    {"data_index", data_index, METH_VARARGS, "Data address -> {(shape, dtype): name} of named tensors (passes.data_index in C)."},
+    {"walk", walk, METH_VARARGS, "New nodes reachable from the roots, in creation order, with their edges (passes.walk in C)."},
+    {"roots", roots, METH_VARARGS, "Graph roots and the tensors a step lists (passes.roots in C)."},
+    {"step_names", step_names, METH_VARARGS, "Variables per node, leaf ids and grads of a step's tensors (passes.step_names in C)."},
+    {"tensor_records", tensor_records, METH_VARARGS, "A step's tensor records (passes.tensor_records in C)."},
+    {"saved_bytes", saved_bytes, METH_VARARGS, "Bytes held by live saved tensors (passes.saved_bytes in C)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1377,28 +1329,69 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, .m_name = "_nodes", .m_doc = "Autograd node records, in C.", .m_size = -1, .m_methods = methods,
 };
 
+/* The records' keys, once, each with the schema models (gradstep/schema.py) it is a field of:
+ * the module's FIELDS ({model: (field, ...)}) lists them for tests/tracer/test_tracer_seam.py. */
+static const struct {
+    PyObject **slot;
+    const char *text, *models;
+} fields[] = {
+    {&s_id, "id", "NodeInfo NodeState"}, {&s_op, "op", "NodeInfo"}, {&s_step, "step", "NodeInfo"},
+    {&s_seq, "seq", "NodeInfo"}, {&s_line, "line", "NodeInfo"}, {&s_tensor, "tensor", "NodeInfo"},
+    {&s_module, "module", "NodeInfo"}, {&s_grad_graph, "grad_graph", "NodeInfo"}, {&s_saved, "saved", "NodeInfo"},
+    {&s_next, "next", "NodeInfo"}, {&s_name, "name", "SavedValue TensorState"}, {&s_kind, "kind", "SavedValue"},
+    {&s_value, "value", "SavedValue"}, {&s_shape, "shape", "SavedValue TensorState"},
+    {&s_dtype, "dtype", "SavedValue TensorState"}, {&s_bytes, "bytes", "SavedValue"}, {&s_of, "of", "SavedValue"},
+    {&s_freed, "freed", "NodeState"}, {&s_stale, "stale", "NodeState"}, {&s_stale_saved, "stale_saved", "NodeState"},
+    {&s_order, "order", "NodeState"}, {&s_failed, "failed", "NodeState"}, {&s_executed, "executed", "NodeState"},
+    {&s_vars, "vars", "NodeState"}, {&s_requires_grad, "requires_grad", "TensorState"},
+    {&s_is_leaf, "is_leaf", "TensorState"}, {&s_retains_grad, "retains_grad", "TensorState"},
+    {&s_node, "node", "TensorState"}, {&s_grad, "grad", "TensorState"},
+};
+
+/* {model: [field, ...]} from ``fields``, in its order: a new reference, or NULL. */
+static PyObject *fields_by_model(void) {
+    PyObject *out = PyDict_New();
+    for (size_t i = 0; out && i < sizeof(fields) / sizeof(fields[0]); i++) {
+        PyObject *text = PyUnicode_FromString(fields[i].models);
+        PyObject *models = text ? PyUnicode_Split(text, NULL, -1) : NULL;
+        int ok = models != NULL;
+        for (Py_ssize_t k = 0; ok && k < PyList_GET_SIZE(models); k++) {
+            PyObject *model = PyList_GET_ITEM(models, k), *names = PyDict_GetItemWithError(out, model);
+            if (!names && (PyErr_Occurred() || set_new(out, model, PyList_New(0)) < 0 ||
+                           !(names = PyDict_GetItemWithError(out, model))))
+                ok = 0;
+            else if (PyList_Append(names, *fields[i].slot) < 0)
+                ok = 0;
+        }
+        Py_XDECREF(text);
+        Py_XDECREF(models);
+        if (!ok)
+            Py_CLEAR(out);
+    }
+    return out;
+}
+
 PyMODINIT_FUNC PyInit__nodes(void) {
-    struct {
+    static const struct {
         PyObject **slot;
         const char *text;
     } names[] = {
-        {&s_id, "id"}, {&s_op, "op"}, {&s_step, "step"}, {&s_seq, "seq"}, {&s_line, "line"},
-        {&s_tensor, "tensor"}, {&s_module, "module"}, {&s_grad_graph, "grad_graph"}, {&s_saved, "saved"},
-        {&s_next, "next"}, {&s_name, "name"}, {&s_kind, "kind"}, {&s_value, "value"}, {&s_shape, "shape"},
-        {&s_dtype, "dtype"}, {&s_bytes, "bytes"}, {&s_of, "of"}, {&s_tensors, "tensors"},
+        {&s_tensors, "tensors"}, /* a saved value's kind; "tensor" and "value" are fields too */
         {&s_sequence_nr, "_sequence_nr"}, {&s_variable, "variable"}, {&s_untyped_storage, "untyped_storage"},
-        {&s_nbytes, "nbytes"}, {&s_data_ptr, "data_ptr"}, {&s_mark_unreadable, "_mark_unreadable"},
-        {&s_seq_base, "seq_base"}, {&s_lines, "lines"}, {&s_modules, "modules"}, {&s_starts, "starts"},
-        {&s_values, "values"}, {&s_table, "table"}, {&s_children, "children"},
-        {&s_tensor_slots, "tensor_slots"}, {&s_storages, "storages"}, {&s_shared, "shared"}, {&s_ids, "ids"}, {&s_accumulators, "_accumulators"},
-        {&s_freed, "freed"}, {&s_stale, "stale"}, {&s_stale_saved, "stale_saved"}, {&s_order, "order"},
-        {&s_failed, "failed"}, {&s_executed, "executed"}, {&s_vars, "vars"}, {&s_objs, "objs"},
-        {&s_grad_fn, "grad_fn"}, {&s_requires_grad, "requires_grad"}, {&s_is_leaf, "is_leaf"},
-        {&s_retains_grad, "retains_grad"}, {&s_node, "node"}, {&s_grad, "grad"},
+        {&s_nbytes, "nbytes"}, {&s_data_ptr, "data_ptr"}, {&s_grad_fn, "grad_fn"},
         {&s_next_functions, "next_functions"}, {&s_data, "data"},
     };
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (!(*fields[i].slot = PyUnicode_InternFromString(fields[i].text)))
+            return NULL;
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*names[i].slot = PyUnicode_InternFromString(names[i].text)))
             return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module), *by_model = m ? fields_by_model() : NULL;
+    if (!by_model || PyModule_AddObject(m, "FIELDS", by_model) < 0) {
+        Py_XDECREF(by_model);
+        Py_XDECREF(m);
+        return NULL;
+    }
+    return m;
 }

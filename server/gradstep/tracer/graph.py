@@ -3,13 +3,17 @@
 Nodes are keyed by the node object itself (``grad_fn`` and ``next_functions``
 hand back the same Python object while it is alive); ids are small integers
 given on first sight and never reused. Holding a node keeps its graph alive,
-so nodes no snippet variable reaches are let go (``drop_unreachable``).
+so nodes no snippet variable reaches are let go (``Graph.drop``).
+
+The loops over nodes are passes (tracer/passes.py), in C where built and in Python: a Graph
+calls the ones it is given, handing each the containers it works on.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import torch
@@ -19,7 +23,7 @@ from gradstep.tracer.names import Names
 try:
     from gradstep.tracer import _nodes
 except ImportError:  # not built (no compiler at install): the same records, from Python
-    _nodes = None
+    _nodes = None  # passes.chosen reads this: tests set it to None to record with the Python passes
 
 _UNSEQUENCED = 2**64 - 1  # AccumulateGrad nodes carry UINT64_MAX as sequence number
 FREED_MARK = "backward through the graph a second time"
@@ -87,13 +91,42 @@ class SeqRanges:
             self.values.append(value)
 
     def lookup(self, seq: int) -> Any:
-        i = bisect.bisect_right(self.starts, seq) - 1
-        return self.values[i] if i >= 0 else None
+        return lookup((self.starts, self.values), seq)
+
+
+def lookup(ranges: tuple[list[int], list[Any]], seq: int) -> Any:
+    """SeqRanges.lookup on its (starts, values) lists, as the passes are handed them."""
+    starts, values = ranges
+    i = bisect.bisect_right(starts, seq) - 1
+    return values[i] if i >= 0 else None
+
+
+class Into(NamedTuple):
+    """Where ``read_new`` writes a node's record (the C pass takes the same tuple, by position)."""
+
+    table: list[dict]
+    children: list[list[int]]
+    tensor_slots: dict[int, list[_Saved]]
+    storages: dict[int, list[tuple[int, int]]]
+    accumulators: dict[int, int]
+    shared: dict  # the C reader's one copy of equal saved-value entries and shapes
+    mark_unreadable: Callable[[int, _Saved, str], None]
+
+
+class Reading(NamedTuple):
+    """What ``read_new`` reads besides the nodes (the C pass takes the same tuple, by position)."""
+
+    seq_base: int
+    lines: tuple[list[int], list[Any]]  # SeqRanges (starts, values): the line of a sequence number
+    modules: tuple[list[int], list[Any]]  # the (id, class name) of the module that built it
+    of_tensors: dict  # Names.tensors: id(tensor) -> (tensor, [names])
+    of_modules: dict  # Names.modules: id(module) -> its path
+    index: dict  # Names.data_index: data address -> {(shape, dtype): name}
 
 
 class Graph:
-    def __init__(self, seq_base: int, max_nodes: int):
-        self.native = _nodes  # the C versions of the loops below (tracer/_nodes.c), when built
+    def __init__(self, seq_base: int, max_nodes: int, passes: SimpleNamespace):
+        self.passes = passes  # the loops over nodes (tracer/passes.py), C or Python: chosen once
         self.seq_base = seq_base
         self.max_nodes = max_nodes
         self.full = False  # max_nodes reached: new nodes are no longer recorded
@@ -108,7 +141,7 @@ class Graph:
         self.stale: dict[int, list[str]] = {}
         self.lines = SeqRanges()
         self.modules = SeqRanges()
-        self._accumulators: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
+        self.accumulators: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
         self.shared: dict = {}  # the C reader's one copy of equal saved-value entries and shapes
         # Sequence ranges built under saved_tensors_hooks (checkpointing, save_on_cpu, the
         # snippet's own pack/unpack): their saved values are never unpacked by the tracer,
@@ -128,10 +161,7 @@ class Graph:
         ``of`` names the snippet's tensors, to say which one a saved tensor is.
         """
         ids = self.ids
-        try:
-            order, nexts = self.native.walk(roots, ids) if self.native is not None else _walk(roots, ids)
-        except Exception:  # noqa: BLE001 - a node whose edges cannot be read ends the walk there
-            order, nexts = _walk(roots, ids, careful=True)
+        order, nexts = self.passes.walk(roots, ids)
         if not order:
             return
         first = len(self.table)
@@ -152,28 +182,44 @@ class Graph:
     def _read_new(
         self, of: Names, order: list, nexts: list, first: int, step: int, line: int | None, grad_graph: bool
     ) -> None:
-        """The new nodes' records into the table, in id order: by the C reader where it can,
-        one careful node at a time where it cannot (a hooked node, or one it failed on)."""
+        """The new nodes' records into the table, in id order: by the ``read_new`` pass, and
+        one careful node at a time in Python where a node was built under a saved-tensor hook."""
         hooked = self._hooked(order)
-        native = self.native
+        into = Into(
+            self.table, self.children, self.tensor_slots, self.storages, self.accumulators, self.shared,
+            self._mark_unreadable,
+        )  # fmt: skip
+        try:
+            index = of.data_index(self.passes.data_index)
+        except Exception:  # noqa: BLE001 - a tensor torch will not describe: saved tensors go unnamed
+            index = {}
+        reading = Reading(
+            self.seq_base, (self.lines.starts, self.lines.values), (self.modules.starts, self.modules.values),
+            of.tensors, of.modules, index,
+        )  # fmt: skip
         start = 0
         while start < len(order):
             end = start
             while end < len(order) and hooked[end] == hooked[start]:
                 end += 1
-            if native is not None and not hooked[start]:
-                try:
-                    index = of.data_index(native.data_index)
-                    native.read_new(
-                        self, of, index, order[start:end], nexts[start:end], self.ids, first + start,
-                        step, line, grad_graph,
-                    )  # fmt: skip
-                except Exception:  # noqa: BLE001 - read the rest of the run node by node below
-                    kept = min(len(self.table), len(self.children))  # a node half appended is read again
-                    del self.table[kept:], self.children[kept:]
-            done = len(self.table) - first
-            for node, node_nexts in zip(order[done:end], nexts[done:end], strict=True):
-                self._append(node, node_nexts, step, line, grad_graph, of, hooked[start])
+            if hooked[start]:
+                for i in range(start, end):
+                    nid = first + i
+                    append_node(
+                        order[i], nexts[i], nid, self.ids, step, line, grad_graph, into, reading, self.packed
+                    )
+            else:
+                self.passes.read_new(
+                    order[start:end],
+                    nexts[start:end],
+                    self.ids,
+                    first + start,
+                    step,
+                    line,
+                    grad_graph,
+                    into,
+                    reading,
+                )
             start = end
         for nid, node in enumerate(order, first):
             if _can_raise(type(node)):
@@ -187,161 +233,6 @@ class Graph:
             seq = node._sequence_nr()
             out.append(seq != _UNSEQUENCED and bool(self.hooks.lookup(seq)))
         return out
-
-    def _append(
-        self, node: Any, nexts: tuple, step: int, line: int | None, grad_graph: bool, of: Names, hooked: bool
-    ) -> None:
-        """One node's record, whatever it holds: what cannot be read is said, not raised."""
-        nid = len(self.table)
-        ids = self.ids
-        kids = [ids[c] for c, _ in nexts if c is not None and c in ids]
-        self.tensor_slots.pop(nid, None)  # what a failed read may have left
-        self.storages.pop(nid, None)
-        try:
-            info = self._info(node, nid, step, line, grad_graph, of, hooked)
-        except Exception as e:  # noqa: BLE001 - a node torch cannot describe stays in the graph
-            seq = _careful_key(node)
-            info = {"id": nid, "op": type(node).__name__, "step": step}
-            info["seq"] = None if seq == _UNSEQUENCED else seq - self.seq_base
-            info["line"] = line if seq == _UNSEQUENCED else self.lines.lookup(seq) or line
-            info["saved"] = []
-            info["unreadable"] = f"{type(e).__name__}: {e}"
-            self.tensor_slots.pop(nid, None)
-            self.storages.pop(nid, None)
-        info["next"] = kids
-        self.table.append(info)
-        self.children.append(kids)
-
-    def _info(
-        self,
-        node: Any,
-        nid: int,
-        step: int,
-        line: int | None,
-        grad_graph: bool,
-        of: Names,
-        hooked: bool = False,
-    ) -> dict:
-        op, slots = _type_slots(type(node))
-        seq = node._sequence_nr()
-        if seq == _UNSEQUENCED and op != "AccumulateGrad":  # once_differentiable's Error node
-            info = {"id": nid, "op": op, "step": step, "seq": None, "line": line}
-        elif seq == _UNSEQUENCED:
-            var = node.variable
-            info: dict[str, Any] = {
-                "id": nid,
-                "op": op,
-                "step": step,
-                "seq": None,
-                "line": line,
-                "tensor": of.name_of(var),
-            }
-            self._accumulators[id(var)] = nid
-        else:
-            info = {"id": nid, "op": op, "step": step, "seq": seq - self.seq_base}
-            info["line"] = self.lines.lookup(seq) or line
-            module = self.modules.lookup(seq)
-            if module is not None:
-                info["module"] = of.modules.get(module[0]) or module[1]
-        if grad_graph:
-            info["grad_graph"] = True
-        saved: list[dict] = []
-        info["saved"] = saved
-        if not slots:
-            return info
-        held: list[_Saved] = []
-        storages: list[tuple[int, int]] = []
-        if hooked:
-            self._read_packed(node, nid, slots, saved, storages)
-            return info
-        name_of_data = of.name_of_data
-        for slot in slots:
-            try:
-                value = getattr(node, slot.attr)
-            except RuntimeError as e:
-                # Unreadable when first seen (modified in place on the line that
-                # built it, or freed by a call not seen): a slot without metadata.
-                saved.append({"name": slot.label, "kind": "tensor"})
-                held.append(slot.as_tensor)
-                self._mark_unreadable(nid, slot.as_tensor, str(e))
-                continue
-            if value is None:
-                continue  # a slot this call did not need
-            kind = type(value)
-            if kind in _PLAIN_SET:
-                saved.append({"name": slot.label, "kind": "value", "value": value})
-            elif kind is _TENSOR or isinstance(value, _TENSOR):
-                try:
-                    st = value.untyped_storage()
-                    n = st.nbytes()
-                    storages.append((st.data_ptr(), n))
-                except Exception as e:  # noqa: BLE001 - sparse or wrapped: no storage of its own
-                    saved.append(_storageless(slot.label, "tensor", value, e))
-                    held.append(slot.as_tensor)
-                    continue
-                entry = {
-                    "name": slot.label,
-                    "kind": "tensor",
-                    "shape": list(value.shape),
-                    "dtype": _DTYPES.get(value.dtype) or dtype_name(value.dtype),
-                    "bytes": n,
-                }
-                name = name_of_data(value)
-                if name:
-                    entry["of"] = name
-                saved.append(entry)
-                held.append(slot.as_tensor)
-            elif _is_tensor_list(value):
-                try:
-                    saved.append(_describe(slot.label, "tensors", value, storages, of))
-                except Exception as e:  # noqa: BLE001
-                    saved.append(_storageless(slot.label, "tensors", value[0], e))
-                held.append(slot.as_tensors)
-            else:
-                saved.append({"name": slot.label, "kind": "value", "value": _jsonable(value)})
-        if held:
-            self.tensor_slots[nid] = held
-            self.storages[nid] = storages
-        return info
-
-    def _read_packed(
-        self, node: Any, nid: int, slots: tuple[_Slot, ...], saved: list, storages: list
-    ) -> None:
-        """Saved values of a node built under saved_tensors_hooks, as the pack hook left them.
-
-        Reading ``_saved_<name>`` would call the unpack hook (the snippet's code, or a
-        checkpoint's recomputation of the forward): the raw handle shows what was packed.
-        """
-        raws: list[str] = []
-        for slot in slots:
-            raw_attr = "_raw_saved_tensors" if slot.attr == "saved_tensors" else slot.as_tensor.raw
-            if raw_attr is None:  # sizes, flags, tensor lists: hooks pack only single tensors
-                saved.append({"name": slot.label, "kind": "value", "unreadable": HOOKED})
-                continue
-            handles = getattr(node, raw_attr)
-            for i, handle in enumerate(handles if isinstance(handles, tuple) else (handles,)):
-                label = f"{slot.label}[{i}]" if isinstance(handles, tuple) else slot.label
-                packed = handle.data
-                if packed is None and handle.unpack_hook is None:
-                    continue  # a slot this call did not need, or already freed
-                entry: dict[str, Any] = {"name": label, "kind": "tensor", "packed": _packed_as(packed)}
-                inner = _tensors_in(packed)
-                if inner:
-                    n = 0
-                    for t in inner:
-                        st = t.untyped_storage()
-                        storages.append((st.data_ptr(), st.nbytes()))
-                        n += st.nbytes()
-                    entry["shape"], entry["dtype"], entry["bytes"] = (
-                        list(inner[0].shape),
-                        dtype_name(inner[0].dtype),
-                        n,
-                    )
-                saved.append(entry)
-            raws.append(raw_attr)
-        if raws:
-            self.packed[nid] = raws
-            self.storages[nid] = storages
 
     def _mark_unreadable(self, nid: int, slot: _Saved, message: str) -> None:
         if FREED_MARK in message:
@@ -361,22 +252,7 @@ class Graph:
                 raws = self.packed.get(nid)
                 if raws and nid not in self.freed and _released(self.objs[nid], raws[0]):
                     self.freed.add(nid)
-        if self.native is not None and _native_ok(self.native.check_freed, self, nids):
-            return
-        for nid in nids:
-            slots = self.tensor_slots.get(nid)
-            if not slots or nid in self.freed:
-                continue
-            node = self.objs[nid]
-            slot = slots[0]  # a release frees every slot of the node at once
-            if slot.raw is not None and slot.kind == "tensor":
-                if getattr(node, slot.raw).data is None:
-                    self.freed.add(nid)
-            else:  # list and custom-Function saves read through a stale handle: re-read
-                try:
-                    getattr(node, slot.attr)
-                except RuntimeError as e:
-                    self._mark_unreadable(nid, slot, str(e))
+        self.passes.check_freed(nids, self.tensor_slots, self.freed, self.objs, self._mark_unreadable)
 
     def check_stale(self, mark_freed: bool = True, below: int | None = None) -> None:
         """Has any live saved tensor been modified in place since it was saved?
@@ -384,37 +260,25 @@ class Graph:
         ``below``: check only nodes with smaller ids (those from it on were read just now).
         """
         below = len(self.table) if below is None else below
-        if self.native is not None and _native_ok(
-            self.native.check_stale, self, mark_freed, FREED_MARK, below
-        ):
-            return
-        stale = self.stale
-        for nid, slots in self.tensor_slots.items():
-            if nid in self.freed or nid >= below:
-                continue
-            node = self.objs[nid]
-            done = stale.get(nid, ())
-            for slot in slots:
-                if slot.label in done:
-                    continue
-                try:
-                    getattr(node, slot.attr)
-                except RuntimeError as e:
-                    if mark_freed or FREED_MARK not in str(e):
-                        self._mark_unreadable(nid, slot, str(e))
+        self.passes.check_stale(
+            self.tensor_slots,
+            self.freed,
+            self.objs,
+            self.stale,
+            self._mark_unreadable,
+            mark_freed,
+            FREED_MARK,
+            below,
+        )
 
     def ids_of(self, nodes: Iterable[Any]) -> list[int]:
         """Ids of the known nodes among ``nodes``, in their order."""
         nodes = nodes if isinstance(nodes, list) else list(nodes)
-        if self.native is not None and (found := _native(self.native.ids_of, nodes, self.ids)) is not None:
-            return found
-        return [nid for nid in map(self.ids.get, nodes) if nid is not None]
+        return self.passes.ids_of(nodes, self.ids)
 
     def accumulator_id(self, leaf: torch.Tensor) -> int | None:
         """Id of the live AccumulateGrad node of ``leaf``, if the graph has one."""
-        nid = self._accumulators.get(id(leaf))
-        node = self.objs.get(nid) if nid is not None else None
-        return nid if node is not None and node.variable is leaf else None
+        return accumulator_id(leaf, self.accumulators, self.objs)
 
     def accumulator(self, leaf: torch.Tensor):
         nid = self.accumulator_id(leaf)
@@ -423,22 +287,7 @@ class Graph:
     # -- liveness ------------------------------------------------------------
 
     def reachable(self, root_ids: Iterable[int]) -> set[int]:
-        root_ids = list(root_ids)
-        if (
-            self.native is not None
-            and (found := _native(self.native.reachable, root_ids, self.children)) is not None
-        ):
-            return found
-        seen: set[int] = set()
-        stack = list(root_ids)
-        children = self.children
-        while stack:
-            nid = stack.pop()
-            if nid in seen:
-                continue
-            seen.add(nid)
-            stack.extend(children[nid])
-        return seen
+        return self.passes.reachable(list(root_ids), self.children)
 
     def drop(self, nids: Iterable[int]) -> None:
         """Let go of nodes no variable reaches, so torch can free them as it would untraced."""
@@ -453,19 +302,193 @@ class Graph:
             self.stale.pop(nid, None)
 
     def saved_bytes(self) -> int:
-        if (
-            self.native is not None
-            and (found := _native(self.native.saved_bytes, self.storages, self.freed)) is not None
-        ):
-            return found
-        seen: dict[int, int] = {}
-        freed = self.freed
-        for nid, entries in self.storages.items():
-            if nid in freed:
+        return self.passes.saved_bytes(self.storages, self.freed)
+
+
+def accumulator_id(leaf: torch.Tensor, accumulators: dict[int, int], objs: dict[int, Any]) -> int | None:
+    """Id of the live AccumulateGrad node of ``leaf``, if ``accumulators`` has one."""
+    nid = accumulators.get(id(leaf))
+    node = objs.get(nid) if nid is not None else None
+    return nid if node is not None and node.variable is leaf else None
+
+
+def append_node(
+    node: Any,
+    nexts: tuple,
+    nid: int,
+    ids: dict,
+    step: int,
+    line: int | None,
+    grad_graph: bool,
+    into: Into,
+    reading: Reading,
+    packed: dict[int, list[str]] | None = None,
+) -> None:
+    """One node's record, whatever it holds: what cannot be read is said, not raised.
+    ``packed``: the node was built under a saved-tensor hook; the raw handles read go there."""
+    kids = [ids[c] for c, _ in nexts if c is not None and c in ids]
+    into.tensor_slots.pop(nid, None)  # what a failed read may have left
+    into.storages.pop(nid, None)
+    try:
+        info = node_info(node, nid, step, line, grad_graph, into, reading, packed)
+    except Exception as e:  # noqa: BLE001 - a node torch cannot describe stays in the graph
+        seq = careful_key(node)
+        info = {"id": nid, "op": type(node).__name__, "step": step}
+        info["seq"] = None if seq == _UNSEQUENCED else seq - reading.seq_base
+        info["line"] = line if seq == _UNSEQUENCED else lookup(reading.lines, seq) or line
+        info["saved"] = []
+        info["unreadable"] = f"{type(e).__name__}: {e}"
+        into.tensor_slots.pop(nid, None)
+        into.storages.pop(nid, None)
+    info["next"] = kids
+    into.table.append(info)
+    into.children.append(kids)
+
+
+def node_info(
+    node: Any,
+    nid: int,
+    step: int,
+    line: int | None,
+    grad_graph: bool,
+    into: Into,
+    reading: Reading,
+    packed: dict[int, list[str]] | None = None,
+) -> dict:
+    """A node's record (NodeInfo); the slots holding tensors and their storages into ``into``."""
+    op, slots = _type_slots(type(node))
+    seq = node._sequence_nr()
+    if seq == _UNSEQUENCED and op != "AccumulateGrad":  # once_differentiable's Error node
+        info = {"id": nid, "op": op, "step": step, "seq": None, "line": line}
+    elif seq == _UNSEQUENCED:
+        var = node.variable
+        entry = reading.of_tensors.get(id(var))  # (tensor, [names]), as Names.name_of
+        info: dict[str, Any] = {
+            "id": nid,
+            "op": op,
+            "step": step,
+            "seq": None,
+            "line": line,
+            "tensor": entry[1][0] if entry else None,
+        }
+        into.accumulators[id(var)] = nid
+    else:
+        info = {"id": nid, "op": op, "step": step, "seq": seq - reading.seq_base}
+        info["line"] = lookup(reading.lines, seq) or line
+        module = lookup(reading.modules, seq)
+        if module is not None:
+            info["module"] = reading.of_modules.get(module[0]) or module[1]
+    if grad_graph:
+        info["grad_graph"] = True
+    saved: list[dict] = []
+    info["saved"] = saved
+    if not slots:
+        return info
+    held: list[_Saved] = []
+    storages: list[tuple[int, int]] = []
+    if packed is not None:
+        _read_packed(node, nid, slots, saved, storages, into, packed)
+        return info
+    index = reading.index
+    for slot in slots:
+        try:
+            value = getattr(node, slot.attr)
+        except RuntimeError as e:
+            # Unreadable when first seen (modified in place on the line that
+            # built it, or freed by a call not seen): a slot without metadata.
+            saved.append({"name": slot.label, "kind": "tensor"})
+            held.append(slot.as_tensor)
+            into.mark_unreadable(nid, slot.as_tensor, str(e))
+            continue
+        if value is None:
+            continue  # a slot this call did not need
+        kind = type(value)
+        if kind in _PLAIN_SET:
+            saved.append({"name": slot.label, "kind": "value", "value": value})
+        elif kind is _TENSOR or isinstance(value, _TENSOR):
+            try:
+                st = value.untyped_storage()
+                n = st.nbytes()
+                storages.append((st.data_ptr(), n))
+            except Exception as e:  # noqa: BLE001 - sparse or wrapped: no storage of its own
+                saved.append(_storageless(slot.label, "tensor", value, e))
+                held.append(slot.as_tensor)
                 continue
-            for key, n in entries:
-                seen[key] = n
-        return sum(seen.values())
+            entry = {
+                "name": slot.label,
+                "kind": "tensor",
+                "shape": list(value.shape),
+                "dtype": _DTYPES.get(value.dtype) or dtype_name(value.dtype),
+                "bytes": n,
+            }
+            name = name_of_data(index, value)
+            if name:
+                entry["of"] = name
+            saved.append(entry)
+            held.append(slot.as_tensor)
+        elif _is_tensor_list(value):
+            try:
+                saved.append(_describe(slot.label, "tensors", value, storages, index))
+            except Exception as e:  # noqa: BLE001
+                saved.append(_storageless(slot.label, "tensors", value[0], e))
+            held.append(slot.as_tensors)
+        else:
+            saved.append({"name": slot.label, "kind": "value", "value": _jsonable(value)})
+    if held:
+        into.tensor_slots[nid] = held
+        into.storages[nid] = storages
+    return info
+
+
+def _read_packed(
+    node: Any, nid: int, slots: tuple[_Slot, ...], saved: list, storages: list, into: Into, packed: dict
+) -> None:
+    """Saved values of a node built under saved_tensors_hooks, as the pack hook left them.
+
+    Reading ``_saved_<name>`` would call the unpack hook (the snippet's code, or a
+    checkpoint's recomputation of the forward): the raw handle shows what was packed.
+    """
+    raws: list[str] = []
+    for slot in slots:
+        raw_attr = "_raw_saved_tensors" if slot.attr == "saved_tensors" else slot.as_tensor.raw
+        if raw_attr is None:  # sizes, flags, tensor lists: hooks pack only single tensors
+            saved.append({"name": slot.label, "kind": "value", "unreadable": HOOKED})
+            continue
+        handles = getattr(node, raw_attr)
+        for i, handle in enumerate(handles if isinstance(handles, tuple) else (handles,)):
+            label = f"{slot.label}[{i}]" if isinstance(handles, tuple) else slot.label
+            kept = handle.data
+            if kept is None and handle.unpack_hook is None:
+                continue  # a slot this call did not need, or already freed
+            entry: dict[str, Any] = {"name": label, "kind": "tensor", "packed": _packed_as(kept)}
+            inner = _tensors_in(kept)
+            if inner:
+                n = 0
+                for t in inner:
+                    st = t.untyped_storage()
+                    storages.append((st.data_ptr(), st.nbytes()))
+                    n += st.nbytes()
+                entry["shape"], entry["dtype"], entry["bytes"] = (
+                    list(inner[0].shape),
+                    dtype_name(inner[0].dtype),
+                    n,
+                )
+            saved.append(entry)
+        raws.append(raw_attr)
+    if raws:
+        packed[nid] = raws
+        into.storages[nid] = storages
+
+
+def name_of_data(index: dict, t: torch.Tensor) -> str | None:
+    """The named tensor with the same data as ``t`` (a saved tensor is often a new object),
+    from ``index`` (Names.data_index)."""
+    # most saved tensors are intermediates no name holds: one lookup by address settles them
+    try:
+        same_address = index.get(t.data_ptr())
+    except Exception:  # noqa: BLE001 - sparse, or a functorch wrapper: no data pointer
+        return None
+    return same_address and same_address.get((tuple(t.shape), t.dtype))
 
 
 _PLAIN = (int, float, bool, str)
@@ -531,60 +554,12 @@ def _released(node: Any, raw_attr: str) -> bool:
     return not isinstance(handle, tuple) and handle.data is None and handle.unpack_hook is None
 
 
-def _native(pass_, *args: Any) -> Any:
-    """A C pass's result, or None where it failed: the caller then runs the Python twin, which
-    says per node or tensor what it cannot read instead of failing the step."""
-    try:
-        return pass_(*args)
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _native_ok(pass_, *args: Any) -> bool:
-    try:
-        pass_(*args)
-    except Exception:  # noqa: BLE001
-        return False
-    return True
-
-
-def _creation_key(node: Any) -> int:
-    return node._sequence_nr()
-
-
-def _careful_key(node: Any) -> int:
+def careful_key(node: Any) -> int:
+    """A node's sequence number, or AccumulateGrad's where it cannot be read."""
     try:
         return node._sequence_nr()
     except Exception:  # noqa: BLE001
         return _UNSEQUENCED
-
-
-def _walk(roots: Iterable[Any], ids: dict, careful: bool = False) -> tuple[list, list[tuple]]:
-    """The nodes ``roots`` reach that ``ids`` does not know, in creation order (sequence
-    number; AccumulateGrad, which has none, by first sight), and each one's next_functions.
-    Edges of a known node never change, so the walk stops at known nodes.
-
-    ``careful``: a node whose edges or sequence number cannot be read is kept as a leaf.
-    """
-    new: dict[Any, tuple] = {}  # node -> its next_functions, for nodes not seen before
-    stack = [r for r in roots if r is not None and r not in ids]
-    while stack:
-        node = stack.pop()
-        if node in new:
-            continue
-        if careful:
-            try:
-                nexts = tuple(node.next_functions)
-            except Exception:  # noqa: BLE001
-                nexts = ()
-        else:
-            nexts = node.next_functions
-        new[node] = nexts
-        for child, _ in nexts:
-            if child is not None and child not in ids and child not in new:
-                stack.append(child)
-    order = sorted(new, key=_careful_key if careful else _creation_key)
-    return order, [new[node] for node in order]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -594,7 +569,7 @@ def dtype_name(dtype: torch.dtype) -> str:
     return name
 
 
-def _describe(label: str, kind: str, tensors, storages: list, of: Names) -> dict:
+def _describe(label: str, kind: str, tensors, storages: list, index: dict) -> dict:
     tensors = [t for t in tensors if isinstance(t, _TENSOR)]
     total = 0
     for t in tensors:
@@ -611,7 +586,7 @@ def _describe(label: str, kind: str, tensors, storages: list, of: Names) -> dict
         "bytes": total,
     }
     if len(tensors) == 1:
-        name = of.name_of_data(first)
+        name = name_of_data(index, first)
         if name:
             entry["of"] = name
     return entry

@@ -54,35 +54,12 @@ class Names:
         entry = self.tensors.get(id(t))
         return entry[1][0] if entry else None
 
-    def data_index(self, build: Callable[[dict], dict] | None = None) -> dict:
-        """Data address -> {(shape, dtype): first name} of the named tensors.
-
-        ``build``: makes it from ``tensors`` (the tracer's C reader has a faster one).
-        """
-        by_data = self._by_data
-        if by_data is None and build is not None:
-            try:
-                by_data = self._by_data = build(self.tensors)
-            except Exception:  # noqa: BLE001 - a tensor without data (sparse, a wrapper): one by one
-                by_data = None
-        if by_data is None:
-            by_data = self._by_data = {}
-            for obj, names in self.tensors.values():
-                try:
-                    ptr = obj.data_ptr()
-                except Exception:  # noqa: BLE001 - no saved tensor can share data it does not have
-                    continue
-                by_data.setdefault(ptr, {}).setdefault((tuple(obj.shape), obj.dtype), names[0])
-        return by_data
-
-    def name_of_data(self, t: torch.Tensor) -> str | None:
-        """The named tensor with the same data as ``t`` (a saved tensor is often a new object)."""
-        # most saved tensors are intermediates no name holds: one lookup by address settles them
-        try:
-            same_address = self.data_index().get(t.data_ptr())
-        except Exception:  # noqa: BLE001 - sparse, or a functorch wrapper: no data pointer
-            return None
-        return same_address and same_address.get((tuple(t.shape), t.dtype))
+    def data_index(self, build: Callable[[dict], dict]) -> dict:
+        """Data address -> {(shape, dtype): first name} of the named tensors, made once by
+        ``build`` from ``tensors`` (the ``data_index`` pass, tracer/passes.py)."""
+        if self._by_data is None:
+            self._by_data = build(self.tensors)
+        return self._by_data
 
 
 def snippet_frames(frame: types.FrameType | None) -> list[types.FrameType]:

@@ -143,8 +143,8 @@ class Recorder:
         self.grads = GradRecords(limits.max_values)
         self.seq_base = _seq_nr()
         self.seq_last = self.seq_base
-        self.graph = Graph(self.seq_base, limits.max_nodes)
-        self.passes = passes.chosen(self.graph.native)
+        self.passes = passes.chosen()
+        self.graph = Graph(self.seq_base, limits.max_nodes, self.passes)
         self.line: int | None = None  # snippet line executing now
         self.line_runs: Counter[int | None] = Counter()
         self.folded = 0  # forward line executions waiting in a folded loop step
@@ -622,7 +622,9 @@ class Recorder:
         self.released = []
         graph.check_stale(below=known)
 
-        vars_of, leaf_ids, grads_in = passes.step_names(names.tensors, fns, shown, facts, graph)
+        vars_of, leaf_ids, grads_in = passes.step_names(
+            names.tensors, fns, shown, facts, ids, graph.table, graph.accumulators, graph.objs
+        )
 
         run = run or {}
         states = passes.states(live, graph.freed, graph.stale, run, failed, vars_of, self._plain_states)
@@ -650,8 +652,7 @@ class Recorder:
         step["saved_bytes"] = graph.saved_bytes()
         step["stdout"] = self.out.since_last_step()
         step["warnings"] = self.warnings.since_last_step()
-        if graph.native is not None:
-            graph.native.untrack(step)  # plain data, no cycles: collections need not walk it again
+        passes.untrack(step)  # plain data, no cycles: collections need not walk it again (C only)
         self.steps.append(step)
 
     def _grad_records(self, grads: list) -> list[dict | None]:
