@@ -2,7 +2,7 @@
 
 from gradstep.schema import VERSION, Trace
 
-__all__ = ["VERSION", "Trace", "load_ipython_extension", "show", "trace"]
+__all__ = ["VERSION", "Trace", "load_ipython_extension", "record", "show", "trace"]
 
 
 def trace(code: str, diagnose: bool = True, **options) -> Trace:
@@ -26,6 +26,15 @@ def show(code: str, step: int = 0, theme: str = "auto", height: int | None = Non
     from gradstep.notebook import show
 
     return show(code, step=step, theme=theme, height=height)
+
+
+def record(*args, **kwargs):
+    """Record your own code (functions, methods, modules, a training step) in this process:
+    ``with gradstep.record() as rec: ...``, then ``rec.show()`` / ``rec.trace`` /
+    ``rec.export(path)``. See gradstep.recording."""
+    from gradstep.recording import record
+
+    return record(*args, **kwargs)
 
 
 def load_ipython_extension(ipython) -> None:

@@ -1,0 +1,249 @@
+"""Record code already running in the caller's process (``gradstep.record()``), not a snippet.
+
+The snippet recorder learns where it is from markers compiled into the snippet. Here the
+code is the user's own functions, methods and modules, so lines come from ``sys.settrace``,
+limited to the user's files (a call into torch or any installed package turns tracing off
+for that frame at once). Everything else is the snippet recorder's: the same patches, the
+same backward/grad wrappers, the same snapshots, through its seam (``line_at``,
+``names_at``, ``listed``): lines are ``Locations`` ids, names come from the tensors the user
+watches and the locals of their frames inside the recording.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import sys
+import traceback
+import types
+from typing import Any
+
+import torch
+
+from gradstep.tracer import patches
+from gradstep.tracer.capture import Output
+from gradstep.tracer.locations import Locations, shown_path, source
+from gradstep.tracer.names import Names, scan
+from gradstep.tracer.recorder import Limits, Recorder
+
+_seq_nr = torch._C._autograd._get_sequence_nr
+
+
+class _Echo(Output):
+    """Output kept for the trace and still shown where the user prints (their own process)."""
+
+    def __init__(self, cap: int, echo: Any):
+        super().__init__(cap)
+        self.echo = echo
+
+    def write(self, s: str) -> int:
+        n = super().write(s)
+        self.echo.write(s)
+        return n
+
+    def flush(self) -> None:
+        self.echo.flush()
+
+
+class LiveRecorder(Recorder):
+    """One recording of the caller's code: ``start`` / ``stop`` around each recorded block."""
+
+    def __init__(self, limits: Limits, watched: dict[str, Any], use_locals: bool = True):
+        super().__init__("", limits)
+        self.out = _Echo(limits.max_stdout, sys.stdout)
+        self.watched = watched  # name -> object the user asked to watch
+        self.use_locals = use_locals
+        self.locs = Locations()
+        self.blocks = 0
+        self.anchor: types.FrameType | None = None  # the frame the recording was entered from
+        self.error: dict | None = None
+        self._stack: contextlib.ExitStack | None = None
+        self._prev_trace: Any = None
+
+    # -- the seam --------------------------------------------------------------
+
+    def _frames(self, frame: types.FrameType | None) -> list[types.FrameType]:
+        """The user's frames inside the recording, innermost first (up to the frame it began in)."""
+        out = []
+        is_user = self.locs.is_user
+        anchor = self.anchor
+        while frame is not None:
+            if is_user(frame.f_code.co_filename):
+                out.append(frame)
+            if frame is anchor:
+                break
+            frame = frame.f_back
+        return out
+
+    def line_at(self, frame) -> int | None:
+        frames = self._frames(frame)
+        if not frames:
+            return self.line
+        f = frames[0]
+        return self.locs.of(f.f_code.co_filename, f.f_lineno)
+
+    def names_at(self, frame) -> Names:
+        namespaces: list[dict] = [self.watched]
+        if self.use_locals:
+            # outermost first: the training loop's `model` names a parameter, not forward's `self`
+            namespaces.extend(f.f_locals for f in reversed(self._frames(frame)))
+        return scan(namespaces, self.module_index)
+
+    def listed(self, where: set[int | None]) -> str:
+        places = sorted({self.locs.places[n] for n in where if n})
+        return ", ".join(f"{shown_path(f)}:{line}" for f, line in places) or "?"
+
+    # -- line events -------------------------------------------------------------
+
+    def _global_trace(self, frame: types.FrameType, event: str, arg: Any):
+        if event != "call" or not self.locs.is_user(frame.f_code.co_filename):
+            return None  # not the user's code: no line events for this frame at all
+        self._on_enter()
+        return self._local_trace
+
+    def _local_trace(self, frame: types.FrameType, event: str, arg: Any):
+        if event == "line":
+            code = frame.f_code
+            line = frame.f_lineno
+            self._on_line(self.locs.of(code.co_filename, line), self.locs.rebinds(code, line))
+        elif event == "return":
+            self._on_exit()
+        return self._local_trace
+
+    # -- blocks ------------------------------------------------------------------
+
+    def start(self, anchor: types.FrameType, first_file: str | None = None) -> None:
+        """Begin (or resume) recording; ``anchor``: the frame whose code is recorded from its next line;
+        ``first_file``: the file the trace's ``code`` shows (default: the anchor's, if it is the user's)."""
+        self.anchor = anchor
+        if self.anchor_file is None:
+            if first_file is None and self.locs.is_user(anchor.f_code.co_filename):
+                first_file = anchor.f_code.co_filename
+            self.anchor_file = first_file
+        self.blocks += 1
+        self.line = None
+        self.callers = []
+        self.seq_last = _seq_nr()
+        self.graph.lines.mark(self.seq_last, None)  # nodes built between blocks belong to no line
+        stack = contextlib.ExitStack()
+        stack.enter_context(patches.patched(self))
+        self._stack = stack
+        self._prev_trace = sys.gettrace()
+        sys.settrace(self._global_trace)
+        if self.locs.is_user(anchor.f_code.co_filename):
+            anchor.f_trace = self._local_trace
+            anchor.f_trace_lines = True
+
+    def stop(self, error: BaseException | None = None) -> None:
+        """End the block: its last step, then torch and the interpreter as they were."""
+        sys.settrace(self._prev_trace)
+        if self.anchor is not None:
+            self.anchor.f_trace = None
+        try:
+            if error is not None and self.error is None and not isinstance(error, GeneratorExit):
+                self.error = self._error(error)
+            self._finish()
+        finally:
+            if self._stack is not None:
+                self._stack.close()
+            self._stack = None
+            self.anchor = None
+            self._prev_trace = None
+            # Let go of every node until the next block, so untraced code keeps exactly the memory it
+            # would keep: a later block finds the graphs still alive as new nodes.
+            self.graph.drop(list(self.graph.objs))
+            self._last_roots = frozenset()
+            self._live = []
+
+    def _error(self, e: BaseException) -> dict:
+        """The exception that left the recording, as the trace shows it: the user's frames only."""
+        tb = e.__traceback__
+        loc = None
+        text = ["Traceback (most recent call last):"]
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if self.locs.is_user(code.co_filename):
+                loc = self.locs.of(code.co_filename, tb.tb_lineno)
+                text.append(
+                    f'  File "{shown_path(code.co_filename)}", line {tb.tb_lineno}, in {code.co_name}'
+                )
+                if src := linecache.getline(code.co_filename, tb.tb_lineno).strip():
+                    text.append(f"    {src}")
+            tb = tb.tb_next
+        text.extend(traceback.format_exception_only(type(e), e))
+        return {
+            "type": type(e).__name__,
+            "message": str(e),
+            "line": loc,
+            "traceback": "\n".join(text).rstrip(),
+        }
+
+    # -- the trace ---------------------------------------------------------------
+
+    def result(self) -> dict:
+        """The trace of every block so far, with lines as ``file:line`` (``Trace.files``)."""
+        data = self._result("error" if self.error else "ok", self.error)
+        data["truncated"] = list(dict.fromkeys(data["truncated"]))
+        if self.blocks > 1:
+            data["notes"].append(
+                f"Recorded {self.blocks} separate blocks; code that ran between them was not recorded "
+                "(graphs still alive when a block began appear as new nodes)."
+            )
+        return _with_files(data, self.locs, self.anchor_file)
+
+    anchor_file: str | None = None  # the file the recording was first entered from (its `code`)
+
+
+def _with_files(data: dict, locs: Locations, first: str | None) -> dict:
+    """Location ids -> real line numbers plus ``file``, an index into ``data["files"]``."""
+    index: dict[str, int] = {}
+    files: list[dict] = []
+
+    def file_of(filename: str) -> int:
+        i = index.get(filename)
+        if i is None:
+            i = index[filename] = len(files)
+            files.append({"path": shown_path(filename), "code": source(filename)})
+        return i
+
+    if first is not None:
+        file_of(first)
+
+    def fix(rec: dict) -> dict:
+        """A copy of ``rec`` with its location as line + file (the recording goes on, and may be read again)."""
+        rec = dict(rec)
+        loc = rec.get("line")
+        if loc:
+            filename, line = locs.places[loc]
+            rec["line"] = line
+            rec["file"] = file_of(filename)
+        elif "line" in rec:
+            rec["line"] = None
+        return rec
+
+    data["nodes"] = [fix(node) for node in data["nodes"]]
+    steps = []
+    for step in data["steps"]:
+        step = fix(step)
+        if step.get("error"):
+            step["error"] = fix(step["error"])
+        if step.get("warnings"):
+            step["warnings"] = [fix(w) for w in step["warnings"]]
+        ran = step.get("ran_lines")
+        if ran:
+            places = [locs.places[n] for n in ran]
+            step["ran_lines"] = [line for _, line in places]
+            step["ran_files"] = [file_of(f) for f, _ in places]
+        steps.append(step)
+    data["steps"] = steps
+    data["warnings"] = [fix(w) for w in data["warnings"]]
+    if data.get("error"):
+        data["error"] = fix(data["error"])
+    data["files"] = files
+    data["code"] = (files[0]["code"] or "") if files else ""
+    data["notes"].insert(
+        0,
+        "Recorded in the user's own process: lines are those of the user's files (Trace.files); calls into "
+        "torch and installed packages are attributed to the user's line that made them.",
+    )
+    return data
