@@ -273,3 +273,37 @@ def test_cuda_tensors_in_the_users_process_agree_with_plain_torch():
     assert truth.compare_calls(trace, plain) == []
     assert truth.compare_grads(trace, plain) == []
     assert truth.compare_freed(trace, plain) == []
+
+
+def test_a_compiled_function_records_the_graph_plain_torch_builds():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(3, 2)
+    f = torch.compile(lambda x: lin(x).relu().sum(), backend="aot_eager")
+    x = torch.randn(4, 3)
+    f(x)  # compiled before the recording, as in a notebook
+    lin.zero_grad()
+    rec = record(watch={"lin": lin}, locals=False)
+    with rec:
+        f(x).backward()
+    trace = rec.data
+    assert [n["op"] for n in trace["nodes"]].count("CompiledFunctionBackward") == 1  # no graph break
+    lin.zero_grad()
+    plain = truth.run_plain_function(lambda: f(x).backward(), lambda: {"lin": lin}, __file__, seed=None)
+    assert truth.compare_calls(trace, plain) == []
+    assert truth.compare_grads(trace, plain) == []
+
+
+def test_a_paused_line_tracer_is_said_and_restored():
+    import sys
+
+    def tracer(frame, event, arg):
+        return None
+
+    sys.settrace(tracer)
+    try:
+        with record() as rec:
+            pass
+        assert sys.gettrace() is tracer
+    finally:
+        sys.settrace(None)
+    assert any("debugger or coverage" in n for n in rec.data["notes"])

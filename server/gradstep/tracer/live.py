@@ -28,6 +28,28 @@ from gradstep.tracer.recorder import Limits, Recorder
 
 _seq_nr = torch._C._autograd._get_sequence_nr
 
+# Inside a torch.compile'd function, dynamo's frame hook sees every Python frame, the trace
+# callbacks' and what they call included: it would compile the recorder (and break the user's
+# graph where the recorder calls into C). The callbacks are skipped by it, and run the recorder
+# with the hook off (two C calls: importing torch._dynamo for its wrappers costs seconds).
+try:
+    from torch._C._dynamo import eval_frame as _eval_frame
+
+    _set_eval_frame = _eval_frame.set_eval_frame
+    _SKIP = _eval_frame._FrameExecStrategy(_eval_frame._FrameAction.SKIP, _eval_frame._FrameAction.DEFAULT)
+
+    def _skipped_by_dynamo(fn):
+        _eval_frame.set_code_exec_strategy(fn.__code__, _SKIP)
+        return fn
+
+except (ImportError, AttributeError):  # a torch without dynamo: nothing to keep out of
+
+    def _set_eval_frame(callback):
+        return None
+
+    def _skipped_by_dynamo(fn):
+        return fn
+
 
 class _Echo(Output):
     """Output kept for the trace and still shown where the user prints (their own process)."""
@@ -59,6 +81,7 @@ class LiveRecorder(Recorder):
         self.error: dict | None = None
         self._stack: contextlib.ExitStack | None = None
         self._prev_trace: Any = None
+        self.paused_tracer = False  # a debugger's or coverage tool's sys.settrace was paused
 
     # -- the seam --------------------------------------------------------------
 
@@ -95,19 +118,33 @@ class LiveRecorder(Recorder):
 
     # -- line events -------------------------------------------------------------
 
+    @_skipped_by_dynamo
     def _global_trace(self, frame: types.FrameType, event: str, arg: Any):
         if event != "call" or not self.locs.is_user(frame.f_code.co_filename):
             return None  # not the user's code: no line events for this frame at all
-        self._on_enter()
+        hook = _set_eval_frame(None)
+        try:
+            self._on_enter()
+        finally:
+            _set_eval_frame(hook)
         return self._local_trace
 
+    @_skipped_by_dynamo
     def _local_trace(self, frame: types.FrameType, event: str, arg: Any):
         if event == "line":
-            code = frame.f_code
-            line = frame.f_lineno
-            self._on_line(self.locs.of(code.co_filename, line), self.locs.rebinds(code, line))
+            hook = _set_eval_frame(None)
+            try:
+                code = frame.f_code
+                line = frame.f_lineno
+                self._on_line(self.locs.of(code.co_filename, line), self.locs.rebinds(code, line))
+            finally:
+                _set_eval_frame(hook)
         elif event == "return":
-            self._on_exit()
+            hook = _set_eval_frame(None)
+            try:
+                self._on_exit()
+            finally:
+                _set_eval_frame(hook)
         return self._local_trace
 
     # -- blocks ------------------------------------------------------------------
@@ -129,6 +166,8 @@ class LiveRecorder(Recorder):
         stack.enter_context(patches.patched(self))
         self._stack = stack
         self._prev_trace = sys.gettrace()
+        if self._prev_trace is not None:
+            self.paused_tracer = True
         sys.settrace(self._global_trace)
         if self.locs.is_user(anchor.f_code.co_filename):
             anchor.f_trace = self._local_trace
@@ -188,6 +227,11 @@ class LiveRecorder(Recorder):
             data["notes"].append(
                 f"Recorded {self.blocks} separate blocks; code that ran between them was not recorded "
                 "(graphs still alive when a block began appear as new nodes)."
+            )
+        if self.paused_tracer:
+            data["notes"].append(
+                "A debugger or coverage tool was tracing this code: it was paused while gradstep recorded "
+                "(Python has one line tracer per thread)."
             )
         return _with_files(data, self.locs, self.anchor_file)
 

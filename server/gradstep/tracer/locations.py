@@ -35,6 +35,9 @@ _NOT_USERS = tuple(
 _REBINDING_OPS = frozenset(op for op in dis.opname if op.startswith(("STORE_", "DELETE_")))
 
 
+_TYPED = frozenset({"<stdin>", "<console>", "<input>"})  # not <string>: dataclasses, namedtuple…
+
+
 class Locations:
     """(file, line) <-> small int, and which files are the user's."""
 
@@ -68,10 +71,9 @@ class Locations:
 
 
 def _is_user_file(filename: str) -> bool:
-    if filename.startswith("<frozen") or filename.startswith("<built-in"):
-        return False
-    if filename.startswith("<"):  # <stdin>, <string>, <ipython-input-…>: typed by the user
-        return True
+    if filename.startswith("<"):
+        # typed by the user, not code a library generated (<string>, torch.fx's <eval_with_key>.N)
+        return filename in _TYPED or filename.startswith("<ipython-input-")
     try:
         path = str(Path(filename).resolve())
     except OSError:
