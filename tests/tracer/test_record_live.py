@@ -22,7 +22,7 @@ USER_FILE = user.__file__
 
 def _recorded(**options) -> dict:
     model, opt, x, y = user.make()
-    rec = record(watch={"model": model, "x": x, "y": y}, locals=False, **options)
+    rec = record(watch={"model": model, "x": x, "y": y}, **options)
     with pytest.raises(RuntimeError, match=FREED), rec:
         user.training(model, opt, x, y)
     return rec.data
@@ -36,9 +36,11 @@ def _plain() -> truth.PlainRun:
     )
 
 
-@pytest.fixture(scope="module")
-def runs() -> tuple[dict, truth.PlainRun]:
-    return _recorded(), _plain()
+@pytest.fixture(scope="module", params=[False, True], ids=["watched", "watched+locals"])
+def runs(request) -> tuple[dict, truth.PlainRun]:
+    """Named by what is watched only, and also by the recorded frames' locals (more tensors, more
+    nodes alive: the ones plain torch is asked about must agree either way)."""
+    return _recorded(locals=request.param), _plain()
 
 
 # ---------------------------------------------------------------- against plain torch
@@ -307,3 +309,13 @@ def test_a_paused_line_tracer_is_said_and_restored():
     finally:
         sys.settrace(None)
     assert any("debugger or coverage" in n for n in rec.data["notes"])
+
+
+def test_warnings_are_recorded_and_still_shown():
+    import warnings
+
+    with pytest.warns(UserWarning, match="from the user"), record() as rec:
+        warnings.warn("from the user", stacklevel=1)
+    (w,) = rec.data["warnings"]
+    assert (w["category"], w["message"]) == ("UserWarning", "from the user")
+    assert rec.data["files"][w["file"]]["path"].endswith("test_record_live.py")

@@ -16,12 +16,13 @@ import linecache
 import sys
 import traceback
 import types
+import warnings
 from typing import Any
 
 import torch
 
 from gradstep.tracer import patches
-from gradstep.tracer.capture import Output
+from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.locations import Locations, shown_path, source
 from gradstep.tracer.names import Names, scan
 from gradstep.tracer.recorder import Limits, Recorder
@@ -67,12 +68,37 @@ class _Echo(Output):
         self.echo.flush()
 
 
+class _EchoWarnings(Warnings):
+    """Warnings kept for the trace and still shown as Python would show them."""
+
+    def __enter__(self) -> Warnings:
+        self._shown = warnings.showwarning
+        return super().__enter__()
+
+    def _show(self, message, category, filename, lineno, file=None, line=None) -> None:
+        super()._show(message, category, filename, lineno, file, line)
+        self._shown(message, category, filename, lineno, file, line)
+
+
+_NOT_NAMES = frozenset({"In", "Out"})  # IPython's input/output history
+
+
+def _namespace(frame: types.FrameType) -> dict:
+    """A frame's variables as names for tensors; a module's (a script, a notebook) without its
+    private names and IPython's history (``_``, ``_3``, ``Out``: earlier outputs, not variables)."""
+    ns = frame.f_locals
+    if frame.f_code.co_name != "<module>":
+        return ns
+    return {k: v for k, v in ns.items() if not k.startswith("_") and k not in _NOT_NAMES}
+
+
 class LiveRecorder(Recorder):
     """One recording of the caller's code: ``start`` / ``stop`` around each recorded block."""
 
     def __init__(self, limits: Limits, watched: dict[str, Any], use_locals: bool = True):
         super().__init__("", limits)
         self.out = _Echo(limits.max_stdout, sys.stdout)
+        self.warnings = _EchoWarnings(self.current_line)
         self.watched = watched  # name -> object the user asked to watch
         self.use_locals = use_locals
         self.locs = Locations()
@@ -109,7 +135,7 @@ class LiveRecorder(Recorder):
         namespaces: list[dict] = [self.watched]
         if self.use_locals:
             # outermost first: the training loop's `model` names a parameter, not forward's `self`
-            namespaces.extend(f.f_locals for f in reversed(self._frames(frame)))
+            namespaces.extend(_namespace(f) for f in reversed(self._frames(frame)))
         return scan(namespaces, self.module_index)
 
     def listed(self, where: set[int | None]) -> str:
