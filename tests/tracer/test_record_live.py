@@ -319,3 +319,19 @@ def test_warnings_are_recorded_and_still_shown():
     (w,) = rec.data["warnings"]
     assert (w["category"], w["message"]) == ("UserWarning", "from the user")
     assert rec.data["files"][w["file"]]["path"].endswith("test_record_live.py")
+
+
+def test_nodes_built_before_the_recording_have_no_line_and_a_note_says_so():
+    w = torch.ones(3, requires_grad=True)
+    h = (w * 2).tanh()  # built before the recording: two nodes
+    with record() as rec:
+        loss = (h * 3).sum()  # built here
+        loss.backward()
+    built = sorted((n for n in rec.data["nodes"] if n["seq"] is not None), key=lambda n: n["seq"])
+    assert [(n["op"], n["line"] is None) for n in built] == [
+        ("MulBackward0", True),  # w * 2
+        ("TanhBackward0", True),
+        ("MulBackward0", False),  # h * 3
+        ("SumBackward0", False),
+    ]
+    assert any("2 node(s) were built outside the recorded code" in n for n in rec.data["notes"])

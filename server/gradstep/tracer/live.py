@@ -23,7 +23,7 @@ import torch
 
 from gradstep.tracer import patches
 from gradstep.tracer.capture import Output, Warnings
-from gradstep.tracer.locations import Locations, shown_path, source
+from gradstep.tracer.locations import OUTSIDE, Locations, shown_path, source
 from gradstep.tracer.names import Names, scan
 from gradstep.tracer.recorder import Limits, Recorder
 
@@ -102,6 +102,10 @@ class LiveRecorder(Recorder):
         self.watched = watched  # name -> object the user asked to watch
         self.use_locals = use_locals
         self.locs = Locations()
+        # Nodes built outside the recorded code (before it began, between blocks, after it) are marked
+        # with a location of their own: the graph would otherwise credit them to the step that found them.
+        self.outside = self.locs.of(OUTSIDE, 0)
+        self.graph.lines.mark(0, self.outside)
         self.blocks = 0
         self.anchor: types.FrameType | None = None  # the frame the recording was entered from
         self.error: dict | None = None
@@ -187,7 +191,6 @@ class LiveRecorder(Recorder):
         self.line = None
         self.callers = []
         self.seq_last = _seq_nr()
-        self.graph.lines.mark(self.seq_last, None)  # nodes built between blocks belong to no line
         stack = contextlib.ExitStack()
         stack.enter_context(patches.patched(self))
         self._stack = stack
@@ -208,6 +211,7 @@ class LiveRecorder(Recorder):
             if error is not None and self.error is None and not isinstance(error, GeneratorExit):
                 self.error = self._error(error)
             self._finish()
+            self.graph.lines.mark(_seq_nr(), self.outside)
         finally:
             if self._stack is not None:
                 self._stack.close()
@@ -283,7 +287,9 @@ def _with_files(data: dict, locs: Locations, first: str | None) -> dict:
         """A copy of ``rec`` with its location as line + file (the recording goes on, and may be read again)."""
         rec = dict(rec)
         loc = rec.get("line")
-        if loc:
+        if loc and locs.places[loc][0] == OUTSIDE:
+            rec["line"] = None
+        elif loc:
             filename, line = locs.places[loc]
             rec["line"] = line
             rec["file"] = file_of(filename)
@@ -291,7 +297,8 @@ def _with_files(data: dict, locs: Locations, first: str | None) -> dict:
             rec["line"] = None
         return rec
 
-    data["nodes"] = [fix(node) for node in data["nodes"]]
+    outside = sum(1 for n in data["nodes"] if n.get("line") and locs.places[n["line"]][0] == OUTSIDE)
+    data["nodes"] = [_signed_seq(fix(node)) for node in data["nodes"]]
     steps = []
     for step in data["steps"]:
         step = fix(step)
@@ -310,6 +317,11 @@ def _with_files(data: dict, locs: Locations, first: str | None) -> dict:
     if data.get("error"):
         data["error"] = fix(data["error"])
     data["files"] = files
+    if outside:
+        data["notes"].append(
+            f"{outside} node(s) were built outside the recorded code (before the recording began, between "
+            "recorded blocks, or in another thread) and are drawn without a line."
+        )
     data["code"] = (files[0]["code"] or "") if files else ""
     data["notes"].insert(
         0,
@@ -317,3 +329,12 @@ def _with_files(data: dict, locs: Locations, first: str | None) -> dict:
         "torch and installed packages are attributed to the user's line that made them.",
     )
     return data
+
+
+def _signed_seq(node: dict) -> dict:
+    """A node built before the recording began has a negative ``seq`` (the table counts from the
+    recording's start, modulo 2**64 in the C reader)."""
+    seq = node.get("seq")
+    if seq is not None and seq >= 2**63:
+        node["seq"] = seq - 2**64
+    return node

@@ -19,6 +19,7 @@ import torch
 
 import gradstep
 
+OUTSIDE = "<outside the recording>"  # the "file" of nodes built where no recorded line ran
 MAX_SOURCE = 200_000  # characters of one file's source a trace carries (beyond: path only)
 
 # Code that is not the user's: the interpreter's own library, installed packages, torch, gradstep.
