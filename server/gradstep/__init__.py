@@ -28,13 +28,15 @@ def show(code: str, step: int = 0, theme: str = "auto", height: int | None = Non
     return show(code, step=step, theme=theme, height=height)
 
 
-def record(*args, **kwargs):
+def record(fn=None, /, *, when=None, watch=None, limits=None, locals=True, explain=True):
     """Record your own code (functions, methods, modules, a training step) in this process:
-    ``with gradstep.record() as rec: ...``, then ``rec.show()`` / ``rec.trace`` /
-    ``rec.export(path)``. See gradstep.recording."""
+    ``with gradstep.record() as rec: ...`` (or ``rec.iteration(i == 3)`` in a loop), then
+    ``rec.show()`` / ``rec.trace`` / ``rec.export(path)``; as a decorator, ``@gradstep.record``
+    records a function's first call (``when=lambda n: ...`` picks others) into ``fn.recording``.
+    See gradstep.recording."""
     from gradstep.recording import record
 
-    return record(*args, **kwargs)
+    return record(fn, when=when, watch=watch, limits=limits, locals=locals, explain=explain)
 
 
 def load_ipython_extension(ipython) -> None:

@@ -335,3 +335,12 @@ def test_nodes_built_before_the_recording_have_no_line_and_a_note_says_so():
         ("SumBackward0", False),
     ]
     assert any("2 node(s) were built outside the recorded code" in n for n in rec.data["notes"])
+
+
+def test_a_recording_that_never_ran_says_so():
+    rec = record()
+    for i in range(2):
+        with rec.iteration(i == 5):
+            pass
+    assert rec.data["steps"] == []
+    assert any("Nothing was recorded" in n for n in rec.data["notes"])

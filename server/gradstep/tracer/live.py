@@ -253,6 +253,10 @@ class LiveRecorder(Recorder):
         """The trace of every block so far, with lines as ``file:line`` (``Trace.files``)."""
         data = self._result("error" if self.error else "ok", self.error)
         data["truncated"] = list(dict.fromkeys(data["truncated"]))
+        if self.blocks == 0:
+            data["notes"].append(
+                "Nothing was recorded: no block of this recording ran (iteration(on) was never on)."
+            )
         if self.blocks > 1:
             data["notes"].append(
                 f"Recorded {self.blocks} separate blocks; code that ran between them was not recorded "
