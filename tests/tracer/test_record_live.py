@@ -344,3 +344,33 @@ def test_a_recording_that_never_ran_says_so():
             pass
     assert rec.data["steps"] == []
     assert any("Nothing was recorded" in n for n in rec.data["notes"])
+
+
+def test_autograd_grad_with_create_graph_in_a_users_function_agrees_with_plain_torch():
+    model, _, x, y = user.make()
+    rec = record(watch={"model": model}, locals=False)
+    with rec:
+        user.gradient_penalty(model, x, y)
+    model2, _, x2, y2 = user.make()
+    plain = truth.run_plain_function(
+        lambda: user.gradient_penalty(model2, x2, y2), lambda: {"model": model2}, USER_FILE, seed=None
+    )
+    trace = rec.data
+    assert [s["kind"] for s in truth.call_steps(trace)] == ["grad", "backward"]
+    assert truth.call_steps(trace)[0]["line"] == user.LINES["penalty grad"]
+    for compare in (truth.compare_calls, truth.compare_grads, truth.compare_returned, truth.compare_freed):
+        assert compare(trace, plain) == [], compare.__name__
+
+
+def test_a_hook_in_the_users_file_is_a_line_the_call_ran():
+    w = torch.ones(3, requires_grad=True)
+    with record() as rec:
+        h = w * 3
+        h.register_hook(user.halved)
+        h.sum().backward()
+    (call,) = truth.call_steps(rec.data)
+    files = [f["path"] for f in rec.data["files"]]
+    ran = [(files[f], line) for f, line in zip(call["ran_files"], call["ran_lines"], strict=True)]
+    assert (files[call["ran_files"][0]], user.LINES["hook"]) in ran
+    assert files[call["ran_files"][0]].endswith("record_live_code.py")
+    assert w.grad.tolist() == [1.5, 1.5, 1.5]
