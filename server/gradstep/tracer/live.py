@@ -111,6 +111,7 @@ class LiveRecorder(Recorder):
         self.error: dict | None = None
         self._stack: contextlib.ExitStack | None = None
         self._prev_trace: Any = None
+        self._prev_anchor_trace: Any = None
         self.paused_tracer = False  # a debugger's or coverage tool's sys.settrace was paused
 
     # -- the seam --------------------------------------------------------------
@@ -198,6 +199,7 @@ class LiveRecorder(Recorder):
         if self._prev_trace is not None:
             self.paused_tracer = True
         sys.settrace(self._global_trace)
+        self._prev_anchor_trace = anchor.f_trace
         if self.locs.is_user(anchor.f_code.co_filename):
             anchor.f_trace = self._local_trace
             anchor.f_trace_lines = True
@@ -206,7 +208,7 @@ class LiveRecorder(Recorder):
         """End the block: its last step, then torch and the interpreter as they were."""
         sys.settrace(self._prev_trace)
         if self.anchor is not None:
-            self.anchor.f_trace = None
+            self.anchor.f_trace = self._prev_anchor_trace
         try:
             if error is not None and self.error is None and not isinstance(error, GeneratorExit):
                 self.error = self._error(error)
@@ -217,7 +219,7 @@ class LiveRecorder(Recorder):
                 self._stack.close()
             self._stack = None
             self.anchor = None
-            self._prev_trace = None
+            self._prev_trace = self._prev_anchor_trace = None
             # Let go of every node until the next block, so untraced code keeps exactly the memory it
             # would keep: a later block finds the graphs still alive as new nodes.
             self.graph.drop(list(self.graph.objs))
