@@ -94,7 +94,7 @@ export function callFlags(step) {
 }
 
 export function stepTitle(step) {
-  const where = step.line !== null ? `line ${step.line}` : "no line";
+  const where = step.where ?? (step.line !== null ? `line ${step.line}` : "no line");
   if (step.kind === "forward") {
     return step.repeat > 1 ? `${where} · forward ×${step.repeat}` : `${where} · forward`;
   }
@@ -105,7 +105,18 @@ export function stepTitle(step) {
 
 // ---------------------------------------------------------------- node table
 
-function nodeInfo(raw) {
+// Recordings of the user's own code (gradstep.record(), added within trace version 3) name lines
+// across files: `file` indexes `files`, and `code` is files[0]'s source. `line` here is a line of
+// `code` only (what the code panel highlights); a line in another file is in `fileLine`/`where`.
+function located(raw, files) {
+  const file = raw.file ?? null;
+  const line = raw.line ?? null;
+  if (file === null) return { line, file, fileLine: line, where: null };
+  const path = files[file]?.path ?? "?";
+  return { line: file === 0 ? line : null, file, fileLine: line, where: line !== null ? `${path}:${line}` : path };
+}
+
+function nodeInfo(raw, files) {
   const op = raw.op;
   const saved = (raw.saved ?? []).map((s) => ({
     name: s.name,
@@ -123,7 +134,7 @@ function nodeInfo(raw) {
     op,
     isLeaf: op === LEAF_OP,
     seq: raw.seq ?? null,
-    line: raw.line ?? null,
+    ...located(raw, files),
     module: raw.module ?? null,
     next: raw.next ?? [],
     saved,
@@ -137,11 +148,12 @@ function nodeInfo(raw) {
   };
 }
 
-function stepInfo(raw, i) {
+function stepInfo(raw, i, files) {
   return {
     index: raw.index ?? i,
     kind: raw.kind,
-    line: raw.line ?? null,
+    ...located(raw, files),
+    ranFiles: raw.ran_files ?? [],
     repeat: raw.repeat ?? 1,
     api: raw.api ?? null,
     retainGraph: raw.retain_graph ?? null,
@@ -186,10 +198,11 @@ export function buildModel(raw) {
     truncated: raw.truncated ?? [],
     notes: raw.notes ?? [],
     diagnoses: raw.diagnoses ?? [], // trace version 2
+    files: (raw.files ?? []).map((f) => ({ path: f.path, code: f.code ?? null })), // added within version 3
   };
-  const nodes = (raw.nodes ?? []).map(nodeInfo);
+  const nodes = (raw.nodes ?? []).map((n) => nodeInfo(n, trace.files));
   const rawSteps = raw.steps ?? [];
-  const steps = rawSteps.map(stepInfo);
+  const steps = rawSteps.map((s, i) => stepInfo(s, i, trace.files));
 
   // Nodes each line created, and the line of each node.
   const byLine = new Map();

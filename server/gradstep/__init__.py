@@ -2,7 +2,7 @@
 
 from gradstep.schema import VERSION, Trace
 
-__all__ = ["VERSION", "Trace", "load_ipython_extension", "show", "trace"]
+__all__ = ["VERSION", "Trace", "load_ipython_extension", "record", "show", "trace"]
 
 
 def trace(code: str, diagnose: bool = True, **options) -> Trace:
@@ -26,6 +26,17 @@ def show(code: str, step: int = 0, theme: str = "auto", height: int | None = Non
     from gradstep.notebook import show
 
     return show(code, step=step, theme=theme, height=height)
+
+
+def record(fn=None, /, *, when=None, watch=None, limits=None, locals=True, explain=True):
+    """Record your own code (functions, methods, modules, a training step) in this process:
+    ``with gradstep.record() as rec: ...`` (or ``rec.iteration(i == 3)`` in a loop), then
+    ``rec.show()`` / ``rec.trace`` / ``rec.export(path)``; as a decorator, ``@gradstep.record``
+    records a function's first call (``when=lambda n: ...`` picks others) into ``fn.recording``.
+    See gradstep.recording."""
+    from gradstep.recording import record
+
+    return record(fn, when=when, watch=watch, limits=limits, locals=locals, explain=explain)
 
 
 def load_ipython_extension(ipython) -> None:

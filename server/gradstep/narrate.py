@@ -94,7 +94,8 @@ class _Narrator:
         for info in self.nodes:
             self.new_at.setdefault(info["step"], []).append(info["id"])
             self.op.append(info["op"])
-        self.calls: dict[int, list[str]] | None = None  # line -> backward/grad calls written there
+        # file (None: the snippet) -> line -> backward/grad calls written there
+        self.calls: dict[int | None, dict[int, list[str]]] | None = None
         self.tensor_names: set[str] = set()  # tensors the current step lists (links may name only these)
 
     def label(self, nid: int) -> str:
@@ -134,7 +135,7 @@ class _Narrator:
     def forward(self, step: StepDict, states: dict, prev: dict, prev_step: StepDict | None, t: _Text) -> None:
         index = step["index"]
         new = self.new_at.get(index, [])  # first shown at this step, so alive in it
-        where = f"Line {step['line']}" if step.get("line") is not None else "The snippet"
+        where = f"Line {self.at(step)}" if step.get("line") is not None else "The snippet"
         repeat = step.get("repeat") or 1
         if repeat > 1:
             t.add(f"{where} (the last of {repeat} line executions folded into this step) built ")
@@ -311,7 +312,7 @@ class _Narrator:
         if step.get("inputs"):
             flags.append("inputs=" + ", ".join(step["inputs"]))
         t.add("`")
-        source = self.call_source(step.get("line"))
+        source = self.call_source(step.get("line"), step.get("file"))
         if source:
             t.add(source)
         elif api == "Tensor.backward" and root_var:
@@ -323,17 +324,33 @@ class _Narrator:
             t.add(f"{api}()" if api != "Tensor.backward" else ".backward()")
         t.add("`")
         if step.get("line") is not None:
-            t.add(f" (line {step['line']}, {', '.join(flags)})")
+            t.add(f" (line {self.at(step)}, {', '.join(flags)})")
         else:
             t.add(f" ({', '.join(flags)})")
 
-    def call_source(self, line: int | None) -> str | None:
+    def at(self, rec: dict) -> str:
+        """A step's or node's line; with its file in a recording of the user's own code (Trace.files)."""
+        files = self.trace.get("files") or []
+        file = rec.get("file")
+        if file is not None and 0 <= file < len(files):
+            return f"{rec.get('line')} of {files[file].get('path')}"
+        return str(rec.get("line"))
+
+    def call_source(self, line: int | None, file: int | None = None) -> str | None:
         """The call as the snippet wrote it, when its line holds exactly one short backward/grad call."""
         if line is None:
             return None
         if self.calls is None:
-            self.calls = _calls_by_line(self.trace.get("code") or "")
-        found = self.calls.get(line) or []
+            self.calls = {}
+        if file not in self.calls:
+            files = self.trace.get("files") or []
+            code = (
+                self.trace.get("code")
+                if file is None
+                else (files[file].get("code") if file < len(files) else "")
+            )
+            self.calls[file] = _calls_by_line(code or "")
+        found = self.calls[file].get(line) or []
         return found[0] if len(found) == 1 and len(found[0]) <= 80 else None
 
     def tensor_or_text(self, t: _Text, name: str, label: str) -> None:
@@ -354,7 +371,7 @@ class _Narrator:
         t.add("It failed at ")
         t.node(failed, self.label(failed))
         if info.get("line") is not None:
-            t.add(f" (built at line {info['line']})")
+            t.add(f" (built at line {self.at(info)})")
         st = states.get(failed, {})
         steps = self.trace.get("steps") or []
         if st.get("freed"):
@@ -362,14 +379,14 @@ class _Narrator:
             if by is not None and by < step["index"] and steps[by]["kind"] != "forward":
                 t.add(
                     f": its saved tensors were freed by the {'autograd.grad' if steps[by]['kind'] == 'grad' else 'backward'}"
-                    f" call at line {steps[by].get('line')} (step {by + 1}), which ran without retain_graph=True."
+                    f" call at line {self.at(steps[by])} (step {by + 1}), which ran without retain_graph=True."
                 )
             else:
                 t.add(": its saved tensors were already freed.")
         elif st.get("stale"):
             since = self.stale_at.get(failed)
             which = ", ".join(st.get("stale_saved") or []) or "a saved tensor"
-            at = f" at line {steps[since].get('line')}" if since is not None else ""
+            at = f" at line {self.at(steps[since])}" if since is not None else ""
             t.add(f": its saved {which} was modified in place{at} after it was saved.")
         else:
             t.add(".")

@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 # 3: Grad.values rounded to the digits torch prints (per value, no longer relative to the largest),
 #    with Grad.format (torch's print mode); non-finite values as "nan"/"inf"/"-inf"; complex
 #    gradients carry [re, im] pairs and a norm; norms keep 9 significant digits.
-#    Added within 3 (fields are only added within a version): Step.nonfinite.
+#    Added within 3 (fields are only added within a version): Step.nonfinite; Trace.files with `file`
+#    on NodeInfo, Step, TraceError and Warning, and Step.ran_files (gradstep.record(): the user's
+#    own code across files; absent in snippet traces, whose lines are all in `code`).
 VERSION = 3
 
 Status = Literal["ok", "error", "timeout", "limit", "crashed"]
@@ -33,6 +35,14 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _in_file() -> Any:
+    return Field(
+        None,
+        description="Recordings of the user's own code (gradstep.record()): index into Trace.files of the file "
+        "`line` is in. Absent in a snippet's trace (the line is in `code`).",
+    )
+
+
 class TraceError(_Model):
     """An exception raised by the snippet, with torch's own message."""
 
@@ -42,6 +52,7 @@ class TraceError(_Model):
     )
     message: str
     line: int | None = Field(None, description="Snippet line (1-based) the error points at.")
+    file: int | None = _in_file()
     column: int | None = Field(None, description="Column (1-based), for syntax errors.")
     traceback: str | None = Field(None, description="Traceback limited to the snippet's frames.")
 
@@ -83,6 +94,7 @@ class NodeInfo(_Model):
         description="Autograd sequence number relative to the run's start (creation order); null for AccumulateGrad.",
     )
     line: int | None = Field(None, description="Snippet line that created the node.")
+    file: int | None = _in_file()
     module: str | None = Field(
         None, description="Module path when created inside an nn.Module call, e.g. model.layers.3.self_attn."
     )
@@ -170,6 +182,7 @@ class Warning_(_Model):
     category: str
     message: str
     line: int | None = None
+    file: int | None = _in_file()
 
 
 class Link(_Model):
@@ -187,6 +200,7 @@ class Step(_Model):
     line: int | None = Field(
         None, description="Snippet line of the step (the call, or the line that built nodes)."
     )
+    file: int | None = _in_file()
     repeat: int = Field(
         1, description="Forward steps: how many line executions are folded into this step (loops)."
     )
@@ -202,6 +216,11 @@ class Step(_Model):
         default_factory=list,
         description="Calls: snippet lines the engine ran while the call ran (the snippet's hooks, its custom "
         "Functions' backward, a checkpointed function recomputing its forward).",
+    )
+    ran_files: list[int] = Field(
+        default_factory=list,
+        description="Recordings of the user's own code: for each of `ran_lines`, the index into Trace.files of "
+        "its file.",
     )
     rebuilt: int = Field(
         0,
@@ -284,6 +303,16 @@ class Diagnosis(_Model):
     )
 
 
+class SourceFile(_Model):
+    """A file of the user's own code that a recording (gradstep.record()) ran."""
+
+    path: str = Field(description="As the user knows it: relative to the working directory when under it.")
+    code: str | None = Field(
+        None,
+        description="Its source when the recording was read (null: not readable, or over 200,000 characters).",
+    )
+
+
 class Trace(_Model):
     version: int = VERSION
     status: Status
@@ -292,7 +321,16 @@ class Trace(_Model):
         None, description="status=limit: which limit stopped the run (memory, cpu, wall, output)."
     )
     stdout: str = ""
-    code: str = Field("", description="The snippet's source, so a trace replays on its own.")
+    code: str = Field(
+        "",
+        description="The snippet's source, so a trace replays on its own. A recording of the user's own code: "
+        "the source of files[0], the file it was entered from.",
+    )
+    files: list[SourceFile] = Field(
+        default_factory=list,
+        description="Recordings of the user's own code (gradstep.record()): the files whose lines the steps, "
+        "nodes, errors and warnings name (their `file`). Empty for a snippet.",
+    )
     torch: str = Field("", description="torch version that produced the trace.")
     nodes: list[NodeInfo] = Field(default_factory=list)
     steps: list[Step] = Field(default_factory=list)

@@ -16,6 +16,7 @@ class TraceErrorDict(TypedDict):
     type: str
     message: str
     line: NotRequired[int | None]
+    file: NotRequired[int | None]
     column: NotRequired[int | None]
     traceback: NotRequired[str | None]
 
@@ -38,6 +39,7 @@ class NodeDict(TypedDict):
     step: int
     seq: NotRequired[int | None]
     line: NotRequired[int | None]
+    file: NotRequired[int | None]
     module: NotRequired[str | None]
     next: NotRequired[list[int]]
     saved: NotRequired[list[SavedDict]]
@@ -82,6 +84,7 @@ class WarningDict(TypedDict):
     category: str
     message: str
     line: NotRequired[int | None]
+    file: NotRequired[int | None]
 
 
 class LinkDict(TypedDict):
@@ -95,6 +98,7 @@ class StepDict(TypedDict):
     index: int
     kind: StepKind
     line: NotRequired[int | None]
+    file: NotRequired[int | None]
     repeat: NotRequired[int]
     api: NotRequired[Api | None]
     retain_graph: NotRequired[bool | None]
@@ -103,6 +107,7 @@ class StepDict(TypedDict):
     gradient: NotRequired[bool | None]
     error: NotRequired[TraceErrorDict | None]
     ran_lines: NotRequired[list[int]]
+    ran_files: NotRequired[list[int]]
     rebuilt: NotRequired[int]
     returned: NotRequired[list[GradDict | None] | None]
     nonfinite: NotRequired[list[int]]
@@ -130,6 +135,11 @@ class DiagnosisDict(TypedDict):
     fixes: NotRequired[list[FixDict]]
 
 
+class SourceFileDict(TypedDict):
+    path: str
+    code: NotRequired[str | None]
+
+
 class TraceDict(TypedDict):
     status: Status
     version: NotRequired[int]
@@ -137,6 +147,7 @@ class TraceDict(TypedDict):
     limit: NotRequired[str | None]
     stdout: NotRequired[str]
     code: NotRequired[str]
+    files: NotRequired[list[SourceFileDict]]
     torch: NotRequired[str]
     nodes: NotRequired[list[NodeDict]]
     steps: NotRequired[list[StepDict]]

@@ -218,8 +218,11 @@ def _tensors_in(obj: Any) -> list[torch.Tensor]:
 
 
 class _Recorder:
-    def __init__(self, globs: dict):
+    def __init__(self, globs: dict, names=None, line_of=None):
         self.globs = globs
+        # a plain run of a Python function (run_plain_function): its names and lines, given
+        self.named = names or (lambda: named_tensors(self.globs))
+        self.line_of = line_of or _snippet_line
         self.calls: list[Call] = []
         self.base = 0
         self.running = False  # a recorded call is running
@@ -255,11 +258,10 @@ class _Recorder:
             api = api_name
             if api_name == "torch.autograd.backward" and caller is tensor_backward_code:
                 api = "Tensor.backward"
-            frames = _snippet_frames()
-            call = Call(api=api, line=frames[-1].f_lineno if frames else None)
+            call = Call(api=api, line=self.line_of())
             roots = _tensors_in(args[0] if args else kwargs.get("tensors", kwargs.get("outputs")))
 
-            named = named_tensors(self.globs)
+            named = self.named()
             executed: list = []
             finished: list = []
             handles = []
@@ -293,7 +295,7 @@ class _Recorder:
         return wrapper
 
     def snapshot(self, call: Call, roots: list[torch.Tensor], executed: list, finished: list) -> None:
-        named = named_tensors(self.globs)
+        named = self.named()
         for t, names in named.values():
             if _listed(t):
                 call.grads[names] = None if t.grad is None else t.grad.detach().clone()
@@ -311,6 +313,11 @@ class _Recorder:
             # anomaly mode checks a node's outputs after it finished (post hooks ran), and raises
             assert executed[-1].name() == nan[1], (executed[-1].name(), nan[1])
             call.failed = self.key(executed[-1], named)
+
+
+def _snippet_line() -> int | None:
+    frames = _snippet_frames()
+    return frames[-1].f_lineno if frames else None
 
 
 def _error_line(exc: BaseException) -> int | None:
@@ -373,6 +380,43 @@ def run_plain(code: str, seed: int | None = 0) -> PlainRun:
         torch.autograd.backward, torch.autograd.grad = real_backward, real_grad
     seq_used = torch._C._autograd._get_sequence_nr() - rec.base
     return PlainRun(calls=rec.calls, error=error, stdout=stdout.getvalue(), seq_used=seq_used)
+
+
+def run_plain_function(fn, scope, filename: str, seed: int | None = 0) -> PlainRun:
+    """Call ``fn()`` under plain torch and record every backward/grad call, for a recording of a
+    Python function (``gradstep.record()``) rather than a snippet. ``scope()``: the namespace whose
+    tensors are named (what the recording watches); ``filename``: the file whose innermost line a
+    call is attributed to. The function's exception is recorded as the run's error and not raised."""
+    if seed is not None:
+        torch.manual_seed(seed)
+
+    def line_of() -> int | None:
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename != filename:
+            f = f.f_back
+        return f.f_lineno if f is not None else None
+
+    rec = _Recorder({}, names=lambda: named_tensors_in(scope()), line_of=line_of)
+    real_backward, real_grad = torch.autograd.backward, torch.autograd.grad
+    error = None
+    torch.autograd.backward = rec.wrap("torch.autograd.backward", real_backward)
+    torch.autograd.grad = rec.wrap("torch.autograd.grad", real_grad)
+    rec.base = torch._C._autograd._get_sequence_nr()
+    try:
+        fn()
+    except Exception as e:
+        error = {"type": type(e).__name__, "message": str(e), "line": None}
+    finally:
+        torch.autograd.backward, torch.autograd.grad = real_backward, real_grad
+    seq_used = torch._C._autograd._get_sequence_nr() - rec.base
+    return PlainRun(calls=rec.calls, error=error, stdout="", seq_used=seq_used)
+
+
+def named_tensors_in(scope: dict) -> dict[int, tuple[torch.Tensor, frozenset]]:
+    """id -> (tensor, its names) over one namespace."""
+    out: dict[int, tuple[torch.Tensor, set]] = {}
+    _names_in(scope, out)
+    return {k: (t, frozenset(n)) for k, (t, n) in out.items()}
 
 
 def seq_used_bare(code: str, seed: int | None = 0) -> int:

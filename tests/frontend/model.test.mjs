@@ -327,3 +327,36 @@ test("a layout survives the trip through the worker's message format", () => {
   assert.deepEqual([...back.items.keys()], [...l.items.keys()]);
   assert.equal(back.width, l.width);
 });
+
+// A recording of the user's own code (gradstep.record()): lines across files, `file` indexing `files`.
+test("a recording's lines in other files are not lines of its code, and say their file", () => {
+  const m = buildModel({
+    version: 3,
+    status: "ok",
+    code: "with gradstep.record():\n    train()\n",
+    files: [{ path: "main.py", code: "with gradstep.record():\n    train()\n" }, { path: "lib/train.py", code: null }],
+    nodes: [
+      { id: 0, op: "SumBackward0", step: 0, line: 2, file: 0, next: [] },
+      { id: 1, op: "MulBackward0", step: 1, line: 25, file: 1, next: [0] },
+    ],
+    steps: [
+      { kind: "forward", index: 0, line: 2, file: 0, nodes: [{ id: 0 }] },
+      { kind: "backward", index: 1, line: 25, file: 1, api: "Tensor.backward", ran_lines: [3], ran_files: [1], nodes: [{ id: 0 }, { id: 1 }] },
+    ],
+  });
+  assert.deepEqual(m.trace.files.map((f) => f.path), ["main.py", "lib/train.py"]);
+  assert.equal(m.steps[0].line, 2);
+  assert.equal(m.steps[1].line, null, "line 25 is not a line of `code`");
+  assert.equal(m.steps[1].fileLine, 25);
+  assert.equal(m.nodes[1].where, "lib/train.py:25");
+  assert.deepEqual(m.steps[1].ranFiles, [1]);
+  assert.match(stepTitle(m.steps[1]), /^lib\/train\.py:25 · Tensor\.backward/);
+  assert.match(stepTitle(m.steps[0]), /^main\.py:2 · forward/);
+});
+
+test("a snippet's trace has no files, and its lines are lines of its code", () => {
+  const m = buildModel(PARTIAL);
+  assert.deepEqual(m.trace.files, []);
+  assert.equal(m.steps[0].where, null);
+  assert.equal(m.steps[0].line, m.steps[0].fileLine);
+});

@@ -21,6 +21,7 @@ PAIRS = {
     trace_dicts.StepDict: schema.Step,
     trace_dicts.FixDict: schema.Fix,
     trace_dicts.DiagnosisDict: schema.Diagnosis,
+    trace_dicts.SourceFileDict: schema.SourceFile,
     trace_dicts.TraceDict: schema.Trace,
 }
 
@@ -59,9 +60,23 @@ loss.backward()
 """
 
 
-def test_a_recorded_traces_dicts_have_the_required_keys_and_no_others():
-    trace = record(CODE)
-    assert trace["status"] == "error" and trace["steps"][-1]["error"]  # the third backward fails
+def _live() -> dict:
+    import gradstep
+    import torch
+
+    w = torch.randn(3, requires_grad=True)
+    with gradstep.record() as rec:
+        loss = (w * 2).tanh().pow(2).sum()
+        loss.backward(retain_graph=True)
+        loss.backward()
+    assert rec.data["files"] and w.grad is not None
+    return rec.data
+
+
+@pytest.mark.parametrize("recorded", [lambda: record(CODE), _live], ids=["snippet", "own_code"])
+def test_a_recorded_traces_dicts_have_the_required_keys_and_no_others(recorded):
+    trace = recorded()
+    assert trace["status"] in ("ok", "error") and trace["steps"]
 
     def check(value, typed):
         keys = typing.get_type_hints(typed)
@@ -69,6 +84,8 @@ def test_a_recorded_traces_dicts_have_the_required_keys_and_no_others():
         return keys
 
     check(trace, trace_dicts.TraceDict)
+    for f in trace.get("files", ()):
+        check(f, trace_dicts.SourceFileDict)
     for node in trace["nodes"]:
         check(node, trace_dicts.NodeDict)
         for saved in node.get("saved", ()):

@@ -54,7 +54,9 @@ class Warnings:
     def __enter__(self) -> Warnings:
         # Entering resets every module's "already shown" registry, so a warning shows
         # once per location in this run, as in a fresh script; the filters stay the
-        # process's defaults (DeprecationWarnings from library code stay hidden).
+        # process's defaults (DeprecationWarnings from library code stay hidden). A fresh
+        # context each time: a live recording enters once per recorded block.
+        self._ctx = warnings.catch_warnings()
         self._ctx.__enter__()
         warnings.showwarning = self._show
         return self

@@ -128,9 +128,14 @@ def _module_call(call_impl, stack: list, modules: SeqRanges):
     a comparison: nothing here can fail, so no guard on this hot path.)
     """
     mark = modules.mark
+    compiling = torch.compiler.is_compiling
 
     @functools.wraps(call_impl)
     def traced_call(module, *args, **kwargs):
+        # dynamo tracing a module call inlines this wrapper (when it was imported before the patch,
+        # as in a live recording): it must see torch's own, or the sequence counter breaks its graph
+        if compiling():
+            return call_impl(module, *args, **kwargs)
         entry = (id(module), type(module).__name__)
         stack.append(entry)
         mark(_seq_nr(), entry)

@@ -32,7 +32,7 @@ from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.devices import CudaUse
 from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
-from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, frame_namespaces, scan, snippet_frames
+from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_namespaces, scan, snippet_frames
 from gradstep.tracer.offline import OfflineUse
 
 _NO_CUDA = re.compile(r"not compiled with CUDA|no NVIDIA driver|CUDA is not available|CUDA driver", re.I)
@@ -245,21 +245,21 @@ class Recorder:
                 "(drop .cuda() and device='cuda'): autograd behaves the same."
             )
         if self.transformed:
-            where = lines.listed(self.transformed)
+            where = self.listed(self.transformed)
             notes.append(
                 f"Line(s) {where} ran inside a torch.func transform (grad, vjp, jacrev, vmap…): functorch "
                 "differentiates there with its own wrapped tensors, so those inner steps are not drawn; "
                 "what the transform returned is."
             )
         if self.forward_ad_lines:
-            where = lines.listed(self.forward_ad_lines)
+            where = self.listed(self.forward_ad_lines)
             notes.append(
                 f"Line(s) {where} use forward-mode AD (torch.autograd.forward_ad): dual tensors carry their "
                 "tangents forward with the values and build no backward graph. gradstep draws reverse mode, so "
                 "the dual computation is not drawn; its prints are in the output."
             )
         if self.compile_lines:
-            where = lines.listed(self.compile_lines)
+            where = self.listed(self.compile_lines)
             notes.append(
                 f"torch.compile at line(s) {where} ran with its aot_eager backend: this sandbox has no C++ "
                 "compiler for inductor, the default. Autograd sees the same graph either way (one "
@@ -316,8 +316,23 @@ class Recorder:
                 self.line = self.callers.pop()
 
     def current_line(self) -> int | None:
-        frames = snippet_frames(sys._getframe(1))
+        return self.line_at(sys._getframe(1))
+
+    # The seam between the code and the recorder: where it is running, and what it can name.
+    # (live.py records code already running in the caller's process through the same seam.)
+
+    def line_at(self, frame) -> int | None:
+        """The code's line at ``frame`` (its innermost frame on the stack from there)."""
+        frames = snippet_frames(frame)
         return frames[0].f_lineno if frames else self.line
+
+    def names_at(self, frame) -> Names:
+        """The tensors the code can name from ``frame`` up: the roots of the graph walk, the labels."""
+        return scan(frame_namespaces(snippet_frames(frame), self.globals), self.module_index)
+
+    def listed(self, where: set[int | None]) -> str:
+        """Lines as a note lists them."""
+        return lines.listed(where)
 
     def _attribute(self, line: int | None) -> None:
         """Credit the nodes built since the last check to ``line``."""
@@ -445,8 +460,7 @@ class Recorder:
         create_graph = bool(a.get("create_graph", False))
         retain_graph = a.get("retain_graph")
         retain_graph = create_graph if retain_graph is None else bool(retain_graph)
-        frames = snippet_frames(caller)
-        line = frames[0].f_lineno if frames else self.line
+        line = self.line_at(caller)
         outs, ins = _tensors(outputs), _tensors(inputs)
         roots = [t.grad_fn for t in outs if t.grad_fn is not None]
 
@@ -454,7 +468,7 @@ class Recorder:
         self._emit_folded()
         graph = self.graph
         if any(r not in graph.ids for r in roots):
-            names = scan(frame_namespaces(frames, self.globals), self.module_index)
+            names = self.names_at(caller)
             graph.discover(roots, len(self.steps), line, False, names)
 
         order_box: list = []
@@ -582,7 +596,7 @@ class Recorder:
         self._snapshot(step, extra_roots, run=run, failed=failed, grad_graph=create_graph, returned=returned)
 
     def _input_names(self, ins: list[torch.Tensor]) -> list[str]:
-        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
+        names = self.names_at(sys._getframe(1))
         return [names.name_of(t) or "?" for t in ins]
 
     # -- snapshots -----------------------------------------------------------
@@ -610,7 +624,7 @@ class Recorder:
         graph = self.graph
         index = len(self.steps)
         step["index"] = index
-        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
+        names = self.names_at(sys._getframe(1))
         passes = self.passes
         roots, shown, fns, facts = passes.roots(names.tensors, extra_roots)
         known = len(graph.table)  # nodes from here on are read by this discovery: none is stale yet
@@ -682,7 +696,7 @@ class Recorder:
         """Let go of graphs a deleted or rebound name no longer reaches (no step)."""
         if not self.graph.objs or self._full():
             return
-        names = scan(frame_namespaces(snippet_frames(sys._getframe(1)), self.globals), self.module_index)
+        names = self.names_at(sys._getframe(1))
         roots = self.passes.roots(names.tensors, ())[0]
         # nodes built but not shown yet (a folded loop) must be known, or what they reach looks dropped
         self.graph.discover(roots, len(self.steps), self.line, False, names)
