@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from gradstep.tracer import record
+from gradstep.pipeline import explained
 from tracer_overhead import SNIPPET
 
 FRONTEND = Path(__file__).resolve().parents[1] / "frontend"
@@ -60,7 +60,7 @@ def main() -> None:
         raise SystemExit("node is not installed")
     fixed = SNIPPET.replace(".backward()", ".backward(retain_graph=True)", 1)
     assert fixed != SNIPPET
-    a, b = record(SNIPPET), record(fixed)
+    a, b = explained(SNIPPET), explained(fixed)
     if not (a["steps"] and b["steps"]):
         raise SystemExit(f"the tracer recorded no steps ({a['status']}, {b['status']}): nothing to compare")
     with tempfile.TemporaryDirectory() as tmp:

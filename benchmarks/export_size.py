@@ -17,7 +17,7 @@ import orjson
 from gradstep import snippets
 from gradstep.export import collect, export_html
 from gradstep.pages import DEFAULT_SNIPPET
-from gradstep.tracer import record
+from gradstep.pipeline import explained
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tracer_overhead import SNIPPET as TRANSFORMER  # noqa: E402
@@ -41,7 +41,7 @@ def main() -> None:
         (f"default snippet ({DEFAULT_SNIPPET})", snippets.load_all()[DEFAULT_SNIPPET].code),
         ("24-layer transformer", TRANSFORMER),
     ):
-        data = record(code)
+        data = explained(code)
         trace = orjson.dumps(data)
         page = export_html(data).encode()
         print(

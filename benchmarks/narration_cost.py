@@ -1,6 +1,6 @@
 """Cost of narration (``gradstep.narrate``) on the 24-layer TransformerEncoder trace.
 
-Narration runs inside ``record()`` on every trace, so it adds to the tracer's
+Narration runs after ``record()`` on every trace (gradstep.pipeline), so it adds to the tracer's
 overhead. Prints median milliseconds of narrating the finished trace next to
 the plain run and the tracing itself (interleaved in one run), and their ratios.
 Usage:

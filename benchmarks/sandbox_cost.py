@@ -92,8 +92,8 @@ def measure(
 def naive(runs: int) -> float:
     """A fresh ``python -c`` per run: import torch and the tracer, trace, print JSON."""
     code = (
-        "import sys, orjson\nfrom gradstep.tracer import record\n"
-        "sys.stdout.buffer.write(orjson.dumps(record(sys.stdin.read())))\n"
+        "import sys, orjson\nfrom gradstep.pipeline import explained\n"
+        "sys.stdout.buffer.write(orjson.dumps(explained(sys.stdin.read())))\n"
     )
     times = []
     for _ in range(runs):
@@ -108,13 +108,13 @@ def naive(runs: int) -> float:
 
 def in_process(runs: int) -> float:
     import orjson
-    from gradstep.tracer import record
+    from gradstep.pipeline import explained
 
-    record(SNIPPET)
+    explained(SNIPPET)
     times = []
     for _ in range(runs):
         t = time.perf_counter()
-        orjson.dumps(record(SNIPPET))
+        orjson.dumps(explained(SNIPPET))
         times.append((time.perf_counter() - t) * 1e3)
     return statistics.median(times)
 

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 import torch
 from gradstep.encoding import LEVEL, compress
+from gradstep.pipeline import explained
 from gradstep.tracer import graph, record
 
 SNIPPET = """
@@ -61,14 +62,14 @@ def timed(fn, code: str) -> tuple[float, float]:
 
 
 def recording(code: str) -> None:
-    record(code, explain=False)
+    record(code)
 
 
 def recording_in_python(code: str) -> None:
     """The same recording with graph.py's Python node reader instead of the C one."""
     native, graph._nodes = graph._nodes, None
     try:
-        record(code, explain=False)
+        record(code)
     finally:
         graph._nodes = native
 
@@ -85,7 +86,7 @@ def pin(cpu: int | None) -> None:
 def warm_up(freeze: bool = True) -> None:
     torch.set_num_threads(1)
     plain(SNIPPET)  # warm every path (lazy imports, allocator)
-    record(SNIPPET)
+    explained(SNIPPET)
     if freeze:
         gc.collect()
         gc.freeze()  # as the sandbox's zygote does before it forks a child per run
@@ -141,7 +142,7 @@ def main() -> None:
         return count_instructions()
     pin(args.cpu)
     warm_up(freeze=not args.no_freeze)
-    runs = {"plain": plain, "traced": recording, "traced + narration": record}
+    runs = {"plain": plain, "traced": recording, "traced + narration": explained}
     if graph._nodes is not None:
         runs["traced, Python reader"] = recording_in_python
     else:
@@ -150,7 +151,7 @@ def main() -> None:
     for _ in range(args.repeat):  # interleave, so machine noise hits all alike
         for name, fn in runs.items():
             times[name].append(timed(fn, SNIPPET))
-    trace = record(SNIPPET)
+    trace = explained(SNIPPET)
     raw = orjson.dumps(trace)
     served = compress(raw)  # what the server stores and sends
     gz9 = gzip.compress(raw, compresslevel=9)

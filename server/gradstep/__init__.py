@@ -5,20 +5,15 @@ from gradstep.schema import VERSION, Trace
 __all__ = ["VERSION", "Trace", "load_ipython_extension", "record", "show", "trace"]
 
 
-def trace(code: str, diagnose: bool = True, **options) -> Trace:
+def trace(code: str, diagnose: bool = True, limits=None) -> Trace:
     """Run ``code`` in this process and return its typed trace (for notebooks and tests).
 
     With ``diagnose``, known autograd mistakes come with fixes, each verified by
     running it here as well (your own code, re-run unconfined).
     """
-    from gradstep.tracer import record
+    from gradstep.pipeline import in_process
 
-    raw = record(code, **options)
-    if diagnose:
-        from gradstep.diagnose import add_in_process
-
-        add_in_process(raw)
-    return Trace.model_validate(raw)
+    return Trace.model_validate(in_process(code, limits, diagnose=diagnose))
 
 
 def show(code: str, step: int = 0, theme: str = "auto", height: int | None = None):

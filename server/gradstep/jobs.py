@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gradstep.diagnose import check, propose
 from gradstep.diagnose.service import may_need_diagnosis
-from gradstep.tracer.recorder import Limits, record
+from gradstep.pipeline import explained
+from gradstep.tracer.recorder import Limits
 
 PROPOSE_CPU_SECONDS = 2.0  # CPU the proposals may take after the snippet, within the run's own limit
 MAX_PROPOSING_TRACE = 6 << 20  # bytes: a larger trace gets no proposals (they would crowd the output cap)
@@ -67,7 +68,7 @@ def run(payload: str) -> bytes:
     if job.check is not None:
         return orjson.dumps(check(job.check.trace, dict(job.check.fixes)))
     limits = Limits.sandboxed(**job.options.model_dump(exclude_none=True))
-    trace = record(job.code, limits)
+    trace = explained(job.code, limits)
     body = orjson.dumps(trace, default=repr)
     if len(body) <= MAX_PROPOSING_TRACE and may_need_diagnosis(trace):
         proposals = within_cpu(PROPOSE_CPU_SECONDS, lambda: propose(trace))

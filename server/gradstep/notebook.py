@@ -81,14 +81,9 @@ def record_dict(code: str, diagnose: bool = True) -> dict:
     (as gradstep.trace does)."""
     if not isinstance(code, str):
         raise TypeError(f"code must be a string of Python, not {type(code).__name__}")
-    from gradstep.tracer import record
+    from gradstep.pipeline import in_process
 
-    data = record(code)
-    if diagnose:
-        from gradstep.diagnose import add_in_process
-
-        add_in_process(data)
-    return data
+    return in_process(code, diagnose=diagnose)
 
 
 def show(

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 from gradstep.narrate import fmt_grad, narrate
+from gradstep.pipeline import explained
 from gradstep.printing import fmt_bytes
 from gradstep.schema import Trace
-from gradstep.tracer import Limits, record
+from gradstep.tracer import Limits
 from gradstep.tracer.grads import GradRecords
 from testkit.torch_print import printed_number, torch_elements
 from testkit.truth import run_plain
@@ -24,7 +25,7 @@ SNIPPETS = sorted((ROOT / "snippets").glob("*.py"))
 
 
 def _trace(code: str) -> dict:
-    return record(code)
+    return explained(code)
 
 
 def _calls(trace: dict) -> list[dict]:

@@ -60,7 +60,7 @@ def complex_printed(t: torch.Tensor) -> list[str]:
 
 
 def _traced_grad(code: str, name: str) -> dict:
-    tr = record(code, explain=False)
+    tr = record(code)
     return next(t for t in tr["steps"][-1]["tensors"] if t["name"] == name)["grad"]
 
 

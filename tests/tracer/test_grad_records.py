@@ -358,7 +358,7 @@ def test_backward_through_an_empty_leaf_is_traced_to_the_end():
     code = "import torch\nx = torch.zeros(0, requires_grad=True)\nx.sum().backward()\n"
     x = torch.zeros(0, requires_grad=True)
     x.sum().backward()
-    tr = record(code, explain=False)
+    tr = record(code)
     assert tr["notes"] == []
     grad = next(t for t in tr["steps"][-1]["tensors"] if t["name"] == "x")["grad"]
     assert grad["values"] == x.grad.tolist()

@@ -11,6 +11,7 @@ import types
 
 import pytest
 import torch
+from gradstep.pipeline import explained
 from gradstep.tracer import graph, passes, record
 from testkit import truth
 
@@ -61,9 +62,9 @@ def _agrees_with_plain(trace: dict) -> None:
 @pytest.mark.skipif(graph._nodes is None, reason="the C reader was not built")
 @pytest.mark.parametrize("name", C_PASSES)
 def test_a_failing_c_pass_is_redone_by_its_python_twin(name, monkeypatch):
-    expected = record(CODE, explain=False)
+    expected = record(CODE)
     monkeypatch.setattr(graph, "_nodes", _failing(graph._nodes, name))
-    trace = record(CODE, explain=False)
+    trace = record(CODE)
     _agrees_with_plain(trace)
     assert trace["steps"] == expected["steps"]
     assert trace["nodes"] == expected["nodes"]
@@ -83,7 +84,7 @@ def test_a_pass_failing_at_one_step_costs_that_step_only(name, monkeypatch):
 
     monkeypatch.setattr(graph, "_nodes", None)
     monkeypatch.setattr(passes, "PYTHON", types.SimpleNamespace(**{**vars(passes.PYTHON), name: fails_once}))
-    trace = record(CODE, explain=False)
+    trace = record(CODE)
     assert calls["n"] > 1
     _agrees_with_plain(trace)
     assert any(f"injected failure in {name}" in note for note in trace["notes"])
@@ -100,7 +101,7 @@ def test_a_node_that_cannot_be_read_is_kept_and_says_why(monkeypatch):
 
     monkeypatch.setattr(graph, "_nodes", None)
     monkeypatch.setattr(graph, "_type_slots", slots)
-    trace = record(CODE, explain=False)
+    trace = record(CODE)
     bad = [n for n in trace["nodes"] if n.get("unreadable")]
     assert [n["op"] for n in bad] == ["TanhBackward0"]
     assert "cannot be described" in bad[0]["unreadable"]
@@ -129,7 +130,7 @@ print(x.grad)
 
 def test_saved_tensor_hooks_run_only_when_torch_runs_them():
     """The tracer reads packed values through the raw handle: unpack runs in backward only."""
-    trace = record(HOOKED, explain=False)
+    trace = record(HOOKED)
     plain = truth.run_plain(HOOKED, seed=0)
     assert trace["stdout"] == plain.stdout
     assert not truth.mismatches(trace, plain)
@@ -157,7 +158,7 @@ print(w.grad.shape)
 
 
 def test_checkpointed_nodes_show_their_placeholders_and_trace_to_the_end():
-    trace = record(CHECKPOINT, explain=False)
+    trace = record(CHECKPOINT)
     plain = truth.run_plain(CHECKPOINT, seed=0)
     assert not truth.mismatches(trace, plain)
     assert trace["notes"] == []
@@ -175,7 +176,7 @@ def test_a_checkpoint_recomputing_its_forward_in_backward_is_shown():
     before = torch._C._autograd._get_sequence_nr()
     ns["loss"].backward()
     rebuilt = torch._C._autograd._get_sequence_nr() - before  # nodes plain torch built in backward
-    step = truth.call_steps(record(CHECKPOINT))[0]
+    step = truth.call_steps(explained(CHECKPOINT))[0]
     assert rebuilt > 0 and step["rebuilt"] == rebuilt
     assert step["ran_lines"] == [CHECKPOINT.splitlines().index("    return torch.tanh(a @ w).sin()") + 1]
     assert "recomputes the forward" in step["explanation"]
@@ -190,7 +191,7 @@ loss = model(torch.randn(4, 3)).pow(2).sum()
 grads = torch.autograd.grad(loss, dict(model.named_parameters()))
 print(sorted(grads))
 """
-    trace = record(code, explain=False)
+    trace = record(code)
     plain = truth.run_plain(code, seed=0)
     assert not truth.mismatches(trace, plain) and not truth.compare_returned(trace, plain)
     assert trace["steps"][-1]["inputs"] == ["model.weight", "model.bias"]
@@ -205,7 +206,7 @@ loss = model(torch.randn(4, 3)).pow(2).sum()
 loss.backward(inputs=model.parameters())
 print(model.weight.grad.sum(), model.bias.grad.sum())
 """
-    trace = record(code, explain=False)
+    trace = record(code)
     plain = truth.run_plain(code, seed=0)
     assert not truth.mismatches(trace, plain)
     assert trace["stdout"] == plain.stdout
@@ -222,7 +223,7 @@ with torch.autograd.detect_anomaly():
 
 
 def test_anomaly_mode_marks_the_node_that_raised_and_not_what_never_ran():
-    trace = record(ANOMALY, explain=False)
+    trace = record(ANOMALY)
     plain = truth.run_plain(ANOMALY, seed=0)
     assert not truth.compare_errors(trace, plain) and not truth.compare_grads(trace, plain)
     step = truth.call_steps(trace)[0]
@@ -244,7 +245,7 @@ y = torch.sparse.mm(a, b)
 y.sum().backward()
 print(b.grad.sum())
 """
-    trace = record(code, explain=False)
+    trace = record(code)
     plain = truth.run_plain(code, seed=0)
     assert not truth.mismatches(trace, plain)
     assert trace["notes"] == []
@@ -264,7 +265,7 @@ y = torch.randn(3, requires_grad=True)
 (y * g).sum().backward()
 print(y.grad)
 """
-    trace = record(code, explain=False)
+    trace = record(code)
     plain = truth.run_plain(code, seed=0)
     assert not truth.mismatches(trace, plain)
     assert trace["stdout"] == plain.stdout
@@ -282,7 +283,7 @@ with fwAD.dual_level():
 print(jvp)
 x.sin().sum().backward()
 """
-    trace = record(code, explain=False)
+    trace = record(code)
     plain = truth.run_plain(code, seed=0)
     assert not truth.mismatches(trace, plain) and trace["stdout"] == plain.stdout
     assert [n for n in trace["notes"] if "forward-mode AD" in n and "Line(s) 5" in n]
@@ -296,7 +297,7 @@ emb = torch.nn.Embedding(100, 4, sparse=True)
 loss = emb(torch.tensor([1, 7, 7, 42])).pow(2).sum()
 loss.backward()
 """
-    trace = record(code, explain=False)
+    trace = record(code)
     plain = truth.run_plain(code, seed=0)
     assert not truth.mismatches(trace, plain)
     grad = next(t["grad"] for t in trace["steps"][-1]["tensors"] if t["name"] == "emb.weight")

@@ -1116,7 +1116,7 @@ def test_each_step_lists_the_saved_tensors_stale_at_that_step_not_later():
                 stale.append(name)
         return stale
 
-    tr = record(code, explain=False)
+    tr = record(code)
     mul = next(n["id"] for n in tr["nodes"] if n["op"] == "MulBackward0" and n["line"] == 4)  # c = a * b
     seen = {}
     for step in tr["steps"]:

@@ -81,7 +81,7 @@ def test_the_c_reader_is_built_where_ci_installs():
 
 
 def _recorded(code: str, limits: Limits | None = None) -> bytes:
-    trace = record(code, limits, explain=False)
+    trace = record(code, limits)
     # torch warns some things once per process (create_graph's reference cycle): the
     # second run of a snippet here would miss it, whichever reader it used.
     trace.pop("warnings")
@@ -140,7 +140,7 @@ def test_equal_saved_values_share_a_record_but_lookalikes_stay_apart(monkeypatch
     ns: dict = {}
     exec(LOOKALIKES, ns)  # plain torch: what each pow node saved, and as which type
     plain = [y.grad_fn._saved_exponent for y in ns["ys"]]
-    trace = record(LOOKALIKES, explain=False)
+    trace = record(LOOKALIKES)
     saved = [
         next(s for s in n["saved"] if s["name"] == "exponent")
         for n in trace["nodes"]
@@ -198,6 +198,6 @@ def test_a_container_holding_a_live_object_or_a_cycle_stays_tracked():
 
 @needs_native
 def test_recorded_steps_and_nodes_are_untracked():
-    trace = record(TRANSFORMER, explain=False)
+    trace = record(TRANSFORMER)
     assert not any(gc.is_tracked(step) for step in trace["steps"])
     assert not any(gc.is_tracked(node) for node in trace["nodes"])

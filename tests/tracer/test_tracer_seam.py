@@ -125,7 +125,7 @@ def _calls(native: object | None, code: str) -> tuple[Counter, Counter]:
             graph._nodes, passes.PYTHON = None, stand_in
         else:
             graph._nodes = types.SimpleNamespace(**{**vars(native), **vars(stand_in)})
-        record(code, explain=False)
+        record(code)
     finally:
         graph._nodes, passes.PYTHON = saved
     return done, raised

@@ -186,6 +186,6 @@ def add_in_process(trace: TraceDict) -> TraceDict:
 
 def run_locally(codes: list[str]) -> list[dict]:
     """Run fixes in this process with the tracer (the notebook path: the user's own code, unconfined)."""
-    from gradstep.tracer import record
+    from gradstep.pipeline import explained
 
-    return [record(code) for code in codes]
+    return [explained(code) for code in codes]

@@ -1,4 +1,5 @@
-"""Trace the snippet on stdin; write the trace JSON to stdout. Used by ``gradstep trace``."""
+"""Trace the snippet on stdin; write the recording (no narration) as JSON to stdout: the tracer
+alone in a fresh interpreter (tests/tracer/test_tracer_features.py compares its warnings)."""
 
 import sys
 

@@ -741,15 +741,7 @@ def _materialize(bound: inspect.BoundArguments) -> None:
             bound.arguments[key] = list(value)
 
 
-def record(code: str, limits: Limits | None = None, *, explain: bool = True) -> TraceDict:
-    """Run ``code`` here, in this process, and return its trace as plain JSON-able data.
-
-    ``explain``: add each step's narration (gradstep.narrate, a pure function of the
-    trace, so every consumer gets it from here); off, the trace is the recording alone.
-    """
-    trace = Recorder(code, limits or Limits()).run()
-    if not explain:
-        return trace
-    from gradstep.narrate import narrate
-
-    return narrate(trace)
+def record(code: str, limits: Limits | None = None) -> TraceDict:
+    """Run ``code`` here, in this process, and return its trace as plain JSON-able data: the
+    recording alone (``gradstep.pipeline`` narrates and diagnoses it)."""
+    return Recorder(code, limits or Limits()).run()
