@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 
+import anyio
 from fastapi.responses import Response
 
 LEVEL = 7
@@ -36,12 +37,13 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return False
 
 
-def json_response(stored: bytes, accept_encoding: str, headers: dict[str, str]) -> Response:
-    """A stored (compressed) trace as the client can read it: as is, or inflated for one that
-    does not take gzip."""
+async def json_response(stored: bytes, accept_encoding: str, headers: dict[str, str]) -> Response:
+    """A stored (compressed) trace as the client can read it: as is, or inflated (in a worker
+    thread: a few ms for a big trace, not on the event loop) for one that does not take gzip."""
     headers = {**headers, "Vary": "Accept-Encoding"}
     if accepts_gzip(accept_encoding):
         return Response(
             stored, media_type="application/json", headers={**headers, "Content-Encoding": "gzip"}
         )
-    return Response(decompress(stored), media_type="application/json", headers=headers)
+    body = await anyio.to_thread.run_sync(decompress, stored)
+    return Response(body, media_type="application/json", headers=headers)

@@ -19,7 +19,7 @@ from collections import Counter
 
 from gradstep.grad_equality import same_grad
 from gradstep.printing import fmt_bytes, fmt_number, fmt_values
-from gradstep.trace_dicts import GradDict, NodeDict, StepDict, TraceDict
+from gradstep.trace_dicts import GradDict, NodeDict, StepDict, TensorDict, TraceDict
 
 MAX_LISTED = 6  # nodes or tensors named one by one before the rest is summarised
 MAX_VALUES = 4  # gradients with at most this many elements are shown by value
@@ -97,6 +97,7 @@ class _Narrator:
         # file (None: the snippet) -> line -> backward/grad calls written there
         self.calls: dict[int | None, dict[int, list[str]]] | None = None
         self.tensor_names: set[str] = set()  # tensors the current step lists (links may name only these)
+        self.ran_at: dict[int, int] = {}  # node id -> index of the last call step that ran it
 
     def label(self, nid: int) -> str:
         info = self.nodes[nid] if 0 <= nid < len(self.nodes) else {}
@@ -128,6 +129,10 @@ class _Narrator:
                 self.call(step, states, prev_states, prev_step, text)
             step["explanation"] = text.text()
             step["links"] = [link for link in text.links if link["end"] <= len(step["explanation"])]
+            if step["kind"] != "forward":
+                for nid, st in states.items():
+                    if st.get("executed") or st.get("failed"):
+                        self.ran_at[nid] = index
             prev_states, prev_step = states, step
 
     # -- forward steps ---------------------------------------------------------
@@ -137,6 +142,13 @@ class _Narrator:
         new = self.new_at.get(index, [])  # first shown at this step, so alive in it
         where = f"Line {self.at(step)}" if step.get("line") is not None else "The snippet"
         repeat = step.get("repeat") or 1
+        retaining = self._newly_retaining(step, prev_step)
+        if retaining and not new:
+            t.add(f"{where}: ")
+            self._retaining(retaining, index, t)
+            self._stale(step, states, prev, t)
+            self._dropped(step, t)
+            return
         if repeat > 1:
             t.add(f"{where} (the last of {repeat} line executions folded into this step) built ")
         else:
@@ -160,6 +172,9 @@ class _Narrator:
             t.add(".")
         else:
             t.add(".")
+        if retaining:
+            t.sentence_break()
+            self._retaining(retaining, index, t)
         self._stale(step, states, prev, t)
         self._dropped(step, t)
         before = prev_step.get("saved_bytes", 0) if prev_step is not None else 0
@@ -170,6 +185,40 @@ class _Narrator:
             t.add(
                 f"Saved tensors now hold {fmt_bytes(step.get('saved_bytes', 0))} ({sign}{fmt_bytes(abs(delta))})."
             )
+
+    @staticmethod
+    def _newly_retaining(step: StepDict, prev_step: StepDict | None) -> list[TensorDict]:
+        """Non-leaf tensors whose .retain_grad() ran at this step."""
+        before = {te["name"] for te in (prev_step or {}).get("tensors") or () if te.get("retains_grad")}
+        return [
+            te
+            for te in step.get("tensors") or ()
+            if te.get("retains_grad") and not te["is_leaf"] and te["name"] not in before
+        ]
+
+    def _retaining(self, tensors: list[TensorDict], index: int, t: _Text) -> None:
+        """What ``retain_grad()`` changes, and why it changes nothing for a backward already run."""
+        for k, te in enumerate(tensors[:MAX_LISTED]):
+            name = te["name"]
+            if k:
+                t.sentence_break()
+            t.add("`")
+            self.tensor_or_text(t, name, f"{name}.retain_grad()")
+            t.add(
+                f"`: {name} is not a leaf, so a backward passes its gradient on without keeping it. From here on, "
+            )
+            t.add(f"a backward that reaches {name}'s grad_fn keeps it in {name}.grad.")
+            node = te.get("node")
+            ran = self.ran_at.get(node) if node is not None else None
+            if ran is not None and ran < index and te.get("grad") is None:
+                call = self.trace["steps"][ran]
+                t.add(" The ")
+                t.add("autograd.grad" if call["kind"] == "grad" else "backward")
+                t.add(f" at line {self.at(call)} (step {ran + 1}) already ran through ")
+                t.node(node, self.label(node))
+                t.add(
+                    f" before this line, so it kept nothing: {name}.grad stays None until a backward runs after it."
+                )
 
     def _built(self, nid: int, states: dict, t: _Text) -> None:
         info = self.nodes[nid]

@@ -51,6 +51,7 @@ SNIPPET_KINDS = {
     "retain_graph_in_loop_not_needed": NEEDLESS_RETAIN,
     "rnn_hidden_not_detached_fails": HIDDEN,
     "running_loss_keeps_graphs": RUNNING_TOTAL,
+    "retain_grad_after_backward": NON_LEAF,
     "shared_trunk_partial_grads": FREED,
     "sqrt_at_zero_nan_grad": NONFINITE,
     "training_loop_no_zero_grad": ZERO_GRAD,

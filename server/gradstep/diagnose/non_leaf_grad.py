@@ -3,6 +3,10 @@
 The trace carries torch's warning with the snippet line that read ``.grad``;
 the syntax tree says which tensor and where it was assigned. Fix: call
 ``retain_grad()`` on it right after it is computed.
+
+Also ``retain_grad()`` called too late: after a backward already ran through the tensor's
+grad_fn, and with no backward after it, so ``.grad`` stays None (torch says nothing: the tensor
+does retain). Fix: the same call, moved to right after the tensor is computed.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import ast
 import bisect
 
 from gradstep.diagnose import facts
-from gradstep.diagnose.candidate import Candidate, CandidateFix
+from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.source import Source, assigned_names, moved_line
 
 KIND = "grad_of_non_leaf"
@@ -54,6 +58,11 @@ class _Index:
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
+    return (_read(trace, src) + _late(trace, src))[:MAX_CANDIDATES]
+
+
+def _read(trace: dict, src: Source) -> list[Candidate]:
+    """``.grad`` read of a non-leaf that does not retain it: torch's warning names the line."""
     out: list[Candidate] = []
     seen: set[str] = set()
     lines: set[int] = set()
@@ -101,4 +110,75 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         out.append(Candidate(KIND, "warning", line, message, fixes))
         if len(out) >= MAX_CANDIDATES:
             break
+    return out
+
+
+def _retain_call(src: Source, name: str, line: int) -> ast.stmt | None:
+    """The statement ``name.retain_grad()`` on ``line``."""
+    for n in src.walk():
+        if (
+            isinstance(n, ast.Expr)
+            and n.lineno == line
+            and isinstance(n.value, ast.Call)
+            and isinstance(n.value.func, ast.Attribute)
+            and n.value.func.attr == "retain_grad"
+            and isinstance(n.value.func.value, ast.Name)
+            and n.value.func.value.id == name
+        ):
+            return n
+    return None
+
+
+def _late(trace: dict, src: Source) -> list[Candidate]:
+    """``retain_grad()`` after the only backward that reached the tensor: its .grad stays None."""
+    steps = trace.get("steps") or []
+    final = {te["name"]: te for te in steps[-1].get("tensors") or ()} if steps else {}
+    ran_at: dict[int, dict] = {}  # node id -> the first call step that ran it
+    retaining: set[str] = set()
+    out: list[Candidate] = []
+    index: _Index | None = None
+    for step in steps:
+        if step["kind"] != "forward":
+            for st in step.get("nodes") or ():
+                if st.get("executed"):
+                    ran_at.setdefault(st["id"], step)
+            continue
+        for te in step.get("tensors") or ():
+            name, node, line = te["name"], te.get("node"), step.get("line")
+            if not te.get("retains_grad") or te["is_leaf"] or name in retaining:
+                continue
+            retaining.add(name)
+            call = ran_at.get(node) if node is not None else None
+            last = final.get(name)
+            if call is None or line is None or last is None or last.get("grad") is not None:
+                continue
+            stmt = _retain_call(src, name, line)
+            index = index or _Index(src)
+            origin = index.assignment_before(name, call["line"]) if call.get("line") else None
+            if stmt is None or origin is None:
+                continue
+            message = (
+                f"`{name}.retain_grad()` at line {line} comes after the backward at line {call['line']}, which "
+                f"already ran through {name}'s grad_fn without keeping its gradient; no backward runs after it, so "
+                f"`{name}.grad` stays None. retain_grad() only affects backward calls that run after it."
+            )
+
+            def intent(fixed: dict, original: dict, siblings: dict, name=name) -> bool:
+                return any(name in facts.grads(s) for s in fixed.get("steps") or ())
+
+            fixes = present(
+                fix_of(
+                    src,
+                    [src.delete(stmt), src.insert_after(origin, f"{name}.retain_grad()")],
+                    "retain_grad_first",
+                    f"Call {name}.retain_grad() right after line {origin.end_lineno}, before the backward",
+                    f"Moved before the backward at line {call['line']}, `{name}.retain_grad()` makes that backward "
+                    f"keep {name}'s gradient in `{name}.grad` (checked: it is filled after the fix). It changes no "
+                    "other gradient.",
+                    intent=intent,
+                )
+            )
+            out.append(Candidate(KIND, "warning", line, message, fixes))
+            if len(out) >= MAX_CANDIDATES:
+                return out
     return out

@@ -44,8 +44,8 @@ def may_need_diagnosis(trace: dict) -> bool:
         return _repeats([step.get("line") for step in steps if step["kind"] == "forward"])
     if _repeats([steps[i].get("line") for i in calls]):  # a backward in a loop
         return True
-    return any(  # from the first call on, a leaf that requires grad and still has no .grad
-        t["requires_grad"] and t["is_leaf"] and t.get("grad") is None
+    return any(  # from the first call on, a leaf that requires grad (or a retained non-leaf) and no .grad
+        (t["is_leaf"] and t["requires_grad"] or t.get("retains_grad")) and t.get("grad") is None
         for step in steps[calls[0] :]
         for t in step.get("tensors") or []
     )

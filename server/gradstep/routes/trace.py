@@ -69,4 +69,4 @@ async def trace(
         out, how = await service.trace(body.code, options, client, gone)
     except Cancelled:
         return Response(status_code=499)  # nobody is listening: nginx's "client closed request"
-    return json_response(out, request.headers.get("accept-encoding", ""), {"X-Gradstep-Cache": how})
+    return await json_response(out, request.headers.get("accept-encoding", ""), {"X-Gradstep-Cache": how})

@@ -7,6 +7,8 @@
 * ``saved_tensors_hooks.__enter__/__exit__``: nodes built under pack hooks are marked, and
   their saved values are never unpacked by the tracer;
 * ``forward_ad.dual_level.__enter__``: where forward-mode AD is used (not drawn: a note says so);
+* ``Tensor.retain_grad``: it builds no node, yet changes what the next backward keeps, so its
+  line gets a step;
 * ``torch.compile``, where ``Limits.inductor`` is off: inductor becomes aot_eager (a note says so);
 * where ``Limits.cuda_on_cpu`` is on and the snippet names CUDA: the devices it asks for become the
   CPU (torch's factories, the Tensor methods that take a device, ``torch.Generator``, torch.device
@@ -94,6 +96,8 @@ def patched(rec: Recorder):
     dual_cls = torch.autograd.forward_ad.dual_level
     dual_enter = dual_cls.__enter__
     dual_cls.__enter__ = _noting(dual_enter, rec.forward_ad_lines, rec.current_line)
+    retain_grad = torch.Tensor.retain_grad
+    torch.Tensor.retain_grad = _telling(retain_grad, rec.retained)
     orig_compile = torch.compile
     if not rec.limits.inductor:
         torch.compile = _without_inductor(orig_compile, rec.compile_lines, rec.current_line)
@@ -113,10 +117,23 @@ def patched(rec: Recorder):
         hooks_cls.__enter__, hooks_cls.__exit__ = hooks_enter, hooks_exit
         dual_cls.__enter__ = dual_enter
         torch.compile = orig_compile
+        torch.Tensor.retain_grad = retain_grad
         torch.autograd.backward, torch.autograd.grad = orig_backward, orig_grad
         for m, orig in saved.items():
             setattr(module_cls, m, orig)
         _SlotWatch.index = watching
+
+
+def _telling(method, tell):
+    """``method``, then ``tell(self)`` once it returned (not when it raised)."""
+
+    @functools.wraps(method)
+    def told(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        tell(self)
+        return out
+
+    return told
 
 
 def _module_call(call_impl, stack: list, modules: SeqRanges):

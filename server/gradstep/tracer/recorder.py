@@ -315,6 +315,14 @@ class Recorder:
             if self.callers:
                 self.line = self.callers.pop()
 
+    @_guarded
+    def retained(self, tensor: torch.Tensor) -> None:
+        """``tensor.retain_grad()`` ran: it builds no node, yet the next backward keeps the
+        tensor's .grad because of it, so its line gets a step (a leaf's is a no-op: none)."""
+        if not self.in_call and not tensor.is_leaf and not torch.compiler.is_compiling():
+            self.built = True
+            self.built_line = self.line
+
     def current_line(self) -> int | None:
         return self.line_at(sys._getframe(1))
 
