@@ -289,26 +289,15 @@ class _Narrator:
         retain = bool(step.get("retain_graph"))
         self._call_head(step, ordered, states, t)
         error = step.get("error")
-        if ran:
-            t.add(f" ran {_plural(len(ran), 'node')}{' in this order' if len(ran) > 1 else ''}: ")
-            shown = ran[:MAX_LISTED]
-            for i, nid in enumerate(shown):
-                if i:
-                    t.add(" → ")
-                t.node(nid, self.label(nid))
-            if len(ran) > len(shown):
-                t.add(f" → … ({len(ran) - len(shown)} more)")
-            t.add(".")
-        elif error and failed is None:
-            t.add(" failed before the engine started: no node ran.")
-        elif error:
-            t.add(" could not run even its first node.")
-        else:
-            t.add(" ran no node.")
+        # What a learner came for first: a failure, what changed in .grad, what was freed; then the
+        # engine's order.
+        t.add(":")
         if error:
             self._failure(step, failed, ran, states, t)
-        self._memory(step, ran, states, prev, prev_step, retain, t)
         self._grads(step, prev_step, t)
+        self._returned(step, t)
+        self._memory(step, ran, states, prev, prev_step, retain, t)
+        self._order(ran, error, failed, t)
         if step.get("rebuilt"):
             lines = step.get("ran_lines") or []
             at = f" (line {', '.join(map(str, lines))})" if lines else ""
@@ -327,22 +316,51 @@ class _Narrator:
             if built:
                 t.sentence_break()
                 t.add(f"create_graph=True built {_plural(built, 'node')} of the gradient's own graph.")
+
+    def _returned(self, step: StepDict, t: _Text) -> None:
         returned = step.get("returned")
-        if returned is not None:
-            t.sentence_break()
-            t.add("It returned ")
-            names = step.get("inputs") or []
-            items = list(enumerate(returned))
+        if returned is None:
+            return
+        t.sentence_break()
+        t.add("It returned ")
+        names = step.get("inputs") or []
+        items = list(enumerate(returned))
 
-            def write(item):
-                i, g = item
-                t.add(fmt_grad(g))
-                if i < len(names) and names[i] != "?":
-                    t.add(" for ")
-                    self.tensor_or_text(t, names[i], names[i])
+        def write(item):
+            i, g = item
+            t.add(fmt_grad(g))
+            if i < len(names) and names[i] != "?":
+                t.add(" for ")
+                self.tensor_or_text(t, names[i], names[i])
 
-            t.join(items, write)
-            t.add(" (returned, not written into .grad).")
+        t.join(items, write)
+        t.add(" (returned, not written into .grad).")
+
+    def _order(self, ran: list[int], error: dict | None, failed: int | None, t: _Text) -> None:
+        t.sentence_break()
+        if ran:
+            t.add(f"It ran {_plural(len(ran), 'node')}{' in this order' if len(ran) > 1 else ''}: ")
+            shown = ran[:MAX_LISTED]
+            for i, nid in enumerate(shown):
+                if i:
+                    t.add(" → ")
+                t.node(nid, self.label(nid))
+            rest = ran[len(shown) :]
+            if rest:
+                # the leaves come last and are what a reader looks for: named, not counted away
+                leaves = [nid for nid in rest if self.op[nid] == "AccumulateGrad"][:MAX_LISTED]
+                t.add(f" → … ({len(rest)} more")
+                if leaves:
+                    t.add(", among them ")
+                    t.join(leaves, lambda nid: t.node(nid, self.label(nid)))
+                t.add(")")
+            t.add(".")
+        elif error and failed is None:
+            t.add("It failed before the engine started: no node ran.")
+        elif error:
+            t.add("It could not run even its first node.")
+        else:
+            t.add("It ran no node.")
 
     def _call_head(self, step: dict, ordered: list, states: dict, t: _Text) -> None:
         api = step.get("api") or ("torch.autograd.grad" if step["kind"] == "grad" else "backward")
@@ -470,7 +488,8 @@ class _Narrator:
                 t.add(f" and {len(released) - MAX_LISTED} more nodes")
             t.add(f" (saved tensors held: {fmt_bytes(before)} → {fmt_bytes(after)}).")
         # a call without retain_graph frees every node it ran that saved a tensor: the rest saved none
-        savers_none = [nid for nid in ops if not states[nid].get("freed")] if released else []
+        # (said only when that is why nothing was released: beside a release it is noise)
+        savers_none = [nid for nid in ops if not states[nid].get("freed")] if not released else []
         if savers_none:
             t.sentence_break()
             t.join(savers_none[:MAX_LISTED], lambda nid: t.node(nid, self.label(nid)))
