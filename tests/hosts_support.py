@@ -130,16 +130,36 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(SCREENS / f"{name}.png"))
 
 
-# In a page or frame: the open widget's box (its theme and background) and stepper.
-WIDGET_STATE = """() => {
-  const host = document.querySelector('.gradstep-widget-host');
-  if (!host) return null;
-  const box = host.shadowRoot.querySelector('.gs-widget');
-  if (!box) return null;
-  const s = host.shadowRoot.querySelector('.gs-stepper');
-  return { theme: box.dataset.theme, bg: getComputedStyle(box).backgroundColor,
-           step: s ? Number(s.dataset.step) : null, steps: s ? Number(s.dataset.steps) : null };
+# In a page or frame: every gradstep widget's theme, background and stepper, looking into shadow
+# roots (marimo draws each widget inside its own).
+WIDGETS = """() => {
+  const hosts = [];
+  const walk = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.classList.contains('gradstep-widget-host')) hosts.push(el);
+      else if (el.shadowRoot) walk(el.shadowRoot);
+    }
+  };
+  walk(document);
+  return hosts.map((host) => {
+    const box = host.shadowRoot.querySelector('.gs-widget');
+    const s = host.shadowRoot.querySelector('.gs-stepper');
+    return box && { theme: box.dataset.theme, bg: getComputedStyle(box).backgroundColor,
+                    step: s ? Number(s.dataset.step) : null, steps: s ? Number(s.dataset.steps) : null };
+  });
 }"""
+# The first widget's state, or null.
+WIDGET_STATE = f"() => ({WIDGETS})()[0] || null"
+
+
+def wait_widgets(page, n: int) -> list[dict]:
+    """The states of the page's first `n` widgets once each has drawn its stepper."""
+    page.wait_for_function(
+        f"() => {{ const w = ({WIDGETS})(); return w.length >= {n} && w.every((x) => x && x.steps > 0); }}",
+        timeout=90_000,
+    )
+    return page.evaluate(WIDGETS)
+
 
 # Inside an exported page: its theme and background, and the heights that show whether it is cut.
 PAGE_STATE = """() => ({
