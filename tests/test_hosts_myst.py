@@ -99,6 +99,7 @@ def myst_page(tmp_path_factory):
     shutil.copy(home / "package" / "dist" / "models.js", home / "models.js")
     (home / "cube.mjs").write_text(export_widget(gradstep.trace(CODE)))  # the recipe's module
     (home / "index.html").write_text(PAGE)
+    (home / "plain.html").write_text(PAGE.replace('<html class="dark">', "<html>"))  # a page with no theme
     handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(home))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -131,5 +132,17 @@ def test_myst_model_drives_the_exported_module_steps_rerenders_and_cleans_up(mys
             f"(() => {{ const w = ({WIDGETS})(); return w.length === 1 && w[0] && w[0].step === 0; }})"
         )
         assert errors == []
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_widget_auto_theme_follows_the_system_where_the_page_says_none(myst_page, browser, scheme):
+    ctx = browser.new_context(viewport={"width": 1100, "height": 900}, color_scheme=scheme)
+    page = ctx.new_page()
+    try:
+        page.goto(myst_page.replace("index.html", "plain.html"))
+        (state,) = wait_widgets(page, 1)
+        assert (state["theme"], is_dark(state["bg"])) == (scheme, scheme == "dark")
     finally:
         ctx.close()
