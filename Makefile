@@ -36,7 +36,7 @@ test-image: install
 	GRADSTEP_TEST_IMAGE=1 GRADSTEP_IMAGE_BASE=$(IMAGE_BASE) $(PY) -m pytest tests/test_container_image.py
 
 # The real hosts (JupyterLab, marimo, Sphinx; MyST's model), each started and driven in Chromium:
-# slow (≈8 min on 2 cores), so not part of `make test`. Missing host packages are installed from
+# slow (≈5 min on 2 shared cores), so not part of `make test`. Missing host packages are installed from
 # PyPI into $(VENV) (pins in tests/hosts_support.py); screenshots land in build/screens/.
 test-hosts: install browser
 	$(PY) -m pytest -m hosts tests/test_hosts_jupyterlab.py tests/test_hosts_marimo.py tests/test_hosts_sphinx.py tests/test_hosts_myst.py
