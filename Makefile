@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 TORCH   ?= torch==2.13.0
 PYTHON  ?= python3
 
-.PHONY: install browser serve test test-image frontend format schema bench clean
+.PHONY: install browser serve test test-image test-hosts frontend format schema bench clean
 
 $(STAMP): pyproject.toml server/gradstep/tracer/_nodes.c
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ test: install browser
 IMAGE_BASE ?=
 test-image: install
 	GRADSTEP_TEST_IMAGE=1 GRADSTEP_IMAGE_BASE=$(IMAGE_BASE) $(PY) -m pytest tests/sandbox/test_container_image.py
+
+# The real hosts (JupyterLab, marimo, Sphinx; MyST's model), each started and driven in Chromium:
+# slow (≈5 min on 2 shared cores), so not part of `make test`. Missing host packages are installed from
+# PyPI into $(VENV) (pins in tests/hosts_support.py); screenshots land in build/screens/.
+test-hosts: install browser
+	$(PY) -m pytest -m hosts tests/test_hosts_jupyterlab.py tests/test_hosts_marimo.py tests/test_hosts_sphinx.py tests/test_hosts_myst.py
 
 # Rebuild the vendored, minified front-end libraries from the pinned npm packages.
 frontend:

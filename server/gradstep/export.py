@@ -215,18 +215,43 @@ def export_widget(
 
 # For pages that show exports in iframes (notebook outputs, Sphinx pages): each iframe.gradstep-frame
 # without a fixed height takes the height its page reports ({context: "iframe.resize"}), so nothing
-# scrolls inside it.
+# scrolls inside it; and each frame is told the host page's own light or dark theme
+# ({type: "gradstep:theme"}), which a page exported with theme "auto" follows. The theme is read
+# as frontend/widget.js hostTheme reads it (JupyterLab, VS Code, a "dark" class or data-theme).
 FRAME_RESIZER_JS = """\
 (() => {
   if (window.gradstepFrameResizer) return;
   window.gradstepFrameResizer = true;
+  const hostTheme = () => {
+    const b = document.body, r = document.documentElement;
+    if (b && b.dataset.jpThemeLight) return b.dataset.jpThemeLight === "true" ? "light" : "dark";
+    if (b && b.classList.contains("vscode-dark")) return "dark";
+    if (b && b.classList.contains("vscode-light")) return "light";
+    for (const n of [r, b]) {
+      if (!n) continue;
+      const t = n.dataset.theme || n.dataset.colorScheme || n.dataset.mode;
+      if (t === "dark" || t === "light") return t;
+      if (n.classList.contains("dark") || n.classList.contains("dark-theme")) return "dark";
+    }
+    return null;
+  };
+  const frames = () => document.querySelectorAll("iframe.gradstep-frame");
+  const tell = (win) => { const t = hostTheme(); if (t && win) win.postMessage({ type: "gradstep:theme", theme: t }, "*"); };
   window.addEventListener("message", (ev) => {
     const d = ev.data;
-    if (!d || d.context !== "iframe.resize" || !(d.height > 0)) return;
-    for (const f of document.querySelectorAll("iframe.gradstep-frame:not([data-fixed-height])")) {
-      if (f.contentWindow === ev.source) f.style.height = `${Math.min(Math.ceil(d.height), 4000)}px`;
+    if (!d) return;
+    for (const f of frames()) {
+      if (f.contentWindow !== ev.source) continue;
+      if (d.type === "gradstep:ready") tell(f.contentWindow);
+      if (d.context === "iframe.resize" && d.height > 0 && !f.hasAttribute("data-fixed-height")) {
+        f.style.height = `${Math.min(Math.ceil(d.height), 4000)}px`;
+      }
     }
   });
+  const watch = new MutationObserver(() => { for (const f of frames()) tell(f.contentWindow); });
+  const attributeFilter = ["class", "data-theme", "data-jp-theme-light", "data-color-scheme", "data-mode"];
+  watch.observe(document.documentElement, { attributes: true, attributeFilter });
+  if (document.body) watch.observe(document.body, { attributes: true, attributeFilter });
 })();"""
 
 

@@ -4,8 +4,9 @@ The code runs here, in the notebook's own process, through the in-process tracer
 sandbox: it is the user's own code, as with any other cell). What is shown is the static export
 page in an ``<iframe srcdoc>``: it needs no extension and no network, and works alike in
 JupyterLab, the classic notebook and VS Code, with the page's styles kept out of the notebook's.
-With anywidget installed, ``.widget()`` gives the same stepper as a widget whose step can be set
-from Python.
+With anywidget installed, ``.widget()`` gives the same stepper as a widget whose step follows
+Python and the page both ways; its saved state holds the trace and a small loader, not the front
+end. In marimo the output is the same page in marimo's own iframe, at the stepper's height.
 """
 
 from __future__ import annotations
@@ -21,6 +22,18 @@ from gradstep.export import FRAME_RESIZER_JS, ExportError, check_options, clamp_
 from gradstep.schema import Trace
 
 DEFAULT_HEIGHT = 760
+MARIMO_HEIGHT = 480  # marimo's iframe grows from here to its page's height (never shrinks)
+
+# Shown above the stepper until the output's script runs: a notebook opened with saved outputs it
+# does not trust (JupyterLab: not run by you) keeps this text and drops the iframe and the script.
+TRUST_HINT = (
+    "gradstep: if no stepper shows here, this notebook's outputs are not trusted. "
+    "Run jupyter trust NOTEBOOK.ipynb (or File > Trust Notebook), or re-run the cell."
+)
+_HINT_REMOVER = (
+    "(() => { const s = document.currentScript; const h = s && s.parentElement"
+    " && s.parentElement.querySelector('.gradstep-trust-hint'); if (h) h.remove(); })();"
+)
 
 
 def _check(step: int, theme: str, height: int | None) -> None:
@@ -58,21 +71,50 @@ class Stepper:
 
     def _repr_html_(self) -> str:
         # Without a height, the iframe grows to its page's height where the output may run scripts
-        # (DEFAULT_HEIGHT where it may not).
+        # (DEFAULT_HEIGHT where it may not). The hint is removed by the same script.
         fixed = " data-fixed-height" if self.height is not None else ""
         return (
+            f'<div class="gradstep-output"><p class="gradstep-trust-hint">{html.escape(TRUST_HINT)}</p>'
             f'<iframe class="gradstep-frame" title="gradstep: autograd steps" srcdoc="{html.escape(self.html())}"'
             f' style="width: 100%; height: {self.height or DEFAULT_HEIGHT}px; border: 0;"{fixed}></iframe>'
-            f"<script>{FRAME_RESIZER_JS}</script>"
+            f"<script>{_HINT_REMOVER}\n{FRAME_RESIZER_JS}</script></div>"
         )
 
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        # text/plain is what a notebook shows where it will not show the HTML.
+        return {"text/html": self._repr_html_(), "text/plain": TRUST_HINT}
+
+    def _display_(self) -> Any:
+        """marimo: the page in marimo's own iframe, which grows to the stepper's height (a plain
+        HTML output with a script becomes an iframe cut at 400 px there); "auto" follows marimo's
+        light or dark setting."""
+        import marimo as mo
+
+        page = export_html(self.data, step=self.step, theme=_marimo_theme(self.theme), title="gradstep")
+        return mo.iframe(page, height=f"{self.height or MARIMO_HEIGHT}px")
+
     def widget(self) -> Any:
-        """The same stepper as an anywidget (``pip install anywidget``); set ``.step`` to move it."""
+        """The same stepper as an anywidget (``pip install anywidget``); ``.step`` follows the page
+        and moves it. In marimo: ``mo.ui.anywidget(gradstep.show(code).widget())``."""
         return _widget_class()(trace=self.data, step=self.step, theme=self.theme)
 
     def __repr__(self) -> str:
         steps = len(self.data.get("steps") or ())
         return f"<gradstep.Stepper: {steps} steps, status {self.data.get('status')!r}>"
+
+
+def _marimo_theme(theme: str) -> str:
+    """ "auto" as marimo's display theme when it is set to light or dark ("system": the page's own
+    prefers-color-scheme already follows it)."""
+    if theme != "auto":
+        return theme
+    try:
+        from marimo._runtime.context import get_context
+
+        chosen = get_context().marimo_config["display"]["theme"]
+    except Exception:
+        return theme
+    return chosen if chosen in ("light", "dark") else theme
 
 
 def record_dict(code: str, diagnose: bool = True) -> dict:
@@ -107,6 +149,14 @@ def widget_esm() -> str:
     return bundle("widget.js")
 
 
+def widget_loader() -> str:
+    """The module a StepperWidget's state holds: it asks the kernel for widget_esm()."""
+    return (Path(__file__).resolve().parent / "templates" / "widget-loader.js").read_text(encoding="utf-8")
+
+
+WIDGET_HINT = "<gradstep stepper widget: run the cell to show it>"
+
+
 @cache
 def _widget_class():
     try:
@@ -116,12 +166,47 @@ def _widget_class():
         raise ImportError("Stepper.widget() needs anywidget: pip install anywidget") from None
 
     class StepperWidget(anywidget.AnyWidget):
-        _esm = widget_esm()
+        """The stepper as an anywidget. Its synced state is the trace, step and theme and a small
+        loader (what a notebook saves); the front end itself is sent to the page in a custom
+        message when the loader asks for it."""
+
+        _esm = widget_loader()
         trace = traitlets.Dict().tag(sync=True)
         step = traitlets.Int(0).tag(sync=True)
         theme = traitlets.Unicode("auto").tag(sync=True)
 
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.on_msg(_send_front_end)
+
+        def __repr__(self) -> str:  # the text/plain a notebook shows without the widget
+            return WIDGET_HINT
+
     return StepperWidget
+
+
+def _send_front_end(widget, content, buffers) -> None:
+    if isinstance(content, dict) and content.get("type") == "gradstep:esm?":
+        widget.send({"type": "gradstep:esm", "source": widget_esm()})
+
+
+def module_widget(path: str | Path, **state) -> Any:
+    """An anywidget for a module written by ``gradstep export --format widget`` (a ``.mjs`` file
+    that carries its trace): ``mo.ui.anywidget(module_widget("cube.mjs", step=2))`` in marimo, or
+    the last expression of a Jupyter cell. `state` sets ``step`` and ``theme``."""
+    try:
+        import anywidget
+        import traitlets
+    except ImportError:
+        raise ImportError("module_widget() needs anywidget: pip install anywidget") from None
+    source = Path(path).read_text(encoding="utf-8")
+
+    class ExportedStepper(anywidget.AnyWidget):
+        _esm = source
+        step = traitlets.Int(allow_none=True, default_value=None).tag(sync=True)
+        theme = traitlets.Unicode(allow_none=True, default_value=None).tag(sync=True)
+
+    return ExportedStepper(**state)
 
 
 # ---------------------------------------------------------------- %%gradstep

@@ -5,7 +5,6 @@ In ``conf.py``: ``extensions = ["gradstep.sphinx"]``, then::
     .. gradstep::
        :step: 2
        :theme: light
-       :height: 700
 
        import torch
        x = torch.tensor(2.0, requires_grad=True)
@@ -13,7 +12,8 @@ In ``conf.py``: ``extensions = ["gradstep.sphinx"]``, then::
 
 The body is traced at build time by the in-process tracer (docs are trusted code, like any code
 Sphinx runs; nothing is sandboxed), each one written as a static export page to
-``_gradstep/<docname>-<n>.html`` in the HTML output and shown in an iframe. Built pages need no
+``_gradstep/<docname>-<n>.html`` in the HTML output and shown in an iframe that grows to the
+stepper's height (``:height:`` fixes it; the stepper then scrolls inside it). Built pages need no
 server: host them anywhere. Other builders (LaTeX, text, ...) show the code as a literal block.
 """
 

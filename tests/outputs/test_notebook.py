@@ -288,3 +288,34 @@ def test_cell_magic_on_a_failing_cell_shows_the_error_plain_torch_raises(shell):
     assert shown.trace.error.type == "RuntimeError"
     assert shown.trace.error.message == str(plain.value)
     assert shown.trace.error.line == 3
+
+
+# ---------------------------------------------------------------- what a notebook saves
+
+
+def test_show_output_says_how_to_see_it_where_the_notebook_will_not_run_it():
+    bundle = gradstep.show(CODE)._repr_mimebundle_()
+    assert "jupyter trust" in bundle["text/plain"]
+    assert 'class="gradstep-trust-hint"' in bundle["text/html"]  # removed by the output's own script
+
+
+def test_widget_state_holds_a_small_loader_and_the_kernel_sends_the_front_end():
+    pytest.importorskip("anywidget")
+    w = gradstep.show(CODE).widget()
+    assert len(w._esm) < 5_000 < len(widget_esm())
+    sent = []
+    w.send = sent.append
+    w._handle_custom_msg({"type": "gradstep:esm?"}, [])
+    assert sent == [{"type": "gradstep:esm", "source": widget_esm()}]
+    assert "run the cell" in repr(w)
+
+
+def test_module_widget_shows_an_exported_module_with_its_step(tmp_path):
+    pytest.importorskip("anywidget")
+    from gradstep.export import export_widget
+    from gradstep.notebook import module_widget
+
+    path = tmp_path / "cube.mjs"
+    path.write_text(export_widget(gradstep.trace(CODE)))
+    w = module_widget(path, step=2)
+    assert (w._esm, w.step, w.theme) == (path.read_text(), 2, None)

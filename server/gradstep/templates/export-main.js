@@ -2,7 +2,7 @@ const el = document.getElementById("gradstep");
 
 // In a frame: the frame messages of the /embed page (docs/embed.md) — the page's height in the
 // shapes hosts listen for, ready and step, and goto/play/pause from the host.
-function talkToHost(viewer, steps) {
+function talkToHost(viewer, steps, autoTheme) {
   const post = (msg) => window.parent.postMessage(msg, "*");
   let last = 0;
   new ResizeObserver(() => {
@@ -17,6 +17,11 @@ function talkToHost(viewer, steps) {
     if (ev.data.type === "gradstep:goto" && Number.isInteger(ev.data.step)) viewer.setStep(ev.data.step);
     else if (ev.data.type === "gradstep:play") viewer.play();
     else if (ev.data.type === "gradstep:pause") viewer.stop();
+    else if (ev.data.type === "gradstep:theme" && autoTheme && (ev.data.theme === "light" || ev.data.theme === "dark")) {
+      // "auto" follows the host page's own theme (a notebook's), where it says one
+      document.documentElement.dataset.theme = ev.data.theme;
+      el.dataset.theme = ev.data.theme;
+    }
   });
   post({ type: "gradstep:ready", steps, step: viewer.step });
 }
@@ -30,7 +35,7 @@ try {
   const viewer = await render({ trace, el, step, theme, styles: false, onStep });
   window.gradstepViewer = viewer;
   document.body.dataset.ready = "true";
-  if (framed) talkToHost(viewer, steps);
+  if (framed) talkToHost(viewer, steps, theme === "auto");
 } catch (e) {
   el.replaceChildren();
   const p = document.createElement("p");
