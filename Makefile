@@ -37,9 +37,9 @@ test-image: install
 
 # The real hosts (JupyterLab, marimo, Sphinx; MyST's model), each started and driven in Chromium:
 # slow (≈5 min on 2 shared cores), so not part of `make test`. Missing host packages are installed from
-# PyPI into $(VENV) (pins in tests/hosts_support.py); screenshots land in build/screens/.
+# PyPI into $(VENV) (pins in server/testkit/hosts_support.py); screenshots land in build/screens/.
 test-hosts: install browser
-	$(PY) -m pytest -m hosts tests/test_hosts_jupyterlab.py tests/test_hosts_marimo.py tests/test_hosts_sphinx.py tests/test_hosts_myst.py
+	$(PY) -m pytest -m hosts tests/hosts
 
 # Rebuild the vendored, minified front-end libraries from the pinned npm packages.
 frontend:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import gradstep
 import pytest
-from browser_support import fmt_values, needs_chromium
 from gradstep.export import export_widget
-from hosts_support import CODE, WIDGETS, ensure_packages, is_dark, plain_grads, shot, wait_widgets
+from testkit.browser_support import fmt_values, needs_chromium
+from testkit.hosts_support import CODE, WIDGETS, ensure_packages, is_dark, plain_grads, shot, wait_widgets
 
 pytestmark = [pytest.mark.hosts, needs_chromium]
 

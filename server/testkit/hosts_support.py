@@ -1,9 +1,9 @@
-"""Shared pieces of the host tests (tests/test_hosts_*.py): the real hosts a course author uses
+"""Shared pieces of the host tests (tests/hosts/test_hosts_*.py): the real hosts a course author uses
 (JupyterLab, marimo, Sphinx, MyST) installed from PyPI into this environment when missing, started
 on free loopback ports, and opened in Chromium.
 
 They are slow (each host starts in seconds, runs a kernel, renders a page), so they carry the
-`hosts` mark and run with `make test-hosts`; `pytest -m hosts tests/test_hosts_*.py` is the same.
+`hosts` mark and run with `make test-hosts`; `pytest -m hosts tests/hosts` is the same.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import httpx
 import pytest
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCREENS = REPO / "build" / "screens"
 # The host versions the suite was written against (pip installs them when missing).
 HOST_PACKAGES = {

@@ -14,8 +14,8 @@ from functools import partial
 
 import pytest
 import torch
-from browser_support import fmt_values, needs_chromium
-from hosts_support import PAGE_STATE, REPO, ensure_packages, is_dark, shot
+from testkit.browser_support import fmt_values, needs_chromium
+from testkit.hosts_support import PAGE_STATE, REPO, ensure_packages, is_dark, shot
 
 pytestmark = [pytest.mark.hosts, needs_chromium]
 

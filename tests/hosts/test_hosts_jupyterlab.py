@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from browser_support import fmt_values, free_port, needs_chromium
-from hosts_support import (
+from testkit.browser_support import fmt_values, free_port, needs_chromium
+from testkit.hosts_support import (
     CODE,
     PAGE_STATE,
     WIDGET_STATE,

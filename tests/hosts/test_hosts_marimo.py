@@ -9,8 +9,17 @@ from __future__ import annotations
 import sys
 
 import pytest
-from browser_support import fmt_values, free_port, needs_chromium
-from hosts_support import CODE, PAGE_STATE, ensure_packages, is_dark, plain_grads, shot, started, wait_widgets
+from testkit.browser_support import fmt_values, free_port, needs_chromium
+from testkit.hosts_support import (
+    CODE,
+    PAGE_STATE,
+    ensure_packages,
+    is_dark,
+    plain_grads,
+    shot,
+    started,
+    wait_widgets,
+)
 
 pytestmark = [pytest.mark.hosts, needs_chromium]
 
