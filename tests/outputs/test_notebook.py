@@ -12,7 +12,6 @@ import json
 import re
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import gradstep
@@ -22,28 +21,7 @@ from gradstep.notebook import Stepper, widget_esm
 from testkit.browser_support import GRAPH_STATE, assert_step_matches, fmt_values, needs_chromium
 
 REPO = Path(__file__).resolve().parents[2]
-CODE = textwrap.dedent(
-    """\
-    import torch
-    w = torch.tensor([1.0, -2.0], requires_grad=True)
-    h = (w * 3).tanh()
-    loss = h.sum()
-    loss.backward(retain_graph=True)
-    loss.backward()
-    """
-)
-
-
-def plain_grads() -> list[list[float]]:
-    """w.grad after each backward call, in plain torch."""
-    w = torch.tensor([1.0, -2.0], requires_grad=True)
-    loss = (w * 3).tanh().sum()
-    out = []
-    loss.backward(retain_graph=True)
-    out.append(w.grad.tolist())
-    loss.backward()
-    out.append(w.grad.tolist())
-    return out
+from testkit.hosts_support import CODE, plain_grads  # noqa: E402  (the hosts run the same cell)
 
 
 def srcdoc_of(markup: str) -> str:
