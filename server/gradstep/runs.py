@@ -15,8 +15,6 @@ its output is data, never authority:
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
 import threading
 import time
@@ -30,8 +28,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from gradstep.diagnose import facts, proposed_codes
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
-from gradstep.schema import VERSION, Diagnosis, Trace
+from gradstep.schema import VERSION, Diagnosis
 from gradstep.settings import Settings
+from gradstep.trace_dicts import validate
 
 TARGET = "gradstep.jobs:run"
 MAX_FIX_CODE = 70_000  # characters of a proposed fix (a snippet is at most 60 000; a fix adds a little)
@@ -257,10 +256,10 @@ def to_trace(code: str, result: RunResult) -> dict | bytes:
         return failed_trace(code, result.status, result.detail, result.limit)
     try:
         # parsed once, then validated as Python data: as complete as validating the JSON text, and
-        # cheaper (the parse is needed anyway, to write in what the server knows)
+        # cheaper (the parse is needed anyway, to write in what the server knows); against the
+        # TypedDicts, which check what the models check without building a model per dict
         trace = orjson.loads(result.output)
-        with collector_paused():
-            Trace.model_validate(trace)
+        validate(trace)
     except orjson.JSONDecodeError:
         return failed_trace(code, "crashed", "The run returned something that is not JSON.")
     except ValidationError as e:
@@ -269,29 +268,6 @@ def to_trace(code: str, result: RunResult) -> dict | bytes:
     # Not the child's to say: a snippet can write its own result, claiming other code or versions.
     trace.update(code=code, version=VERSION, torch=torch.__version__)
     return trace
-
-
-_paused = 0  # validations under way with the collector paused (threads of one process share it)
-_paused_lock = threading.Lock()
-
-
-@contextlib.contextmanager
-def collector_paused():
-    """No garbage collection while a trace is validated: validating a 1 MB trace makes ~10^5
-    objects, and a full collection falling inside it took it from ~25 ms to ~125 ms. (They are
-    freed by reference counting when the validated copy is dropped; the collector runs again once
-    the last validation under way is done.)"""
-    global _paused
-    with _paused_lock:
-        _paused += 1
-        gc.disable()
-    try:
-        yield
-    finally:
-        with _paused_lock:
-            _paused -= 1
-            if _paused == 0:
-                gc.enable()
 
 
 def payload_for(code: str, options: dict | None = None, *, cpu_seconds: int | None = None) -> str:

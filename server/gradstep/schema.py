@@ -29,6 +29,9 @@ VERSION = 3
 Status = Literal["ok", "error", "timeout", "limit", "crashed"]
 StepKind = Literal["forward", "backward", "grad"]
 Api = Literal["Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"]
+SavedKind = Literal["tensor", "tensors", "value"]
+PrintMode = Literal["int", "fixed", "sci"]
+Severity = Literal["error", "warning"]
 
 
 class _Model(BaseModel):
@@ -63,7 +66,7 @@ class SavedValue(_Model):
     name: str = Field(
         description="Attribute name without the `_saved_` prefix: self, other, result, exponent…"
     )
-    kind: Literal["tensor", "tensors", "value"] = Field(
+    kind: SavedKind = Field(
         description="tensor: one saved tensor; tensors: a list of them; value: a non-tensor "
         "(size, exponent, flag) that stays readable after backward."
     )
@@ -153,7 +156,7 @@ class Grad(_Model):
         '"nan", "inf", "-inf". A complex value is a pair [re, im]. Absent when the tensor has more than 64 '
         "elements or is not a dense float or complex tensor.",
     )
-    format: list[Literal["int", "fixed", "sci"]] = Field(
+    format: list[PrintMode] = Field(
         default_factory=list,
         description="How torch prints `values`, decided over the whole tensor as torch._tensor_str does: one "
         "mode, or two for a complex dtype (real parts, imaginary parts). Given with `values`.",
@@ -291,7 +294,7 @@ class Diagnosis(_Model):
     """A known autograd mistake found in the run, with fixes that were verified by running them."""
 
     kind: str = Field(description="What went wrong: " + ", ".join(DIAGNOSIS_KINDS) + ".")
-    severity: Literal["error", "warning"] = Field(
+    severity: Severity = Field(
         description="error: the run failed because of it; warning: it ran, but likely not as meant."
     )
     line: int | None = Field(None, description="Snippet line the diagnosis points at.")

@@ -4,14 +4,27 @@ One ``TypedDict`` per model of ``gradstep.schema`` (the contract, validated on t
 same keys, required where the model has no default. The tracer leaves out a key whose value is
 the default, so readers index the required keys and ``.get`` the rest. (No ``from __future__
 import annotations`` here: a TypedDict reads ``NotRequired`` from evaluated annotations.)
-``tests/trace/test_trace_dicts.py`` holds each TypedDict to its model.
+``tests/trace/test_trace_dicts.py`` holds each TypedDict to its model, type for type.
+
+They are also how the server validates a child's trace (``TRACE``): as complete as validating
+the models (the same keys and types, no extra key), without building a model object per dict
+(a third of the time on a 1 MB trace).
 """
 
-from typing import Any, NotRequired, TypedDict
+import contextlib
+import gc
+import threading
+from typing import Any, NotRequired
 
-from gradstep.schema import Api, Status, StepKind
+from pydantic import ConfigDict, TypeAdapter, with_config
+from typing_extensions import TypedDict  # pydantic validates this one on Python 3.11, not typing's
+
+from gradstep.schema import Api, PrintMode, SavedKind, Severity, Status, StepKind
+
+_strict_keys = with_config(ConfigDict(extra="forbid"))  # as the models: an unknown key is an error
 
 
+@_strict_keys
 class TraceErrorDict(TypedDict):
     type: str
     message: str
@@ -21,9 +34,10 @@ class TraceErrorDict(TypedDict):
     traceback: NotRequired[str | None]
 
 
+@_strict_keys
 class SavedDict(TypedDict):
     name: str
-    kind: str  # "tensor" | "tensors" | "value"
+    kind: SavedKind
     shape: NotRequired[list[int] | None]
     dtype: NotRequired[str | None]
     bytes: NotRequired[int | None]
@@ -33,6 +47,7 @@ class SavedDict(TypedDict):
     unreadable: NotRequired[str | None]
 
 
+@_strict_keys
 class NodeDict(TypedDict):
     id: int
     op: str
@@ -48,6 +63,7 @@ class NodeDict(TypedDict):
     unreadable: NotRequired[str | None]
 
 
+@_strict_keys
 class NodeStateDict(TypedDict):
     id: int
     freed: NotRequired[bool]
@@ -60,15 +76,17 @@ class NodeStateDict(TypedDict):
     vars: NotRequired[list[str]]
 
 
+@_strict_keys
 class GradDict(TypedDict):
     shape: list[int]
     dtype: str
     has_grad_fn: bool
     norm: float | None
     values: NotRequired[Any]
-    format: NotRequired[list[str]]
+    format: NotRequired[list[PrintMode]]
 
 
+@_strict_keys
 class TensorDict(TypedDict):
     name: str
     shape: list[int]
@@ -80,6 +98,7 @@ class TensorDict(TypedDict):
     grad: NotRequired[GradDict | None]
 
 
+@_strict_keys
 class WarningDict(TypedDict):
     category: str
     message: str
@@ -87,6 +106,7 @@ class WarningDict(TypedDict):
     file: NotRequired[int | None]
 
 
+@_strict_keys
 class LinkDict(TypedDict):
     start: int
     end: int
@@ -94,6 +114,7 @@ class LinkDict(TypedDict):
     tensor: NotRequired[str | None]
 
 
+@_strict_keys
 class StepDict(TypedDict):
     index: int
     kind: StepKind
@@ -121,25 +142,29 @@ class StepDict(TypedDict):
     links: NotRequired[list[LinkDict]]
 
 
+@_strict_keys
 class FixDict(TypedDict):
     title: str
     explanation: str
     code: str
 
 
+@_strict_keys
 class DiagnosisDict(TypedDict):
     kind: str
-    severity: str  # "error" | "warning"
+    severity: Severity
     message: str
     line: NotRequired[int | None]
     fixes: NotRequired[list[FixDict]]
 
 
+@_strict_keys
 class SourceFileDict(TypedDict):
     path: str
     code: NotRequired[str | None]
 
 
+@_strict_keys
 class TraceDict(TypedDict):
     status: Status
     version: NotRequired[int]
@@ -155,3 +180,35 @@ class TraceDict(TypedDict):
     truncated: NotRequired[list[str]]
     notes: NotRequired[list[str]]
     diagnoses: NotRequired[list[DiagnosisDict]]
+
+
+TRACE = TypeAdapter(TraceDict)  # validates a child's trace (plain data) against the contract
+
+
+def validate(trace: Any) -> None:
+    """Raises ``pydantic.ValidationError`` unless ``trace`` (parsed JSON) is a trace."""
+    with collector_paused():
+        TRACE.validate_python(trace)
+
+
+_paused = 0  # validations under way with the collector paused (threads of one process share it)
+_paused_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """No garbage collection while a trace is validated: validating a 1 MB trace makes ~10^5
+    objects, and a full collection falling inside it took it from ~25 ms to ~125 ms. (They are
+    freed by reference counting when the validated copy is dropped; the collector runs again once
+    the last validation under way is done.)"""
+    global _paused
+    with _paused_lock:
+        _paused += 1
+        gc.disable()
+    try:
+        yield
+    finally:
+        with _paused_lock:
+            _paused -= 1
+            if _paused == 0:
+                gc.enable()

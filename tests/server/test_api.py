@@ -17,9 +17,9 @@ import torch
 from fastapi.testclient import TestClient
 from gradstep import snippets
 from gradstep.app import create_app
-from gradstep.runs import collector_paused
 from gradstep.schema import Trace, json_schema
 from gradstep.settings import Settings
+from gradstep.trace_dicts import collector_paused
 from gradstep.tracer import record
 
 SMALL = (

@@ -3,8 +3,13 @@ and a recorded trace's dicts have every required key (what readers index) and no
 
 from __future__ import annotations
 
+import functools
+import operator
+import random
+import types
 import typing
 
+import orjson
 import pytest
 from gradstep import schema, trace_dicts
 from gradstep.tracer import record
@@ -105,3 +110,92 @@ def test_a_recorded_traces_dicts_have_the_required_keys_and_no_others(recorded):
             check(link, trace_dicts.LinkDict)
         if step.get("error"):
             check(step["error"], trace_dicts.TraceErrorDict)
+
+
+def _as_typed(annotation):
+    """A model field's annotation with each model replaced by its TypedDict."""
+    typed = {model: typed for typed, model in PAIRS.items()}
+    if annotation in typed:
+        return typed[annotation]
+    args = typing.get_args(annotation)
+    if not args:
+        return annotation
+    mapped = tuple(_as_typed(a) for a in args)
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return functools.reduce(operator.or_, mapped)
+    if typing.get_origin(annotation) is typing.Literal:
+        return annotation
+    return typing.get_origin(annotation)[mapped]
+
+
+@pytest.mark.parametrize("typed, model", PAIRS.items(), ids=lambda x: x.__name__)
+def test_each_typed_dict_key_has_its_model_fields_type(typed, model):
+    hints = typing.get_type_hints(typed)
+    for name, field in model.model_fields.items():
+        assert hints[name] == _as_typed(field.annotation), f"{typed.__name__}.{name}"
+
+
+def _mutations(trace: dict, rng: random.Random, count: int):
+    """Copies of ``trace`` with one thing wrong (or, rarely, still right) somewhere in it."""
+    spots: list[tuple[list, dict]] = []
+
+    def walk(value, path):
+        if isinstance(value, dict):
+            spots.append((path, value))
+            for k, v in value.items():
+                walk(v, [*path, k])
+        elif isinstance(value, list):
+            for i, v in enumerate(value[:3]):
+                walk(v, [*path, i])
+
+    walk(trace, [])
+    wrong = ["3", 3, 2.5, None, True, [], {}, [1, "a"], "nope", -1]
+    for _ in range(count):
+        path, _spot = rng.choice(spots)
+        copy = orjson.loads(orjson.dumps(trace))
+        target = copy
+        for k in path:
+            target = target[k]
+        action = rng.choice(("drop", "extra", "retype"))
+        key = rng.choice(list(target)) if target else None
+        if action == "drop" and key is not None:
+            del target[key]
+        elif action == "extra":
+            target[rng.choice(("bogus", "__class__", "Status"))] = rng.choice(wrong)
+        elif key is not None:
+            target[key] = rng.choice(wrong)
+        yield f"{action} {'/'.join(map(str, path))}:{key}", copy
+
+
+def test_the_adapter_that_validates_childrens_traces_accepts_and_refuses_exactly_what_the_models_do():
+    from gradstep.schema import Trace
+    from gradstep.trace_dicts import TRACE
+    from pydantic import ValidationError
+
+    trace = orjson.loads(orjson.dumps(record(CODE)))
+    trace["diagnoses"] = [
+        {
+            "kind": "x",
+            "severity": "warning",
+            "message": "m",
+            "line": 2,
+            "fixes": [{"title": "t", "explanation": "e", "code": "c"}],
+        }
+    ]
+    Trace.model_validate(trace)
+    TRACE.validate_python(trace)
+    refused = 0
+    for what, bad in _mutations(trace, random.Random(0), 600):
+        try:
+            Trace.model_validate(bad)
+            model_ok = True
+        except ValidationError:
+            model_ok = False
+        try:
+            TRACE.validate_python(bad)
+            typed_ok = True
+        except ValidationError:
+            typed_ok = False
+        assert model_ok == typed_ok, what
+        refused += not model_ok
+    assert refused > 300  # most mutations are errors: the comparison tested refusals, not only passes

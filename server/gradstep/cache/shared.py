@@ -17,13 +17,14 @@ import logging
 import time
 import zlib
 
+import orjson
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gradstep.schema import Trace
+from gradstep.trace_dicts import validate
 
 PREFIX = "gradstep:trace:"
 MAGIC = b"gradstep-trace/2\n"  # 2: the trace gzipped as served (1: zlib of the JSON)
@@ -52,8 +53,8 @@ def decode_entry(key: str, raw: bytes) -> bytes | None:
     if inflate.unconsumed_tail or not inflate.eof or inflate.unused_data:  # over the cap, cut, or more
         return None
     try:
-        Trace.model_validate_json(body)
-    except ValidationError:
+        validate(orjson.loads(body))
+    except (orjson.JSONDecodeError, ValidationError):
         return None
     return stored
 
