@@ -7,7 +7,7 @@ import { createDiagnoses } from "./diagnoses.js";
 import { createCompare } from "./compare.js";
 import { createApi } from "./api.js";
 import { createRunStatus } from "./run-status.js";
-import { createExamples } from "./examples.js";
+import { createExamples, isStillExample } from "./examples.js";
 import { installThemeButton } from "./theme.js";
 import { exposeApp, runFinished, runTiming, traceStatus } from "./testing.js";
 
@@ -45,7 +45,12 @@ const editor = createEditor($("#gs-editor"), {
     // the example's explanation is about its own code: say so once the code differs
     // (a shared link empties the card: no example is showing then)
     const shown = pickedCode !== null && examples.showing;
-    document.body.classList.toggle("gs-example-edited", shown && codeNow !== pickedCode);
+    if (shown && codeNow !== pickedCode && !isStillExample(codeNow, pickedCode)) {
+      // pasted or rewritten: no longer that example, its card would explain other code
+      examples.showOwn();
+      pickedCode = null;
+    }
+    document.body.classList.toggle("gs-example-edited", examples.showing && pickedCode !== null && codeNow !== pickedCode);
   },
 });
 

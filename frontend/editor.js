@@ -75,6 +75,10 @@ function buildDecorations(state, marks) {
     const l = lineAt(n);
     if (l && n !== marks.current) ranges.push(Decoration.line({ class: "gs-line-linked" }).range(l.from));
   }
+  for (const n of marks.changed || []) {
+    const l = lineAt(n);
+    if (l) ranges.push(Decoration.line({ class: "gs-line-changed", attributes: { "data-changed-line": String(n) } }).range(l.from));
+  }
   for (const d of marks.diagnoses || []) {
     const l = lineAt(d.line);
     if (l) ranges.push(Decoration.line({ class: `gs-line-diagnosis gs-line-diagnosis-${d.severity}`, attributes: { "data-diagnosis-line": String(d.line) } }).range(l.from));
@@ -97,7 +101,24 @@ function buildDecorations(state, marks) {
   return Decoration.set(ranges, true);
 }
 
-const emptyMarks = { current: null, linked: [], errors: [], diagnoses: [] };
+const emptyMarks = { current: null, linked: [], errors: [], diagnoses: [], changed: [] };
+
+/** The first line after a module docstring at the top of `code` (1 when there is none). */
+export function firstCodeLine(code) {
+  const lines = code.split("\n");
+  let i = 0;
+  while (i < lines.length && !lines[i].trim()) i++;
+  const m = /^\s*[rRbBuU]?("""|''')/.exec(lines[i] || "");
+  if (!m) return i + 1;
+  const quote = m[1];
+  const rest = lines[i].slice(lines[i].indexOf(quote) + 3);
+  let end = rest.includes(quote) ? i : -1;
+  for (let j = i + 1; end < 0 && j < lines.length; j++) if (lines[j].includes(quote)) end = j;
+  if (end < 0) return 1;
+  let k = end + 1;
+  while (k < lines.length && !lines[k].trim()) k++;
+  return k < lines.length ? k + 1 : 1;
+}
 
 /** Marks are plain data (numbers, strings, arrays of them): equal when their JSON is. */
 function sameMarks(a, b) {
@@ -129,8 +150,17 @@ const highlight = HighlightStyle.define([
   { tag: tags.className, class: "tok-class" },
 ]);
 
+let hintIds = 0;
+
 export function createEditor(parent, { doc = "", readOnly = false, onRun, onHoverLine, onChange, label = "Python code" } = {}) {
   let hovered = null;
+  // Tab indents in the editor (CodeMirror's guidance: say how to leave it where a keyboard user sees it)
+  const hintId = `gs-editor-hint-${++hintIds}`;
+  const hint = document.createElement("div");
+  hint.className = "gs-editor-hint";
+  hint.id = hintId;
+  hint.textContent = "Tab indents here. To leave the editor: Esc, then Tab.";
+  parent.classList.add("gs-has-editor-hint");
   const readOnlyConf = new Compartment();
   const extensions = [
     lineNumbers(),
@@ -147,7 +177,7 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     EditorView.lineWrapping,
     marksField,
     readOnlyConf.of([EditorState.readOnly.of(readOnly), EditorView.editable.of(!readOnly)]),
-    EditorView.contentAttributes.of({ "aria-label": label }),
+    EditorView.contentAttributes.of({ "aria-label": label, "aria-describedby": hintId }),
     keymap.of([
       { key: "Mod-Enter", run: () => (onRun ? (onRun(), true) : false), preventDefault: true },
       ...defaultKeymap,
@@ -176,6 +206,12 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     }),
   ];
   const view = new EditorView({ parent, state: EditorState.create({ doc, extensions }) });
+  parent.append(hint);
+  hint.hidden = readOnly; // a read-only editor leaves Tab alone
+  if (doc) {
+    const first = Math.min(firstCodeLine(doc), view.state.doc.lines);
+    requestAnimationFrame(() => view.dispatch({ effects: EditorView.scrollIntoView(view.state.doc.line(first).from, { y: "start" }) }));
+  }
   let marks = emptyMarks;
   // Marks and scrolling asked for while a step is shown go out as one transaction at the end of
   // that task (one editor update, one measure), and not at all when they change nothing.
@@ -208,6 +244,9 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
       if (queued) flush(); // marks asked for before belong to the old text
       stepLine = null;
       view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: code } });
+      // open on the code, not inside the docstring above it
+      const first = Math.min(firstCodeLine(code), view.state.doc.lines);
+      view.dispatch({ effects: EditorView.scrollIntoView(view.state.doc.line(first).from, { y: "start" }) });
     },
     /**
      * A step's marks and line, applied at once: the viewer calls this before it writes the rest of
@@ -242,6 +281,7 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     },
     focus: () => view.focus(),
     setReadOnly(ro) {
+      hint.hidden = ro;
       view.dispatch({ effects: readOnlyConf.reconfigure([EditorState.readOnly.of(ro), EditorView.editable.of(!ro)]) });
     },
   };

@@ -433,8 +433,13 @@ export function createViewer(el, options = {}) {
     const t = ev.target;
     if (t && (t.closest(".cm-editor") || /^(INPUT|SELECT|TEXTAREA)$/.test(t.tagName) && t !== slider)) return;
     if (t === slider && (ev.key === "ArrowLeft" || ev.key === "ArrowRight" || ev.key === "Home" || ev.key === "End")) return;
-    if (t && t.tagName === "BUTTON" && ev.key === " ") return;
+    // Space on a timeline chip plays, as everywhere in the stepper ("space to play"); Enter goes to its step
+    if (t && t.tagName === "BUTTON" && ev.key === " " && !timeline.contains(t)) return;
     handleKey(ev);
+  });
+  // the chip's own activation by Space (on keyup) would jump to its step
+  timeline.addEventListener("keyup", (ev) => {
+    if (ev.key === " ") ev.preventDefault();
   });
 
   function buildTimeline() {
@@ -450,7 +455,7 @@ export function createViewer(el, options = {}) {
         : h("span", { class: "gs-tl-fwd" }, s.repeat > 1 ? `×${s.repeat}` : "fwd");
       const flags = call ? callFlags(s).map((f) => h("span", { class: "gs-flag" }, f.replace("=True", ""))) : [];
       const li = h("li", { class: `gs-tl-step ${call ? "gs-tl-callstep" : ""} ${s.error ? "gs-tl-error" : ""}`, "data-index": i },
-        h("button", { type: "button", title: `Step ${i + 1}: ${stepTitle(s)}`, "aria-label": `Step ${i + 1}: ${stepTitle(s)}`, onclick: () => go(i, { animate: i === index + 1 }) },
+        h("button", { type: "button", title: `Step ${i + 1}: ${stepTitle(s)} (Enter: go there, space: play)`, "aria-label": `Step ${i + 1}: ${stepTitle(s)}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
           h("span", { class: "gs-tl-line" }, s.line !== null ? `L${s.line}` : "—"),
           label,
           ...flags,
