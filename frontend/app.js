@@ -44,12 +44,6 @@ const editor = createEditor($("#gs-editor"), {
     document.body.classList.toggle("gs-edited", codeNow !== lastRunCode);
     // the example's explanation is about its own code: say so once the code differs
     // (a shared link empties the card: no example is showing then)
-    const shown = pickedCode !== null && examples.showing;
-    if (shown && codeNow !== pickedCode && !isStillExample(codeNow, pickedCode)) {
-      // pasted or rewritten: no longer that example, its card would explain other code
-      examples.showOwn();
-      pickedCode = null;
-    }
     document.body.classList.toggle("gs-example-edited", examples.showing && pickedCode !== null && codeNow !== pickedCode);
   },
 });
@@ -112,8 +106,20 @@ let inFlight = null;
 let runSeq = 0;
 
 /** Run the editor's code; resolves to its trace (undefined when the request failed or was replaced). */
+/** Code run that is no longer the example (pasted, rewritten) is "Your code": no example's card. */
+function forgetExampleIfGone(code) {
+  if (pickedCode === null || !examples.showing || code === pickedCode || isStillExample(code, pickedCode)) return;
+  examples.showOwn();
+  pickedCode = null;
+  document.body.classList.remove("gs-example-edited");
+  const url = new URL(location.href);
+  url.searchParams.delete("snippet");
+  history.replaceState(null, "", url);
+}
+
 async function run() {
   const code = editor.getCode();
+  forgetExampleIfGone(code);
   if (compare.active) {
     compare.close();
     leaveCompare();

@@ -208,9 +208,12 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
   const view = new EditorView({ parent, state: EditorState.create({ doc, extensions }) });
   parent.append(hint);
   hint.hidden = readOnly; // a read-only editor leaves Tab alone
-  if (doc) {
-    const first = Math.min(firstCodeLine(doc), view.state.doc.lines);
-    requestAnimationFrame(() => view.dispatch({ effects: EditorView.scrollIntoView(view.state.doc.line(first).from, { y: "start" }) }));
+  // Open on the code, not inside the docstring above it: new text is scrolled there when its first
+  // step is shown (the page around has its final size then), or at once when no step follows.
+  let codeStart = null; // the line to open on, until the first step after setCode is shown
+  function scrollToCode() {
+    codeStart = Math.min(firstCodeLine(view.state.doc.toString()), view.state.doc.lines);
+    queue();
   }
   let marks = emptyMarks;
   // Marks and scrolling asked for while a step is shown go out as one transaction at the end of
@@ -225,9 +228,19 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     if (pendingMarks && !sameMarks(pendingMarks, view.state.field(marksField).marks)) {
       effects.push(setMarks.of(pendingMarks));
     }
+    if (codeStart !== null && codeStart <= view.state.doc.lines) {
+      effects.push(EditorView.scrollIntoView(view.state.doc.line(codeStart).from, { y: "start" }));
+      // the step's line is revealed only when it is far below the code's start
+      if (pendingReveal !== null && pendingReveal < codeStart + 8) pendingReveal = null;
+    }
     if (pendingReveal !== null && pendingReveal <= view.state.doc.lines) {
-      // room below for an inline error under the line
-      effects.push(EditorView.scrollIntoView(view.state.doc.line(pendingReveal).to, { y: "nearest", yMargin: 110 }));
+      // room below for an inline error under the line (and none asked above it: the code above the
+      // first step stays where setCode put it)
+      const doc = view.state.doc;
+      const line = doc.line(pendingReveal);
+      const below = doc.line(Math.min(doc.lines, pendingReveal + 4));
+      const range = view.state.selection.constructor.range(line.from, below.to); // EditorSelection.range
+      effects.push(EditorView.scrollIntoView(range, { y: "nearest", yMargin: 12 }));
     }
     pendingMarks = null;
     pendingReveal = null;
@@ -237,6 +250,7 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     if (!queued) queueMicrotask(flush);
     queued = true;
   };
+  if (doc) scrollToCode();
   const api = {
     view,
     getCode: () => view.state.doc.toString(),
@@ -244,9 +258,7 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
       if (queued) flush(); // marks asked for before belong to the old text
       stepLine = null;
       view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: code } });
-      // open on the code, not inside the docstring above it
-      const first = Math.min(firstCodeLine(code), view.state.doc.lines);
-      view.dispatch({ effects: EditorView.scrollIntoView(view.state.doc.line(first).from, { y: "start" }) });
+      scrollToCode();
     },
     /**
      * A step's marks and line, applied at once: the viewer calls this before it writes the rest of
@@ -262,6 +274,7 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
       if (line && (line !== stepLine || errorsChanged) && line <= view.state.doc.lines) pendingReveal = line;
       stepLine = line || null;
       flush();
+      codeStart = null;
     },
     setMarks(next) {
       marks = { ...marks, ...next };
