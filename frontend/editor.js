@@ -154,6 +154,7 @@ let hintIds = 0;
 
 export function createEditor(parent, { doc = "", readOnly = false, onRun, onHoverLine, onChange, label = "Python code" } = {}) {
   let hovered = null;
+  let ownScrolls = 0; // scrolls asked for by the page (not by typing), pending in CodeMirror
   // Tab indents in the editor (CodeMirror's guidance: say how to leave it where a keyboard user sees it)
   const hintId = `gs-editor-hint-${++hintIds}`;
   const hint = document.createElement("div");
@@ -185,6 +186,26 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
       ...searchKeymap,
       indentWithTab,
     ]),
+    // The page's own scrolls (a step's line, the code's start) move the editor's text only, never
+    // the page around it: on a phone the graph above would be scrolled away by every step.
+    EditorView.scrollHandler.of((v, range, opts) => {
+      if (!ownScrolls) return false;
+      ownScrolls--;
+      // the lines' heights CodeMirror measured (reading coordinates is not allowed here)
+      const pad = v.documentPadding.top;
+      const top = v.lineBlockAt(range.from).top + pad;
+      const bottom = v.lineBlockAt(range.to).bottom + pad;
+      const scroller = v.scrollDOM;
+      const from = scroller.scrollTop;
+      const h = scroller.clientHeight;
+      const m = opts.yMargin ?? 5;
+      let to = from;
+      if (opts.y === "start") to = top - m;
+      else if (top - m < from) to = top - m;
+      else if (bottom + m > from + h) to = Math.min(bottom + m - h, top - m);
+      if (to !== from) scroller.scrollTop = Math.max(0, to);
+      return true;
+    }),
     EditorView.updateListener.of((u) => {
       if (u.docChanged && onChange) onChange(u.state.doc.toString());
     }),
@@ -244,6 +265,7 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     }
     pendingMarks = null;
     pendingReveal = null;
+    if (effects.some((e) => !e.is(setMarks))) ownScrolls = 1; // CodeMirror keeps the last scroll of a transaction
     if (effects.length) view.dispatch({ effects });
   };
   const queue = () => {

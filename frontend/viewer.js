@@ -349,12 +349,25 @@ export function createViewer(el, options = {}) {
       else b.removeAttribute("aria-current");
     }
     const diff = step && animate ? diffSteps(model, from, index) : null;
-    if (step) graph.showStep(step, diff, { animate });
+    if (step) {
+      graph.showStep(step, diff, { animate });
+      graph.follow(focusOf(step));
+    }
     renderBanner(step);
     renderInspector();
     renderTensors();
     renderChartCursor();
     renderOutput();
+  }
+
+  /** The nodes a step is about: where it failed, else what it built, else what ran (in order). */
+  function focusOf(step) {
+    const all = [...step.state.values()];
+    const failed = all.filter((s) => s.failed);
+    if (failed.length) return failed.map((s) => s.id);
+    const made = all.filter((s) => s.isNew);
+    if (made.length) return made.map((s) => s.id);
+    return all.filter((s) => s.executed).sort((a, b) => (a.order ?? 0) - (b.order ?? 0)).map((s) => s.id);
   }
 
   // The timeline's geometry, measured when the browser has laid it out anyway (ResizeObserver), so
