@@ -5,6 +5,7 @@ import { createViewer } from "./viewer.js";
 import { installShare, loadPermalink } from "./share.js";
 import { createDiagnoses } from "./diagnoses.js";
 import { createCompare } from "./compare.js";
+import { lineMap } from "./align.js";
 import { createApi } from "./api.js";
 import { createRunStatus } from "./run-status.js";
 import { createExamples, isStillExample } from "./examples.js";
@@ -61,10 +62,25 @@ const diagnoses = createDiagnoses($("#gs-diagnoses"), {
     editor.focus();
   },
 });
-const compare = createCompare($("#gs-compare"), { code: editor, onExit: () => leaveCompare() });
+const compare = createCompare($("#gs-compare"), { code: editor, onExit: (choice) => leaveCompare(choice) });
+let beforeFix = null; // {code, trace}: the student's own code and run, while a fix is shown
 
-function leaveCompare() {
+/** Leave the side-by-side view: "original" brings back the student's code and run, "fixed" keeps the fix. */
+async function leaveCompare(choice = "fixed") {
   document.body.classList.remove("gs-comparing");
+  const back = beforeFix;
+  beforeFix = null;
+  if (choice === "original" && back) {
+    editor.setCode(back.code);
+    lastRunCode = back.code;
+    document.body.classList.remove("gs-edited");
+    currentTrace = back.trace;
+    await viewer.setTrace(back.trace);
+    status.set("ok", "Your code again, with its run from before the fix.");
+    diagnoses.show(back.trace);
+    editor.setMarks({ diagnoses: diagnoses.editorMarks(), changed: [] });
+    return;
+  }
   // the single view shows the last run (the fixed code): give it back the editor's marks
   if (viewer.model) viewer.setStep(viewer.step);
   viewer.fit();
@@ -72,11 +88,18 @@ function leaveCompare() {
 
 async function applyFix(fix) {
   const original = currentTrace;
+  const originalCode = editor.getCode();
   diagnoses.setBusy(true);
   try {
     editor.setCode(fix.code);
     const fixed = await run();
     if (!fixed || !original) return;
+    beforeFix = { code: originalCode, trace: original };
+    // the lines the fix changed or added, marked in the editor (until the code is edited)
+    const map = lineMap(original.code, fix.code);
+    const changed = fix.code.split("\n").map((text, i) => [i + 1, text.trim()])
+      .filter(([n, text]) => text && (map.changed.has(n) || !map.bToA.has(n))).map(([n]) => n);
+    editor.setMarks({ changed });
     document.body.classList.add("gs-comparing");
     await compare.open({ original, fixed, title: fix.title });
   } finally {
