@@ -110,8 +110,10 @@ export function createCompare(host, options = {}) {
     rowEls = cmp.rows.map((r, k) => {
       const d = cmp.diffAt(k);
       const differs = describeDiff(d, traces.a, traces.b).length > 0;
-      const b = h("button", { type: "button", onclick: () => go(k), "aria-label": `Step ${k + 1}: original ${rowLabel(traces.a, r.a)}, fix ${rowLabel(traces.b, r.b)}${differs ? ", differs" : ""}` },
+      // its name starts with what it shows (both runs' labels), then says what they are
+      const b = h("button", { type: "button", onclick: () => go(k), "aria-label": `${rowLabel(traces.a, r.a)} ${rowLabel(traces.b, r.b)}: step ${k + 1}, original ${rowLabel(traces.a, r.a)}, fix ${rowLabel(traces.b, r.b)}${differs ? ", differs" : ""}` },
         h("span", { class: `gs-cmp-tl-a ${r.a === null ? "gs-cmp-none" : ""}` }, rowLabel(traces.a, r.a)),
+        " ",
         h("span", { class: `gs-cmp-tl-b ${r.b === null ? "gs-cmp-none" : ""}` }, rowLabel(traces.b, r.b)));
       return h("li", { class: `gs-cmp-tl-row ${r.kind === "call" ? "gs-cmp-tl-call" : ""} ${differs ? "gs-cmp-differs" : ""}`, "data-row": k }, b);
     });

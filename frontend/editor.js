@@ -178,7 +178,8 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     EditorView.lineWrapping,
     marksField,
     readOnlyConf.of([EditorState.readOnly.of(readOnly), EditorView.editable.of(!readOnly)]),
-    EditorView.contentAttributes.of({ "aria-label": label, "aria-describedby": hintId }),
+    // focusable even when read-only (its text can be read and scrolled by keyboard)
+    EditorView.contentAttributes.of({ "aria-label": label, "aria-describedby": hintId, tabindex: "0" }),
     keymap.of([
       { key: "Mod-Enter", run: () => (onRun ? (onRun(), true) : false), preventDefault: true },
       ...defaultKeymap,

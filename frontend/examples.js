@@ -156,9 +156,9 @@ export function createExamples({ picker, list, current, info }, { api, onChoose 
       list.replaceChildren();
       courseGroups(snippets).forEach((g, gi) => {
         const headId = `gs-pick-group-${gi}`;
-        list.append(h("li", { class: "gs-pick-group", role: "group", "aria-labelledby": headId },
+        list.append(h("li", { class: "gs-pick-group" },
           h("h2", { class: "gs-pick-group-title", id: headId, text: g.title }),
-          h("ul", {}, g.items.map((s) => {
+          h("ul", { "aria-labelledby": headId }, g.items.map((s) => {
             const onclick = () => {
               picker.open = false;
               onChoose(s.name);

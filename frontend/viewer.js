@@ -455,6 +455,14 @@ export function createViewer(el, options = {}) {
     if (ev.key === " ") ev.preventDefault();
   });
 
+  /** What a timeline chip shows, as text (its accessible name starts with it). */
+  function chipText(s, call) {
+    const line = s.line !== null ? `L${s.line}` : "—";
+    const what = call ? (s.api === "torch.autograd.grad" || s.kind === "grad" ? "grad" : "backward") : s.repeat > 1 ? `×${s.repeat}` : "fwd";
+    const flags = call ? callFlags(s).map((f) => f.replace("=True", "")) : [];
+    return [line, what, ...flags].join(" ");
+  }
+
   function buildTimeline() {
     timeline.replaceChildren();
     tl.lefts = [];
@@ -468,10 +476,11 @@ export function createViewer(el, options = {}) {
         : h("span", { class: "gs-tl-fwd" }, s.repeat > 1 ? `×${s.repeat}` : "fwd");
       const flags = call ? callFlags(s).map((f) => h("span", { class: "gs-flag" }, f.replace("=True", ""))) : [];
       const li = h("li", { class: `gs-tl-step ${call ? "gs-tl-callstep" : ""} ${s.error ? "gs-tl-error" : ""}`, "data-index": i },
-        h("button", { type: "button", title: `Step ${i + 1}: ${stepTitle(s)} (Enter: go there, space: play)`, "aria-label": `Step ${i + 1}: ${stepTitle(s)}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
+        h("button", { type: "button", title: `Step ${i + 1}: ${stepTitle(s)} (Enter: go there, space: play)`, "aria-label": `${chipText(s, call)}: step ${i + 1}, ${stepTitle(s)}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
           h("span", { class: "gs-tl-line" }, s.line !== null ? `L${s.line}` : "—"),
+          " ", // (not drawn between flex items) its accessible text reads "L15 fwd", as its name starts
           label,
-          ...flags,
+          ...flags.flatMap((f) => [" ", f]),
           s.error ? h("span", { class: "gs-tl-x", "aria-hidden": "true" }, "✕") : null,
         ),
       );
