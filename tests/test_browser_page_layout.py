@@ -87,8 +87,8 @@ def test_the_graph_text_stays_readable_in_the_app_and_pans_instead(browser, serv
 def test_the_graph_text_stays_readable_side_by_side(browser, server):
     app = page(browser, server, WIDE)
     try:
-        original = app.open("?snippet=backward_twice_fails")
-        apply_first_fix(app, original, "backward_through_freed_graph")
+        original = app.open(f"?snippet={BIG}")
+        apply_first_fix(app, original, "grad_accumulates_without_zero_grad")
         smallest = app.page.evaluate(SMALLEST_TEXT.replace("(root || document)", "document.querySelector('#gs-compare')"), None)
         assert smallest >= MIN_TEXT_PX
     finally:
