@@ -34,7 +34,9 @@ def serious(target) -> list[str]:
     for v in result["violations"]:
         if v["impact"] in ("serious", "critical"):
             for node in v["nodes"][:5]:
-                out.append(f"{v['id']} ({v['impact']}): {node['target']} — {node.get('failureSummary', '')[:200]}")
+                out.append(
+                    f"{v['id']} ({v['impact']}): {node['target']} — {node.get('failureSummary', '')[:200]}"
+                )
     return out
 
 
@@ -47,11 +49,17 @@ def at_failed_step(target) -> None:
 
 
 @pytest.mark.parametrize(
-    "size,scheme", [((1400, 900), "light"), ((1400, 900), "dark"), ((390, 844), "light"), ((390, 844), "dark")]
+    "size,scheme",
+    [((1400, 900), "light"), ((1400, 900), "dark"), ((390, 844), "light"), ((390, 844), "dark")],
 )
 def test_the_app_has_no_serious_accessibility_violation(browser, server, size, scheme):
-    app = Page(browser, server, reduced_motion="reduce", viewport={"width": size[0], "height": size[1]},
-               color_scheme=scheme)
+    app = Page(
+        browser,
+        server,
+        reduced_motion="reduce",
+        viewport={"width": size[0], "height": size[1]},
+        color_scheme=scheme,
+    )
     try:
         app.open(f"?snippet={SNIPPET}")
         at_failed_step(app.page)

@@ -48,7 +48,10 @@ def test_the_picker_is_ordered_as_a_course_grouped_and_filterable(app):
     assert shown and "retain_grad_before_or_after" in shown and len(shown) < len(names)
     for name in shown:
         s = SNIPPETS[name]
-        assert "retain_grad" in f"{s.title} {s.summary} {name}".lower() or "retain_grad" in " ".join(titles).lower()
+        assert (
+            "retain_grad" in f"{s.title} {s.summary} {name}".lower()
+            or "retain_grad" in " ".join(titles).lower()
+        )
     app.page.keyboard.type(" zzzz-nothing")
     assert app.page.locator(".gs-picker-none").is_visible()
     app.page.keyboard.press("Control+A")
@@ -90,7 +93,9 @@ def test_the_create_graph_example_separates_the_first_and_second_derivative(app)
     # at the second backward, x's node shows the total as first + second
     calls = [i for i, st in enumerate(trace["steps"]) if st["kind"] != "forward"]
     app.page.evaluate(f"window.gradstep.viewer.setStep({calls[1]})")
-    node_text = app.page.locator('[data-grad-for="x"]').first.evaluate("el => el.closest('g.gs-item').textContent")
+    node_text = app.page.locator('[data-grad-for="x"]').first.evaluate(
+        "el => el.closest('g.gs-item').textContent"
+    )
     assert fmt_number(float(x.grad)) in node_text
     assert fmt_number(float(first)) in node_text and fmt_number(float(second)) in node_text
     assert app.errors == []

@@ -38,7 +38,9 @@ def test_apply_fix_keeps_the_students_code_marks_the_fix_and_back_restores_it(ap
     assert app.page.evaluate("window.gradstep.editor.getCode()") == fix["code"]
     # the changed lines are marked, and only they
     before = {line.strip() for line in mine.splitlines()}
-    want = {i for i, line in enumerate(fix["code"].splitlines(), 1) if line.strip() and line.strip() not in before}
+    want = {
+        i for i, line in enumerate(fix["code"].splitlines(), 1) if line.strip() and line.strip() not in before
+    }
     assert want
     marked = app.page.locator(".cm-line[data-changed-line]").evaluate_all(
         "els => els.map(e => Number(e.dataset.changedLine))"

@@ -22,7 +22,9 @@ def app(browser, server):
 
 
 def focus_in_editor(app: Page) -> bool:
-    return app.page.evaluate("Boolean(document.activeElement && document.activeElement.closest('.cm-editor'))")
+    return app.page.evaluate(
+        "Boolean(document.activeElement && document.activeElement.closest('.cm-editor'))"
+    )
 
 
 def test_the_editor_says_how_to_leave_it_and_escape_then_tab_leaves_it(app):

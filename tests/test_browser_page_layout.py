@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 from browser_support import Page, needs_chromium
 from gradstep import snippets
-from test_browser_export import FilePage, export
 from test_browser_explain import apply_first_fix
+from test_browser_export import FilePage, export
 
 pytestmark = needs_chromium
 
@@ -61,7 +61,10 @@ def test_at_1400x900_the_panels_are_on_screen_and_nothing_is_cut(browser, server
         )
         for left, top, right, bottom in boxes:
             overlap = (
-                left < legend["right"] and right > legend["left"] and top < legend["bottom"] and bottom > legend["top"]
+                left < legend["right"]
+                and right > legend["left"]
+                and top < legend["bottom"]
+                and bottom > legend["top"]
             )
             assert not overlap, "the Legend covers a node"
         assert app.errors == []
@@ -89,7 +92,9 @@ def test_the_graph_text_stays_readable_side_by_side(browser, server):
     try:
         original = app.open(f"?snippet={BIG}")
         apply_first_fix(app, original, "grad_accumulates_without_zero_grad")
-        smallest = app.page.evaluate(SMALLEST_TEXT.replace("(root || document)", "document.querySelector('#gs-compare')"), None)
+        smallest = app.page.evaluate(
+            SMALLEST_TEXT.replace("(root || document)", "document.querySelector('#gs-compare')"), None
+        )
         assert smallest >= MIN_TEXT_PX
     finally:
         app.close()

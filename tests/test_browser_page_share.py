@@ -32,7 +32,11 @@ def share(app: Page, step: int) -> tuple[str, str, dict]:
     app.page.evaluate(f"window.gradstep.viewer.setStep({step})")
     app.page.click("#gs-share")
     app.page.wait_for_selector("#gs-share-dialog[open]")
-    return app.page.locator("#gs-share-embed").input_value(), app.page.locator("#gs-share-dialog").inner_text(), trace
+    return (
+        app.page.locator("#gs-share-embed").input_value(),
+        app.page.locator("#gs-share-dialog").inner_text(),
+        trace,
+    )
 
 
 def lesson(browser, site, server, html: str, width: int, name: str):
@@ -62,7 +66,9 @@ def inner_overflow(tab, frame) -> int:
 
 
 @pytest.mark.parametrize("width", [1100, 520])
-def test_the_pasted_iframe_html_shows_the_whole_stepper_without_scrolling_inside(app, browser, site, server, width):
+def test_the_pasted_iframe_html_shows_the_whole_stepper_without_scrolling_inside(
+    app, browser, site, server, width
+):
     html, _, _ = share(app, 2)
     assert html.startswith('<iframe src="') and "<script>" in html
     tab, frame = lesson(browser, site, server, html, width, f"lesson-{width}.html")
