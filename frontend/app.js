@@ -5,9 +5,10 @@ import { createViewer } from "./viewer.js";
 import { installShare, loadPermalink } from "./share.js";
 import { createDiagnoses } from "./diagnoses.js";
 import { createCompare } from "./compare.js";
+import { lineMap } from "./align.js";
 import { createApi } from "./api.js";
 import { createRunStatus } from "./run-status.js";
-import { createExamples } from "./examples.js";
+import { createExamples, isStillExample } from "./examples.js";
 import { installThemeButton } from "./theme.js";
 import { exposeApp, runFinished, runTiming, traceStatus } from "./testing.js";
 
@@ -44,8 +45,7 @@ const editor = createEditor($("#gs-editor"), {
     document.body.classList.toggle("gs-edited", codeNow !== lastRunCode);
     // the example's explanation is about its own code: say so once the code differs
     // (a shared link empties the card: no example is showing then)
-    const shown = pickedCode !== null && examples.showing;
-    document.body.classList.toggle("gs-example-edited", shown && codeNow !== pickedCode);
+    document.body.classList.toggle("gs-example-edited", examples.showing && pickedCode !== null && codeNow !== pickedCode);
   },
 });
 
@@ -62,10 +62,25 @@ const diagnoses = createDiagnoses($("#gs-diagnoses"), {
     editor.focus();
   },
 });
-const compare = createCompare($("#gs-compare"), { code: editor, onExit: () => leaveCompare() });
+const compare = createCompare($("#gs-compare"), { code: editor, onExit: (choice) => leaveCompare(choice) });
+let beforeFix = null; // {code, trace}: the student's own code and run, while a fix is shown
 
-function leaveCompare() {
+/** Leave the side-by-side view: "original" brings back the student's code and run, "fixed" keeps the fix. */
+async function leaveCompare(choice = "fixed") {
   document.body.classList.remove("gs-comparing");
+  const back = beforeFix;
+  beforeFix = null;
+  if (choice === "original" && back) {
+    editor.setCode(back.code);
+    lastRunCode = back.code;
+    document.body.classList.remove("gs-edited");
+    currentTrace = back.trace;
+    await viewer.setTrace(back.trace);
+    status.set("ok", "Your code again, with its run from before the fix.");
+    diagnoses.show(back.trace);
+    editor.setMarks({ diagnoses: diagnoses.editorMarks(), changed: [] });
+    return;
+  }
   // the single view shows the last run (the fixed code): give it back the editor's marks
   if (viewer.model) viewer.setStep(viewer.step);
   viewer.fit();
@@ -73,11 +88,18 @@ function leaveCompare() {
 
 async function applyFix(fix) {
   const original = currentTrace;
+  const originalCode = editor.getCode();
   diagnoses.setBusy(true);
   try {
     editor.setCode(fix.code);
     const fixed = await run();
     if (!fixed || !original) return;
+    beforeFix = { code: originalCode, trace: original };
+    // the lines the fix changed or added, marked in the editor (until the code is edited)
+    const map = lineMap(original.code, fix.code);
+    const changed = fix.code.split("\n").map((text, i) => [i + 1, text.trim()])
+      .filter(([n, text]) => text && (map.changed.has(n) || !map.bToA.has(n))).map(([n]) => n);
+    editor.setMarks({ changed });
     document.body.classList.add("gs-comparing");
     await compare.open({ original, fixed, title: fix.title });
   } finally {
@@ -107,8 +129,20 @@ let inFlight = null;
 let runSeq = 0;
 
 /** Run the editor's code; resolves to its trace (undefined when the request failed or was replaced). */
+/** Code run that is no longer the example (pasted, rewritten) is "Your code": no example's card. */
+function forgetExampleIfGone(code) {
+  if (pickedCode === null || !examples.showing || code === pickedCode || isStillExample(code, pickedCode)) return;
+  examples.showOwn();
+  pickedCode = null;
+  document.body.classList.remove("gs-example-edited");
+  const url = new URL(location.href);
+  url.searchParams.delete("snippet");
+  history.replaceState(null, "", url);
+}
+
 async function run() {
   const code = editor.getCode();
+  forgetExampleIfGone(code);
   if (compare.active) {
     compare.close();
     leaveCompare();

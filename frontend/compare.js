@@ -75,7 +75,9 @@ export function createCompare(host, options = {}) {
   let rowEls = [];
 
   const title = h("h2", { class: "gs-cmp-title", tabindex: "-1" });
-  const back = h("button", { type: "button", class: "gs-btn gs-cmp-back", onclick: () => exit() }, "← Back to the single view");
+  // leaving: back to the student's own code and run, or on with the fix (both runs are kept)
+  const back = h("button", { type: "button", class: "gs-btn gs-cmp-back", title: "Your code and its run again (Escape)", onclick: () => exit("original") }, "← Back to my code");
+  const keep = h("button", { type: "button", class: "gs-btn gs-cmp-keep", title: "Go on with the fixed code", onclick: () => exit("fixed") }, "Keep the fix");
   const btn = (label, path, on) => {
     const b = h("button", { type: "button", class: "gs-btn gs-icon-btn", "aria-label": label, title: label, onclick: on });
     b.innerHTML = `<svg viewBox="0 0 16 16" width="14" height="14" aria-hidden="true" focusable="false"><path d="${path}" fill="currentColor"/></svg>`;
@@ -91,7 +93,7 @@ export function createCompare(host, options = {}) {
     h("div", { class: "gs-controls" }, bFirst, bPrev, bNext, bLast, counter), timeline);
   const diffList = h("ul", { class: "gs-cmp-diff", "aria-live": "polite", "aria-label": "Differences at this step" });
   const cols = h("div", { class: "gs-cmp-cols" });
-  host.replaceChildren(h("div", { class: "gs-cmp-head" }, title, back), stepper, diffList, cols);
+  host.replaceChildren(h("div", { class: "gs-cmp-head" }, title, back, keep), stepper, diffList, cols);
   host.hidden = true;
 
   const rows = () => (cmp ? cmp.rows.length : 0);
@@ -108,8 +110,10 @@ export function createCompare(host, options = {}) {
     rowEls = cmp.rows.map((r, k) => {
       const d = cmp.diffAt(k);
       const differs = describeDiff(d, traces.a, traces.b).length > 0;
-      const b = h("button", { type: "button", onclick: () => go(k), "aria-label": `Step ${k + 1}: original ${rowLabel(traces.a, r.a)}, fix ${rowLabel(traces.b, r.b)}${differs ? ", differs" : ""}` },
+      // its name starts with what it shows (both runs' labels), then says what they are
+      const b = h("button", { type: "button", onclick: () => go(k), "aria-label": `${rowLabel(traces.a, r.a)} ${rowLabel(traces.b, r.b)}: step ${k + 1}, original ${rowLabel(traces.a, r.a)}, fix ${rowLabel(traces.b, r.b)}${differs ? ", differs" : ""}` },
         h("span", { class: `gs-cmp-tl-a ${r.a === null ? "gs-cmp-none" : ""}` }, rowLabel(traces.a, r.a)),
+        " ",
         h("span", { class: `gs-cmp-tl-b ${r.b === null ? "gs-cmp-none" : ""}` }, rowLabel(traces.b, r.b)));
       return h("li", { class: `gs-cmp-tl-row ${r.kind === "call" ? "gs-cmp-tl-call" : ""} ${differs ? "gs-cmp-differs" : ""}`, "data-row": k }, b);
     });
@@ -188,9 +192,9 @@ export function createCompare(host, options = {}) {
       : [h("li", { class: "gs-muted" }, "No difference at this step.")]));
   }
 
-  function exit() {
+  function exit(choice = "original") {
     api.close();
-    if (options.onExit) options.onExit();
+    if (options.onExit) options.onExit(choice);
   }
 
   const api = {
@@ -227,7 +231,15 @@ export function createCompare(host, options = {}) {
       });
       await Promise.all([viewers[0].setTrace(original), viewers[1].setTrace(fixed)]);
       buildTimeline();
-      go(0);
+      // open where the runs first differ ("No difference at this step" tells nothing)
+      let first = 0;
+      for (let k = 0; k < rows(); k++) {
+        if (describeDiff(cmp.diffAt(k), original, fixed).length) {
+          first = k;
+          break;
+        }
+      }
+      go(first);
       // the Apply fix button that had the focus is gone: move it here (←/→ step from here on)
       title.focus({ preventScroll: true });
       host.dispatchEvent(new CustomEvent("gs-compare-ready"));
@@ -257,7 +269,7 @@ export function createCompare(host, options = {}) {
         Home: () => go(0),
         End: () => go(rows() - 1),
         f: () => viewers.forEach((v) => v.fit()),
-        Escape: () => exit(),
+        Escape: () => exit("original"),
       };
       const fn = keys[ev.key];
       if (!fn) return false;

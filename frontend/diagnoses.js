@@ -6,6 +6,12 @@
 import { lineMap } from "./align.js";
 import { h } from "./dom.js";
 
+/** Text with markdown `code` spans as <code> (the diagnoses' texts use them); nothing else parsed. */
+export function inlineCode(text) {
+  const parts = String(text ?? "").split(/`([^`\n]+)`/);
+  return parts.map((p, i) => (i % 2 ? h("code", { class: "gs-narr-code", text: p }) : p)).filter((p) => p !== "");
+}
+
 /**
  * The lines a fix changes, for a short preview: [{sign: "-"|"+", line, text}]
  * in the order of the fixed code (a removed line comes before what replaced it).
@@ -65,16 +71,16 @@ export function createDiagnoses(el, options = {}) {
         const fixes = (d.fixes || []).map((f, j) => {
           const diff = changedLines(code, f.code);
           return h("li", { class: "gs-fix", "data-fix": `${i}.${j}` },
-            h("strong", { class: "gs-fix-title" }, f.title),
-            h("p", { class: "gs-fix-explanation" }, f.explanation),
+            h("strong", { class: "gs-fix-title" }, ...inlineCode(f.title)),
+            h("p", { class: "gs-fix-explanation" }, ...inlineCode(f.explanation)),
             diff.length ? h("details", { class: "gs-fix-diff" }, h("summary", {}, "What changes"),
               h("pre", {}, ...diff.map((x) => h("span", { class: `gs-fix-${x.sign === "+" ? "add" : "del"}` }, `${x.sign} ${x.text}\n`)))) : null,
-            h("button", { type: "button", class: "gs-btn gs-apply-fix", disabled: busy, "aria-label": `Apply fix: ${f.title}`,
+            h("button", { type: "button", class: "gs-btn gs-apply-fix", disabled: busy, "aria-label": `Apply fix: ${String(f.title).replace(/`/g, "")}`,
               onclick: () => options.onApply && options.onApply(d, f) }, "Apply fix"));
         });
         el.append(h("article", { class: `gs-diag gs-diag-${sev}`, "data-kind": d.kind, "data-severity": sev, "data-line": d.line ?? "" },
           head,
-          h("p", { class: "gs-diag-message" }, d.message),
+          h("p", { class: "gs-diag-message" }, ...inlineCode(d.message)),
           fixes.length ? h("ul", { class: "gs-fixes", "aria-label": "Fixes, each checked by running it" }, fixes)
             : h("p", { class: "gs-muted gs-diag-nofix" }, "No fix could be verified automatically.")));
       });

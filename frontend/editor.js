@@ -75,6 +75,10 @@ function buildDecorations(state, marks) {
     const l = lineAt(n);
     if (l && n !== marks.current) ranges.push(Decoration.line({ class: "gs-line-linked" }).range(l.from));
   }
+  for (const n of marks.changed || []) {
+    const l = lineAt(n);
+    if (l) ranges.push(Decoration.line({ class: "gs-line-changed", attributes: { "data-changed-line": String(n) } }).range(l.from));
+  }
   for (const d of marks.diagnoses || []) {
     const l = lineAt(d.line);
     if (l) ranges.push(Decoration.line({ class: `gs-line-diagnosis gs-line-diagnosis-${d.severity}`, attributes: { "data-diagnosis-line": String(d.line) } }).range(l.from));
@@ -97,7 +101,24 @@ function buildDecorations(state, marks) {
   return Decoration.set(ranges, true);
 }
 
-const emptyMarks = { current: null, linked: [], errors: [], diagnoses: [] };
+const emptyMarks = { current: null, linked: [], errors: [], diagnoses: [], changed: [] };
+
+/** The first line after a module docstring at the top of `code` (1 when there is none). */
+export function firstCodeLine(code) {
+  const lines = code.split("\n");
+  let i = 0;
+  while (i < lines.length && !lines[i].trim()) i++;
+  const m = /^\s*[rRbBuU]?("""|''')/.exec(lines[i] || "");
+  if (!m) return i + 1;
+  const quote = m[1];
+  const rest = lines[i].slice(lines[i].indexOf(quote) + 3);
+  let end = rest.includes(quote) ? i : -1;
+  for (let j = i + 1; end < 0 && j < lines.length; j++) if (lines[j].includes(quote)) end = j;
+  if (end < 0) return 1;
+  let k = end + 1;
+  while (k < lines.length && !lines[k].trim()) k++;
+  return k < lines.length ? k + 1 : 1;
+}
 
 /** Marks are plain data (numbers, strings, arrays of them): equal when their JSON is. */
 function sameMarks(a, b) {
@@ -129,8 +150,18 @@ const highlight = HighlightStyle.define([
   { tag: tags.className, class: "tok-class" },
 ]);
 
+let hintIds = 0;
+
 export function createEditor(parent, { doc = "", readOnly = false, onRun, onHoverLine, onChange, label = "Python code" } = {}) {
   let hovered = null;
+  let ownScrolls = 0; // scrolls asked for by the page (not by typing), pending in CodeMirror
+  // Tab indents in the editor (CodeMirror's guidance: say how to leave it where a keyboard user sees it)
+  const hintId = `gs-editor-hint-${++hintIds}`;
+  const hint = document.createElement("div");
+  hint.className = "gs-editor-hint";
+  hint.id = hintId;
+  hint.textContent = "Tab indents here. To leave the editor: Esc, then Tab.";
+  parent.classList.add("gs-has-editor-hint");
   const readOnlyConf = new Compartment();
   const extensions = [
     lineNumbers(),
@@ -147,7 +178,8 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     EditorView.lineWrapping,
     marksField,
     readOnlyConf.of([EditorState.readOnly.of(readOnly), EditorView.editable.of(!readOnly)]),
-    EditorView.contentAttributes.of({ "aria-label": label }),
+    // focusable even when read-only (its text can be read and scrolled by keyboard)
+    EditorView.contentAttributes.of({ "aria-label": label, "aria-describedby": hintId, tabindex: "0" }),
     keymap.of([
       { key: "Mod-Enter", run: () => (onRun ? (onRun(), true) : false), preventDefault: true },
       ...defaultKeymap,
@@ -155,6 +187,26 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
       ...searchKeymap,
       indentWithTab,
     ]),
+    // The page's own scrolls (a step's line, the code's start) move the editor's text only, never
+    // the page around it: on a phone the graph above would be scrolled away by every step.
+    EditorView.scrollHandler.of((v, range, opts) => {
+      if (!ownScrolls) return false;
+      ownScrolls--;
+      // the lines' heights CodeMirror measured (reading coordinates is not allowed here)
+      const pad = v.documentPadding.top;
+      const top = v.lineBlockAt(range.from).top + pad;
+      const bottom = v.lineBlockAt(range.to).bottom + pad;
+      const scroller = v.scrollDOM;
+      const from = scroller.scrollTop;
+      const h = scroller.clientHeight;
+      const m = opts.yMargin ?? 5;
+      let to = from;
+      if (opts.y === "start") to = top - m;
+      else if (top - m < from) to = top - m;
+      else if (bottom + m > from + h) to = Math.min(bottom + m - h, top - m);
+      if (to !== from) scroller.scrollTop = Math.max(0, to);
+      return true;
+    }),
     EditorView.updateListener.of((u) => {
       if (u.docChanged && onChange) onChange(u.state.doc.toString());
     }),
@@ -176,6 +228,15 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     }),
   ];
   const view = new EditorView({ parent, state: EditorState.create({ doc, extensions }) });
+  parent.append(hint);
+  hint.hidden = readOnly; // a read-only editor leaves Tab alone
+  // Open on the code, not inside the docstring above it: new text is scrolled there when its first
+  // step is shown (the page around has its final size then), or at once when no step follows.
+  let codeStart = null; // the line to open on, until the first step after setCode is shown
+  function scrollToCode() {
+    codeStart = Math.min(firstCodeLine(view.state.doc.toString()), view.state.doc.lines);
+    queue();
+  }
   let marks = emptyMarks;
   // Marks and scrolling asked for while a step is shown go out as one transaction at the end of
   // that task (one editor update, one measure), and not at all when they change nothing.
@@ -189,18 +250,30 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     if (pendingMarks && !sameMarks(pendingMarks, view.state.field(marksField).marks)) {
       effects.push(setMarks.of(pendingMarks));
     }
+    if (codeStart !== null && codeStart <= view.state.doc.lines) {
+      effects.push(EditorView.scrollIntoView(view.state.doc.line(codeStart).from, { y: "start" }));
+      // the step's line is revealed only when it is far below the code's start
+      if (pendingReveal !== null && pendingReveal < codeStart + 8) pendingReveal = null;
+    }
     if (pendingReveal !== null && pendingReveal <= view.state.doc.lines) {
-      // room below for an inline error under the line
-      effects.push(EditorView.scrollIntoView(view.state.doc.line(pendingReveal).to, { y: "nearest", yMargin: 110 }));
+      // room below for an inline error under the line (and none asked above it: the code above the
+      // first step stays where setCode put it)
+      const doc = view.state.doc;
+      const line = doc.line(pendingReveal);
+      const below = doc.line(Math.min(doc.lines, pendingReveal + 4));
+      const range = view.state.selection.constructor.range(line.from, below.to); // EditorSelection.range
+      effects.push(EditorView.scrollIntoView(range, { y: "nearest", yMargin: 12 }));
     }
     pendingMarks = null;
     pendingReveal = null;
+    if (effects.some((e) => !e.is(setMarks))) ownScrolls = 1; // CodeMirror keeps the last scroll of a transaction
     if (effects.length) view.dispatch({ effects });
   };
   const queue = () => {
     if (!queued) queueMicrotask(flush);
     queued = true;
   };
+  if (doc) scrollToCode();
   const api = {
     view,
     getCode: () => view.state.doc.toString(),
@@ -208,6 +281,7 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
       if (queued) flush(); // marks asked for before belong to the old text
       stepLine = null;
       view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: code } });
+      scrollToCode();
     },
     /**
      * A step's marks and line, applied at once: the viewer calls this before it writes the rest of
@@ -223,6 +297,7 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
       if (line && (line !== stepLine || errorsChanged) && line <= view.state.doc.lines) pendingReveal = line;
       stepLine = line || null;
       flush();
+      codeStart = null;
     },
     setMarks(next) {
       marks = { ...marks, ...next };
@@ -242,6 +317,7 @@ export function createEditor(parent, { doc = "", readOnly = false, onRun, onHove
     },
     focus: () => view.focus(),
     setReadOnly(ro) {
+      hint.hidden = ro;
       view.dispatch({ effects: readOnlyConf.reconfigure([EditorState.readOnly.of(ro), EditorView.editable.of(!ro)]) });
     },
   };

@@ -34,6 +34,7 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
   if (styles) ensureStyles();
   el.replaceChildren();
   el.classList.add("gs-embed");
+  el.classList.toggle("gs-embed-no-code", !code);
   if (theme === "light" || theme === "dark") el.dataset.theme = theme;
   else delete el.dataset.theme;
   const left = document.createElement("div");

@@ -50,6 +50,13 @@ export function joinItems(ctx) {
 
 /** Build an item's content (shapes, texts, handlers) for its box in the layout. */
 export function buildItem(ctx, item) {
+  buildParts(ctx, item);
+  // a space after each text: assistive technology reads "x leaf grad 448." (not "xleafgrad448."),
+  // as its aria-label starts; white space outside <text> is not drawn
+  for (const t of item.el.querySelectorAll("text")) t.after(document.createTextNode(" "));
+}
+
+function buildParts(ctx, item) {
   const { model, layout, on } = ctx;
   const d = item.d;
   const g = select(item.el);
@@ -247,7 +254,18 @@ function paintNode(ctx, item, n, st, tensors, acc, badge, step) {
     r.badgeText.textContent = "";
     r.badgeRect.removeAttribute("width");
   }
-  el.setAttribute("aria-label", ariaFor(n, st, tensors));
+  // the name starts with the node's visible text (a speech-input user says what they see), then the details
+  el.setAttribute("aria-label", `${visibleText(el)}. ${ariaFor(n, st, tensors)}`);
+}
+
+/** The texts a node shows, in order (hidden parts hold no text: see above). No layout is read. */
+function visibleText(el) {
+  const out = [];
+  for (const t of el.querySelectorAll("text")) {
+    const s = t.textContent.trim();
+    if (s) out.push(s);
+  }
+  return out.join(" ");
 }
 
 function paintGroup(ctx, item, s) {
@@ -268,7 +286,7 @@ function paintGroup(ctx, item, s) {
   if (s.withTensors) parts.push(s.freed ? `saved: ${s.freed}/${s.withTensors} freed` : `saved: ${s.withTensors} held`);
   if (s.stale) parts.push(`${s.stale} stale`);
   g.select("text.gs-group-state").text(parts.join(" · "));
-  g.attr("aria-label", `Module ${d.group}, ${ctx.model.groups.get(d.group).size} nodes${parts.length ? `, ${parts.join(", ")}` : ""}. Press Enter to expand.`);
+  g.attr("aria-label", `${visibleText(item.el)}. Module ${d.group}, ${ctx.model.groups.get(d.group).size} nodes${parts.length ? `, ${parts.join(", ")}` : ""}. Press Enter to expand.`);
 }
 
 function ariaFor(n, st, tensors) {

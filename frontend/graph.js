@@ -19,6 +19,9 @@ import { createHookWriter } from "./graph-hooks.js";
 
 export { prefersReducedMotion };
 
+/** The smallest scale Fit uses for a graph drawn whole: 11.5 px node text stays at 11 px. */
+export const MIN_READABLE = 11 / 11.5;
+
 function appendDefs(svg) {
   const defs = svg.append("defs");
   for (const [id, cls] of [["gs-arrow", "gs-arrowhead"], ["gs-arrow-flow", "gs-arrowhead gs-arrowhead-flow"]]) {
@@ -202,21 +205,43 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup } = {})
       if (!width || !height) return;
       const pad = 24;
       const top = 46; // below the toolbar
+      const bottom = 40; // above the Legend's button
       const kw = (width - pad * 2) / Math.max(1, layout.width);
-      const kh = (height - pad - top) / Math.max(1, layout.height);
-      // Fit the whole graph, but never below a readable scale when it fits the
-      // width: a tall graph (a stack of layers) is then shown from the top.
-      const k = Math.min(1.5, kw, Math.max(kh, Math.min(0.6, kw)));
+      const kh = (height - bottom - top) / Math.max(1, layout.height);
+      // Fit the whole graph, but never below a readable scale: node text stays at ~11 px or more
+      // (a small pane pans instead: drag, or the keyboard's focus on a node brings it into view).
+      // A big graph (a whole model, collapsed by module) is fitted whole, as an overview.
+      const readable = isBig(ctx.vis) ? Math.min(0.6, kw) : MIN_READABLE;
+      const k = Math.min(1.5, Math.max(readable, Math.min(kw, kh)));
       const kk = Math.max(k, 0.02);
       zoomer.scaleExtent([Math.min(0.02, kk), 3]);
-      const t = zoomIdentity
-        .translate((width - layout.width * kk) / 2, Math.max(top, top + (height - top - pad - layout.height * kk) / 2))
-        .scale(kk);
+      const w = layout.width * kk;
+      const hgt = layout.height * kk;
+      // centred when it fits; else from its left and top edges (a wide or tall graph is panned)
+      const x = w <= width - pad * 2 ? (width - w) / 2 : pad;
+      const y = hgt <= height - top - bottom ? top + (height - top - bottom - hgt) / 2 : top;
+      const t = zoomIdentity.translate(x, y).scale(kk);
       if (duration && !prefersReducedMotion()) svg.transition().duration(duration).call(zoomer.transform, t);
       else svg.call(zoomer.transform, t);
     },
     zoomBy(f) {
       svg.transition().duration(prefersReducedMotion() ? 0 : 200).call(zoomer.scaleBy, f);
+    },
+    /**
+     * A graph bigger than its pane (shown at a readable scale, not shrunk): when none of the step's
+     * nodes `ids` is in view, pan to the first. Reads only the size a ResizeObserver measured.
+     */
+    follow(ids) {
+      const { vis, layout } = ctx;
+      if (!vis || !layout || !ids.length || view.userMoved) return;
+      const { width, height } = ctx.size;
+      if (!width || !height) return;
+      const t = zoomTransform(svg.node());
+      const boxes = ids.map((id) => layout.items.get(vis.rep[id])).filter(Boolean);
+      const inView = (b) => t.applyX(b.x) >= 0 && t.applyY(b.y) >= 0 && t.applyX(b.x + b.w) <= width && t.applyY(b.y + b.h) <= height;
+      if (!boxes.length || boxes.some(inView)) return;
+      const b = boxes[0];
+      svg.transition().duration(prefersReducedMotion() ? 0 : 250).call(zoomer.translateTo, b.x + b.w / 2, b.y + b.h / 2);
     },
     /** Pan so that a node is in view (keyboard selection, inspector links). */
     reveal(id) {

@@ -140,7 +140,20 @@ export async function embedUrl(origin, code, step = 0) {
 }
 
 /** A copy-able <iframe> for an embed URL. */
-export function iframeSnippet(src, { width = "100%", height = 560, title = "gradstep: step through PyTorch autograd" } = {}) {
+export const EMBED_HEIGHT = 1100; // px: the /embed page's content at a course page's width (~1030 px)
+
+export function iframeSnippet(src, { width = "100%", height = EMBED_HEIGHT, title = "gradstep: step through PyTorch autograd", id = null } = {}) {
   const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/"/g, "&quot;").replace(/</g, "&lt;");
-  return `<iframe src="${esc(src)}" width="${esc(width)}" height="${esc(height)}" title="${esc(title)}" style="border:0" loading="lazy" allow="clipboard-write"></iframe>`;
+  const idAttr = id ? ` id="${esc(id)}"` : "";
+  return `<iframe src="${esc(src)}"${idAttr} width="${esc(width)}" height="${esc(height)}" title="${esc(title)}" style="border:0" loading="lazy" allow="clipboard-write"></iframe>`;
+}
+
+/**
+ * The one line that keeps a pasted frame as high as its content: the frame posts its height
+ * ({context: "iframe.resize"}, docs/embed.md) and this sets it, for the frame with `id` only.
+ * `id` must be a plain identifier ([A-Za-z0-9_-]).
+ */
+export function resizeScript(id) {
+  if (!/^[A-Za-z0-9_-]+$/.test(id)) throw new Error("resizeScript: a plain id is needed");
+  return `<script>addEventListener("message",function(e){var f=document.getElementById("${id}");if(f&&e.source===f.contentWindow&&e.data&&e.data.context==="iframe.resize")f.height=e.data.height})</script>`;
 }

@@ -2,7 +2,8 @@
 // URL (/#code=<c>&step=N) and offers the link and an <iframe> to copy; opening such a link runs
 // that code and goes to that step.
 
-import { decodeCode, encodeCode, iframeSnippet } from "./permalink.js";
+import { EMBED_HEIGHT, decodeCode, encodeCode, iframeSnippet, resizeScript } from "./permalink.js";
+import { stepTitle } from "./model.js";
 import { traceStatus } from "./testing.js";
 
 const h = (tag, attrs = {}, ...kids) => {
@@ -58,7 +59,10 @@ export async function loadPermalink({ editor, viewer, run, setStatus }) {
 export function installShare({ button, editor, viewer }) {
   if (!button) return null;
   const link = h("input", { type: "text", readonly: "", id: "gs-share-link", "aria-label": "Link to this code and step" });
-  const embed = h("textarea", { readonly: "", id: "gs-share-embed", rows: "3", "aria-label": "HTML to embed this stepper" });
+  const embed = h("textarea", { readonly: "", id: "gs-share-embed", rows: "5", "aria-label": "HTML to embed this stepper", "aria-describedby": "gs-share-embed-note" });
+  const embedNote = h("p", { class: "gs-share-note", id: "gs-share-embed-note" },
+    `The <script> line after the frame keeps it as high as its content (the frame tells the page its height). `
+    + `Without it the frame is ${EMBED_HEIGHT} px high and may scroll inside on a narrow page.`);
   const note = h("p", { class: "gs-share-note" });
   const copyBtn = (field, label) =>
     h("button", {
@@ -83,6 +87,7 @@ export function installShare({ button, editor, viewer }) {
     h("div", { class: "gs-share-row" }, link, copyBtn(link, "Copy link")),
     h("label", { for: "gs-share-embed" }, "Embed in a course page"),
     h("div", { class: "gs-share-row" }, embed, copyBtn(embed, "Copy HTML")),
+    embedNote,
     h("div", { class: "gs-share-actions" }, h("button", { type: "button", class: "gs-btn", onclick: () => dialog.close() }, "Close")),
   );
   document.body.append(dialog);
@@ -96,9 +101,13 @@ export function installShare({ button, editor, viewer }) {
     const url = `${location.origin}/#code=${c}&step=${step}`;
     history.replaceState(null, "", url);
     link.value = url;
-    embed.value = iframeSnippet(`${location.origin}/embed#code=${c}&step=${step}`);
-    note.textContent = ran === code
-      ? `Whoever opens it runs this code and lands on step ${step + 1}.`
+    const id = `gradstep-${c.slice(-8).replace(/[^A-Za-z0-9_-]/g, "")}-${step}`;
+    embed.value = `${iframeSnippet(`${location.origin}/embed#code=${c}&step=${step}`, { id })}\n${resizeScript(id)}`;
+    // One numbering for people: the step as the counter shows it ("3 / 7") and its title; the
+    // link's step= counts from 0, as the embed's parameters and messages do (docs/embed.md).
+    const s = ran === code && viewer.model ? viewer.model.steps[step] : null;
+    note.textContent = s
+      ? `Whoever opens it runs this code and lands on the step shown now, ${step + 1} / ${viewer.model.steps.length}: ${stepTitle(s)}. (In the link it is step=${step}: links count steps from 0.)`
       : "The code was edited since the last run: the link runs it from its first step.";
     if (!dialog.open) dialog.showModal();
     link.select();

@@ -349,12 +349,25 @@ export function createViewer(el, options = {}) {
       else b.removeAttribute("aria-current");
     }
     const diff = step && animate ? diffSteps(model, from, index) : null;
-    if (step) graph.showStep(step, diff, { animate });
+    if (step) {
+      graph.showStep(step, diff, { animate });
+      graph.follow(focusOf(step));
+    }
     renderBanner(step);
     renderInspector();
     renderTensors();
     renderChartCursor();
     renderOutput();
+  }
+
+  /** The nodes a step is about: where it failed, else what it built, else what ran (in order). */
+  function focusOf(step) {
+    const all = [...step.state.values()];
+    const failed = all.filter((s) => s.failed);
+    if (failed.length) return failed.map((s) => s.id);
+    const made = all.filter((s) => s.isNew);
+    if (made.length) return made.map((s) => s.id);
+    return all.filter((s) => s.executed).sort((a, b) => (a.order ?? 0) - (b.order ?? 0)).map((s) => s.id);
   }
 
   // The timeline's geometry, measured when the browser has laid it out anyway (ResizeObserver), so
@@ -433,9 +446,22 @@ export function createViewer(el, options = {}) {
     const t = ev.target;
     if (t && (t.closest(".cm-editor") || /^(INPUT|SELECT|TEXTAREA)$/.test(t.tagName) && t !== slider)) return;
     if (t === slider && (ev.key === "ArrowLeft" || ev.key === "ArrowRight" || ev.key === "Home" || ev.key === "End")) return;
-    if (t && t.tagName === "BUTTON" && ev.key === " ") return;
+    // Space on a timeline chip plays, as everywhere in the stepper ("space to play"); Enter goes to its step
+    if (t && t.tagName === "BUTTON" && ev.key === " " && !timeline.contains(t)) return;
     handleKey(ev);
   });
+  // the chip's own activation by Space (on keyup) would jump to its step
+  timeline.addEventListener("keyup", (ev) => {
+    if (ev.key === " ") ev.preventDefault();
+  });
+
+  /** What a timeline chip shows, as text (its accessible name starts with it). */
+  function chipText(s, call) {
+    const line = s.line !== null ? `L${s.line}` : "—";
+    const what = call ? (s.api === "torch.autograd.grad" || s.kind === "grad" ? "grad" : "backward") : s.repeat > 1 ? `×${s.repeat}` : "fwd";
+    const flags = call ? callFlags(s).map((f) => f.replace("=True", "")) : [];
+    return [line, what, ...flags].join(" ");
+  }
 
   function buildTimeline() {
     timeline.replaceChildren();
@@ -450,10 +476,11 @@ export function createViewer(el, options = {}) {
         : h("span", { class: "gs-tl-fwd" }, s.repeat > 1 ? `×${s.repeat}` : "fwd");
       const flags = call ? callFlags(s).map((f) => h("span", { class: "gs-flag" }, f.replace("=True", ""))) : [];
       const li = h("li", { class: `gs-tl-step ${call ? "gs-tl-callstep" : ""} ${s.error ? "gs-tl-error" : ""}`, "data-index": i },
-        h("button", { type: "button", title: `Step ${i + 1}: ${stepTitle(s)}`, "aria-label": `Step ${i + 1}: ${stepTitle(s)}`, onclick: () => go(i, { animate: i === index + 1 }) },
+        h("button", { type: "button", title: `Step ${i + 1}: ${stepTitle(s)} (Enter: go there, space: play)`, "aria-label": `${chipText(s, call)}: step ${i + 1}, ${stepTitle(s)}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
           h("span", { class: "gs-tl-line" }, s.line !== null ? `L${s.line}` : "—"),
+          " ", // (not drawn between flex items) its accessible text reads "L15 fwd", as its name starts
           label,
-          ...flags,
+          ...flags.flatMap((f) => [" ", f]),
           s.error ? h("span", { class: "gs-tl-x", "aria-hidden": "true" }, "✕") : null,
         ),
       );

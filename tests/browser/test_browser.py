@@ -595,7 +595,9 @@ def test_editing_an_example_says_its_explanation_is_about_the_original_code(app)
     app.open("?snippet=retain_graph_accumulates")
     note = app.page.locator(".gs-snippet-info .gs-info-edited")
     assert not note.is_visible()
-    app.run_code("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n")
+    # a small edit keeps the example's card (pasted code drops it: test_browser_page_examples.py)
+    edited = app.page.evaluate("window.gradstep.editor.getCode()") + "print(x.grad)\n"
+    app.run_code(edited)
     assert note.is_visible() and "about the original" in note.inner_text()
     assert (
         app.page.evaluate("getComputedStyle(document.querySelector('#gs-picker-current'), '::after').content")

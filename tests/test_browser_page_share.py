@@ -1,0 +1,105 @@
+"""The Share dialog as an instructor uses it (issue 24, point 2): the <iframe> HTML pasted as is into
+a course page on another origin shows the whole stepper without scrolling inside the frame, and the
+dialog names the step the way the page counts it."""
+
+from __future__ import annotations
+
+import pytest
+from browser_support import Page, needs_chromium
+from test_browser_embed import Site
+
+pytestmark = needs_chromium
+
+SNIPPET = "two_outputs_retain_graph"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    s = Site(tmp_path_factory.mktemp("lesson"))
+    yield s
+    s.httpd.shutdown()
+
+
+@pytest.fixture
+def app(browser, server):
+    p = Page(browser, server, reduced_motion="reduce", viewport={"width": 1400, "height": 900})
+    yield p
+    p.close()
+
+
+def share(app: Page, step: int) -> tuple[str, str, dict]:
+    trace = app.open(f"?snippet={SNIPPET}")
+    app.page.evaluate(f"window.gradstep.viewer.setStep({step})")
+    app.page.click("#gs-share")
+    app.page.wait_for_selector("#gs-share-dialog[open]")
+    return (
+        app.page.locator("#gs-share-embed").input_value(),
+        app.page.locator("#gs-share-dialog").inner_text(),
+        trace,
+    )
+
+
+def lesson(browser, site, server, html: str, width: int, name: str):
+    """A course page `width` px wide with the pasted HTML; returns (page, the frame's element, frame)."""
+    tab = Page(browser, server, reduced_motion="reduce", viewport={"width": width, "height": 900})
+    url = site.page(name, f"<h1>Lesson</h1><p>Step through it:</p>{html}<p>After the frame.</p>")
+    tab.page.goto(url)
+    frame = tab.page.frames[1]
+    frame.wait_for_function("document.body.dataset.state === 'ready'", timeout=60_000)
+    return tab, frame
+
+
+def inner_overflow(tab, frame) -> int:
+    """How many px of the frame's content do not fit its height (after the height settled)."""
+    last = None
+    for _ in range(40):  # the height messages follow the content's layout
+        tab.page.wait_for_timeout(150)
+        now = (
+            frame.evaluate("Math.ceil(document.documentElement.getBoundingClientRect().height)"),
+            tab.page.evaluate("document.querySelector('iframe').clientHeight"),
+        )
+        if now == last:
+            break
+        last = now
+    content, box = last
+    return content - box
+
+
+@pytest.mark.parametrize("width", [1100, 520])
+def test_the_pasted_iframe_html_shows_the_whole_stepper_without_scrolling_inside(
+    app, browser, site, server, width
+):
+    html, _, _ = share(app, 2)
+    assert html.startswith('<iframe src="') and "<script>" in html
+    tab, frame = lesson(browser, site, server, html, width, f"lesson-{width}.html")
+    try:
+        assert inner_overflow(tab, frame) <= 0, "the frame scrolls inside: its .grad panel is cut"
+        # the frame was not just made huge: it is as high as its content, within a few px
+        assert inner_overflow(tab, frame) > -40
+        assert tab.errors == []
+    finally:
+        tab.close()
+
+
+def test_the_iframe_height_alone_fits_a_course_page_column(app, browser, site, server):
+    """Without the script line (a site that strips scripts), the frame's own height still fits."""
+    html, _, _ = share(app, 2)
+    bare = html.split("<script>")[0]
+    tab, frame = lesson(browser, site, server, bare, 1100, "lesson-bare.html")
+    try:
+        assert inner_overflow(tab, frame) <= 0
+    finally:
+        tab.close()
+
+
+def test_the_dialog_counts_steps_as_the_page_does_and_says_how_the_frame_sizes(app):
+    _, text, trace = share(app, 2)
+    n = len(trace["steps"])
+    counter = app.page.locator("#gs-stepper .gs-counter").inner_text()
+    assert counter == f"3 / {n}"
+    assert f"3 / {n}" in text  # the same number the counter shows, not another one
+    assert "step 3" not in text.lower().replace("step=", "")  # no number that disagrees with the link
+    link = app.page.locator("#gs-share-link").input_value()
+    assert link.endswith("&step=2") and "step=2" in text  # and the link's parameter is explained
+    assert "keeps it as high as its content" in text
+    assert app.errors == []
