@@ -6,10 +6,9 @@ student's code and run back."""
 from __future__ import annotations
 
 import pytest
-from browser_support import Page, needs_chromium
 from gradstep import snippets
-from test_browser import assert_step_matches
 from test_browser_explain import apply_first_fix
+from testkit.browser_support import Page, assert_step_matches, needs_chromium
 
 pytestmark = needs_chromium
 

@@ -7,10 +7,10 @@ the side-by-side title); an embed without the code gives its width to the graph.
 from __future__ import annotations
 
 import pytest
-from browser_support import Page, needs_chromium
 from gradstep import snippets
 from test_browser_explain import apply_first_fix
 from test_browser_export import FilePage, export
+from testkit.browser_support import Page, needs_chromium
 
 pytestmark = needs_chromium
 

@@ -5,8 +5,8 @@ dialog names the step the way the page counts it."""
 from __future__ import annotations
 
 import pytest
-from browser_support import Page, needs_chromium
 from test_browser_embed import Site
+from testkit.browser_support import Page, needs_chromium
 
 pytestmark = needs_chromium
 

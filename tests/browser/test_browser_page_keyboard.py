@@ -4,7 +4,7 @@ and Space on a timeline chip doing what Space does everywhere in the stepper (pl
 from __future__ import annotations
 
 import pytest
-from browser_support import Page, needs_chromium
+from testkit.browser_support import Page, needs_chromium
 
 pytestmark = needs_chromium
 

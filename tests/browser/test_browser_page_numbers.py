@@ -5,8 +5,8 @@ the diagnoses' markdown `code` spans are rendered as code, never as raw backtick
 from __future__ import annotations
 
 import pytest
-from browser_support import Page, needs_chromium
-from torch_print import printed
+from testkit.browser_support import Page, needs_chromium
+from testkit.torch_print import printed
 
 pytestmark = needs_chromium
 

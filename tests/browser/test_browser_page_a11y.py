@@ -1,8 +1,8 @@
 """Accessibility (issue 24): axe-core finds no serious or critical violation on the app (wide and on a
 phone, light and dark), the /embed page and a static export, at a step where a backward failed.
 
-axe-core is vendored for the tests only (tests/vendor/axe.min.js, MPL-2.0, version in
-tests/vendor/README.md); it is evaluated in the page (page.evaluate is not subject to the pages'
+axe-core is vendored for the tests only (server/testkit/vendor/axe.min.js, MPL-2.0, version in
+server/testkit/vendor/README.md); it is evaluated in the page (page.evaluate is not subject to the pages'
 Content-Security-Policy, which refuses inline and foreign scripts)."""
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from browser_support import Page, needs_chromium
+import testkit
 from gradstep import snippets
 from test_browser_export import FilePage, export
+from testkit.browser_support import Page, needs_chromium
 
 pytestmark = needs_chromium
 
-AXE = (Path(__file__).parent / "vendor" / "axe.min.js").read_text(encoding="utf-8")
+AXE = (Path(testkit.__file__).parent / "vendor" / "axe.min.js").read_text(encoding="utf-8")
 SNIPPET = "backward_twice_fails"  # diagnoses, an error step, freed nodes
 # WCAG 2.x A and AA, and axe's best practices
 TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa", "best-practice"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from browser_support import Page, needs_chromium
 from gradstep import snippets
 from gradstep.printing import fmt_number
+from testkit.browser_support import Page, needs_chromium
 
 pytestmark = needs_chromium
 
