@@ -17,7 +17,7 @@ export const COURSE = [
   ["torch.autograd.grad", [
     "backward_vs_autograd_grad", "autograd_grad_many_inputs", "non_scalar_backward_fails", "non_scalar_backward_gradient",
   ]],
-  ["retain_grad: .grad of intermediate tensors", ["retain_grad_before_or_after"]],
+  ["retain_grad: .grad of intermediate tensors", ["retain_grad_before_or_after", "retain_grad_after_backward"]],
   ["Common mistakes", [
     "item_cuts_the_graph", "inplace_modified_saved_tensor_fails", "forward_under_no_grad_fails",
     "sgd_update_outside_no_grad_fails", "rnn_hidden_not_detached_fails", "rnn_hidden_detached",
