@@ -202,11 +202,9 @@ class _Narrator:
             name = te["name"]
             if k:
                 t.sentence_break()
-            t.add("`")
-            self.tensor_or_text(t, name, f"{name}.retain_grad()")
-            t.add(
-                f"`: {name} is not a leaf, so a backward passes its gradient on without keeping it. From here on, "
-            )
+            t.add(f"`{name}.retain_grad()`: ")
+            self.tensor_or_text(t, name, name)
+            t.add(" is not a leaf, so a backward passes its gradient on without keeping it. From here on, ")
             t.add(f"a backward that reaches {name}'s grad_fn keeps it in {name}.grad.")
             node = te.get("node")
             ran = self.ran_at.get(node) if node is not None else None
