@@ -5,7 +5,7 @@ Called after the only backward, it keeps nothing: the gradient flowed through h'
 grad_fn and was passed on to x, never stored in h. PyTorch says nothing (h does retain
 now), and h.grad is None.
 
-Watch: the step at `h.retain_grad()` says the backward already ran through h's
+Watch: the step at h.retain_grad() says the backward already ran through h's
 MulBackward0; the diagnosis moves the call before the backward, and the fixed run
 fills h.grad with dz/dh = 2h.
 """
