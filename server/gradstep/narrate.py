@@ -100,11 +100,12 @@ class _Narrator:
         self.ran_at: dict[int, int] = {}  # node id -> index of the last call step that ran it
 
     def label(self, nid: int) -> str:
-        info = self.nodes[nid] if 0 <= nid < len(self.nodes) else {}
-        op = info["op"]
-        if op == "AccumulateGrad" and info.get("tensor"):
+        if not 0 <= nid < len(self.nodes):  # an id the node table does not hold (a cut-short trace)
+            return "?"
+        info = self.nodes[nid]
+        if info["op"] == "AccumulateGrad" and info.get("tensor"):
             return f"AccumulateGrad ({info['tensor']})"
-        return op
+        return info["op"]
 
     def run(self) -> None:
         prev_states: dict[int, dict] = {}
