@@ -32,6 +32,9 @@ Mode = Literal["int", "fixed", "sci"]
 DECIMALS = 4  # torch's default print precision
 OWN_DIGITS = 4  # significant digits every value keeps of its own (fixed mode adds decimals)
 NON_FINITE = ("nan", "inf", "-inf")  # how the trace writes (and torch prints) them
+# torch's sci mode: the largest nonzero value over SCI_SPAN times the smallest, above SCI_ABOVE, or
+# the smallest below SCI_BELOW
+SCI_SPAN, SCI_ABOVE, SCI_BELOW = 1000.0, 1.0e8, 1.0e-4
 
 
 def mode_of(numbers: list[Any]) -> Mode:
@@ -40,7 +43,7 @@ def mode_of(numbers: list[Any]) -> Mode:
     if not nonzero:
         return "int"
     lo, hi = min(nonzero), max(nonzero)
-    if hi / lo > 1000.0 or hi > 1.0e8 or lo < 1.0e-4:
+    if hi / lo > SCI_SPAN or hi > SCI_ABOVE or lo < SCI_BELOW:
         return "sci"
     return "int" if all(v == math.ceil(v) for v in nonzero) else "fixed"
 

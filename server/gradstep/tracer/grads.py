@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gradstep.printing import DECIMALS, OWN_DIGITS
+from gradstep.printing import DECIMALS, OWN_DIGITS, SCI_ABOVE, SCI_BELOW, SCI_SPAN
 from gradstep.tracer.graph import dtype_name
 
 NORM_DIGITS = 9  # significant digits of a norm: enough to tell every float32 apart
@@ -253,7 +253,9 @@ def _round(flat: np.ndarray, singles: int, sizes: np.ndarray) -> tuple[np.ndarra
         if not values_finite:
             fractional &= nonzero
         fractional = np.logical_or.reduceat(fractional, starts)
-        sci = (hi > 0) & ((hi / lo > 1000.0) | (hi > 1.0e8) | (lo < 1.0e-4))  # a run of zeros: 0 / inf
+        sci = (hi > 0) & (
+            (hi / lo > SCI_SPAN) | (hi > SCI_ABOVE) | (lo < SCI_BELOW)
+        )  # a run of zeros: 0 / inf
         run_codes = np.where(sci, _SCI, np.where(fractional, _FIXED, _INT))
         codes[filled] = run_codes
         lower[singles:] = _LOWER[run_codes]
@@ -292,13 +294,11 @@ def _print_as_unrounded(raw: np.ndarray, kept: np.ndarray, places: np.ndarray) -
     the true norm is kept instead: it prints as torch, and is within half a unit of every digit."""
     mag = np.abs(raw)
     exponent = _exponent10(mag)
-    sci = (mag > 1.0e8) | ((mag < 1.0e-4) & (mag > 0))
+    sci = _lone_sci(mag)
     printed = np.where(sci, DECIMALS - exponent, np.maximum(DECIMALS, OWN_DIGITS - 1 - exponent))
     # Rounding can also change how it prints: 3.0000000001 kept as 3.0 prints "3." (an integer),
     # 9.99999999e-05 kept as 0.0001 in fixed mode, where torch prints the true norm's mode.
-    kept_mag = np.abs(kept)
-    kept_sci = (kept_mag > 1.0e8) | ((kept_mag < 1.0e-4) & (kept_mag > 0))
-    moved = (kept_sci != sci) | ((kept == np.rint(kept)) & (raw != np.rint(raw)))
+    moved = (_lone_sci(np.abs(kept)) != sci) | ((kept == np.rint(kept)) & (raw != np.rint(raw)))
     moved &= np.isfinite(raw)
     kept[moved] = raw[moved]
     extra = places - printed  # digits kept past the printed ones
@@ -312,6 +312,11 @@ def _print_as_unrounded(raw: np.ndarray, kept: np.ndarray, places: np.ndarray) -
         spec = f".{DECIMALS}e" if sci[k] else f".{printed[k]}f"
         if format(float(raw[k]), spec) != format(float(kept[k]), spec):
             kept[k] = raw[k]
+
+
+def _lone_sci(mag: np.ndarray) -> np.ndarray:
+    """Whether torch prints each lone number (a 0-d tensor) of magnitude ``mag`` in sci mode."""
+    return (mag > SCI_ABOVE) | ((mag < SCI_BELOW) & (mag > 0))
 
 
 def _exponent10(mag: np.ndarray) -> np.ndarray:
