@@ -243,3 +243,12 @@ def test_leaves_keep_complex_pairs_whole():
     pairs = [[[1.0, 2.0]], [[3.0, -4.0]]]
     assert leaves(pairs, True) == [[1.0, 2.0], [3.0, -4.0]]
     assert leaves(pairs) == [1.0, 2.0, 3.0, -4.0]
+
+
+@pytest.mark.parametrize("below", [0.09997, 0.009997, 0.0009997, 0.099997])
+def test_a_value_that_rounds_up_to_a_power_of_ten_shows_as_torch_prints_it(below):
+    # torch's 4 decimals print 0.09997 as 0.1000: already 4 significant digits, so no widening
+    t = torch.tensor([below, 0.5, -0.25], dtype=torch.float64)
+    rec = GradRecords(MAX_VALUES).records([t])[0]
+    assert rec["format"] == [torch_mode(t)] == ["fixed"]
+    assert shown(rec) == printed(t)

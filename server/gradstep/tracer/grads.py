@@ -262,7 +262,9 @@ def _round(flat: np.ndarray, singles: int, sizes: np.ndarray) -> tuple[np.ndarra
         upper[singles:] = _UPPER[run_codes]
         counts = np.concatenate((np.ones(singles, dtype=np.int64), counts))
         lower, upper = np.repeat(lower, counts), np.repeat(upper, counts)
-    places = np.maximum(lower, upper - _exponent10(mag))
+    exponent = _exponent10(mag)
+    places = np.maximum(lower, upper - exponent)
+    _fewer_where_carried(flat, places, upper, exponent)
     # A zero or non-finite entry gets places far beyond exact powers of ten (as do huge and tiny
     # ones): not ok, those entries stay as they are.
     ok = np.abs(places) <= _MAX_EXACT
@@ -284,6 +286,22 @@ def _round(flat: np.ndarray, singles: int, sizes: np.ndarray) -> tuple[np.ndarra
     if singles:
         _print_as_unrounded(flat[:singles], out[:singles], places[:singles])
     return out, codes.tolist(), norms_finite, values_finite
+
+
+def _fewer_where_carried(
+    flat: np.ndarray, places: np.ndarray, upper: np.ndarray, exponent: np.ndarray
+) -> None:
+    """A fixed-mode value just below a power of ten that rounds up to it with one decimal fewer
+    already has 4 significant digits there: 0.09997 shows as 0.1000, as torch's 4 decimals print it,
+    not 0.09997 (more decimals are added only while torch's text has fewer than 4 digits)."""
+    widened = (upper == OWN_DIGITS - 1) & (places > DECIMALS) & (np.abs(places) < _MAX_EXACT)
+    if not widened.any():
+        return
+    at = np.nonzero(widened)[0]
+    fewer = places[at] - 1 + _MAX_EXACT
+    rounded = np.rint(np.abs(flat[at]) * _MUL[fewer] / _DIV[fewer]) * _DIV[fewer] / _MUL[fewer]
+    carried = at[rounded >= 10.0 ** (exponent[at] + 1)]
+    places[carried] -= 1
 
 
 def _print_as_unrounded(raw: np.ndarray, kept: np.ndarray, places: np.ndarray) -> None:
