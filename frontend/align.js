@@ -3,10 +3,9 @@
 // differs. Pure functions of the two traces: no DOM, tested with node --test.
 //
 // The rule (docs: frontend/README.md, "Side by side"):
-//   1. Lines: the two codes are diffed line by line (longest common subsequence
-//      of the lines, whitespace at the ends ignored). Between two common lines,
-//      the lines that changed are paired in order (`y.backward()` ↔
-//      `y.backward(retain_graph=True)`); lines left over were added or removed.
+//   1. Lines: the fix's line map, computed by the server and shipped with the
+//      fix (Fix.source_lines; the rule is diagnose/source.py line_sources):
+//      each line of the fix comes from a line of the original or was added.
 //   2. Calls: the k-th backward()/autograd.grad() call of one run is aligned
 //      with the k-th call of the other, whatever their lines.
 //   3. Forward steps: between call k-1 and call k (and after the last call),
@@ -51,34 +50,33 @@ function lcsPairs(a, b, eq) {
   return pairs;
 }
 
+/** A code's lines as the server counts them (Python's splitlines: no empty line after a final newline). */
+export function codeLines(code) {
+  const lines = (code || "").split(/\r\n|\r|\n/);
+  if (lines.length && lines[lines.length - 1] === "") lines.pop();
+  return lines;
+}
+
 /**
- * Line map between two codes: { aToB: Map(lineA → lineB), bToA, changed: Set(lineB) }.
- * Lines count from 1. `changed` holds B's lines paired with a different A line.
+ * The line map between a snippet and its fix: { aToB: Map(lineA → lineB), bToA, changed: Set(lineB) }.
+ * Lines count from 1. `changed` holds B's lines whose text differs from the A line they come from.
+ * The map is the server's (Fix.source_lines, from diagnose/source.py line_sources), the one rule
+ * for it; this only reads it. A fix from a trace older than source_lines maps no line.
  */
-export function lineMap(codeA, codeB) {
-  const a = (codeA || "").split("\n").map((l) => l.trim());
-  const b = (codeB || "").split("\n").map((l) => l.trim());
-  const common = lcsPairs(a, b, (x, y) => x === y);
+export function fixLineMap(codeA, fix) {
+  const a = codeLines(codeA);
+  const b = codeLines(fix?.code);
+  const sources = Array.isArray(fix?.source_lines) ? fix.source_lines : [];
   const aToB = new Map();
   const bToA = new Map();
   const changed = new Set();
-  let pa = 0;
-  let pb = 0;
-  for (const [ia, ib] of [...common, [a.length, b.length]]) {
-    // the lines between two common lines: changed in order, the rest added/removed
-    const k = Math.min(ia - pa, ib - pb);
-    for (let d = 0; d < k; d++) {
-      aToB.set(pa + d + 1, pb + d + 1);
-      bToA.set(pb + d + 1, pa + d + 1);
-      changed.add(pb + d + 1);
-    }
-    if (ia < a.length) {
-      aToB.set(ia + 1, ib + 1);
-      bToA.set(ib + 1, ia + 1);
-    }
-    pa = ia + 1;
-    pb = ib + 1;
-  }
+  sources.forEach((from, i) => {
+    // the map comes from a sandboxed run: out-of-range or repeated lines are ignored
+    if (!Number.isInteger(from) || from < 1 || from > a.length || aToB.has(from) || i >= b.length) return;
+    aToB.set(from, i + 1);
+    bToA.set(i + 1, from);
+    if (a[from - 1].trim() !== b[i].trim()) changed.add(i + 1);
+  });
   return { aToB, bToA, changed };
 }
 
@@ -104,7 +102,7 @@ function segmentSteps(steps) {
  * of run A / B or null (no partner), kind "forward" | "call". Every step of each
  * run appears exactly once, in order.
  */
-export function alignSteps(traceA, traceB, map = lineMap(traceA.code, traceB.code)) {
+export function alignSteps(traceA, traceB, map) {
   const stepsA = traceA.steps ?? [];
   const stepsB = traceB.steps ?? [];
   const A = segmentSteps(stepsA);
@@ -171,7 +169,7 @@ function nodeKeys(trace, lineOf) {
 }
 
 /** Matching nodes of the two runs: { aToB: Map(id → id), bToA }. */
-export function matchNodes(traceA, traceB, map = lineMap(traceA.code, traceB.code)) {
+export function matchNodes(traceA, traceB, map) {
   const ka = nodeKeys(traceA, (l) => map.aToB.get(l));
   const kb = nodeKeys(traceB, (l) => l);
   const byKey = new Map([...kb].map(([id, k]) => [k, id]));
@@ -203,13 +201,13 @@ function addKind(m, id, kind) {
 }
 
 /**
- * Everything a comparison needs, computed once: { map, rows, nodes, diffAt(r) }.
+ * Everything a comparison needs, computed once from the two runs and the fix's line map
+ * (fixLineMap): { map, rows, nodes, diffAt(r) }.
  * diffAt(r) → { shown: shownAt(rows, r), a: Map(id → Set(kind)), b: Map(id → Set(kind)),
  *   grads: [{name, a, b}], freed: [{a, b, freedIn}], errors: {a, b} }
  * kinds: "freed", "stale", "failed", "grad", "only".
  */
-export function compareTraces(traceA, traceB) {
-  const map = lineMap(traceA.code, traceB.code);
+export function compareTraces(traceA, traceB, map) {
   const rows = alignSteps(traceA, traceB, map);
   const nodes = matchNodes(traceA, traceB, map);
   const diffAt = (r) => {

@@ -5,7 +5,7 @@ import { createViewer } from "./viewer.js";
 import { installShare, loadPermalink } from "./share.js";
 import { createDiagnoses } from "./diagnoses.js";
 import { createCompare } from "./compare.js";
-import { lineMap } from "./align.js";
+import { fixLineMap } from "./align.js";
 import { createApi } from "./api.js";
 import { createRunStatus } from "./run-status.js";
 import { createExamples, isStillExample } from "./examples.js";
@@ -96,12 +96,12 @@ async function applyFix(fix) {
     if (!fixed || !original) return;
     beforeFix = { code: originalCode, trace: original };
     // the lines the fix changed or added, marked in the editor (until the code is edited)
-    const map = lineMap(original.code, fix.code);
+    const map = fixLineMap(original.code, fix);
     const changed = fix.code.split("\n").map((text, i) => [i + 1, text.trim()])
       .filter(([n, text]) => text && (map.changed.has(n) || !map.bToA.has(n))).map(([n]) => n);
     editor.setMarks({ changed });
     document.body.classList.add("gs-comparing");
-    await compare.open({ original, fixed, title: fix.title });
+    await compare.open({ original, fixed, title: fix.title, map });
   } finally {
     diagnoses.setBusy(false);
   }

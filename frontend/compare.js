@@ -207,11 +207,11 @@ export function createCompare(host, options = {}) {
     get comparison() {
       return cmp;
     },
-    /** Show two traces side by side from their first row. */
-    async open({ original, fixed, title: fixTitle = "" }) {
+    /** Show two traces side by side from their first row; map: the fix's line map (fixLineMap). */
+    async open({ original, fixed, title: fixTitle = "", map }) {
       api.close();
       traces = { a: original, b: fixed };
-      cmp = compareTraces(original, fixed);
+      cmp = compareTraces(original, fixed, map);
       title.textContent = fixTitle ? `Original and fixed: ${fixTitle}` : "Original and fixed";
       host.hidden = false;
       viewers = SIDES.map(({ side, label }) => {

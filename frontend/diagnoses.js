@@ -3,7 +3,7 @@
 // before offering them. "Apply fix" hands the fix to the page (app.js), which
 // runs it and opens the side-by-side view.
 
-import { lineMap } from "./align.js";
+import { codeLines, fixLineMap } from "./align.js";
 import { h } from "./dom.js";
 
 /** Text with markdown `code` spans as <code> (the diagnoses' texts use them); nothing else parsed. */
@@ -14,27 +14,32 @@ export function inlineCode(text) {
 
 /**
  * The lines a fix changes, for a short preview: [{sign: "-"|"+", line, text}]
- * in the order of the fixed code (a removed line comes before what replaced it).
+ * in the order of the fixed code; lines removed before a kept line come before
+ * what the fix added there (a rewrite reads old, then new).
  */
-export function changedLines(before, after) {
-  const a = before.split("\n");
-  const b = after.split("\n");
-  const m = lineMap(before, after);
+export function changedLines(before, fix) {
+  const a = codeLines(before);
+  const b = codeLines(fix.code);
+  const m = fixLineMap(before, fix);
   const out = [];
   let ia = 1;
+  const removeUpTo = (end) => {
+    for (; ia < end; ia++) out.push({ sign: "-", line: ia, text: a[ia - 1] });
+  };
+  let nextKept = 0; // the first fixed line after ib that comes from the original (0: not looked for yet)
   for (let ib = 1; ib <= b.length; ib++) {
     const from = m.bToA.get(ib);
-    if (from !== undefined) {
-      // lines of the original skipped on the way to this one were removed
-      for (; ia < from; ia++) out.push({ sign: "-", line: ia, text: a[ia - 1] });
-      if (a[from - 1] !== b[ib - 1]) {
-        out.push({ sign: "-", line: from, text: a[from - 1] });
-        out.push({ sign: "+", line: ib, text: b[ib - 1] });
-      }
-      ia = from + 1;
-    } else out.push({ sign: "+", line: ib, text: b[ib - 1] });
+    if (from === undefined) {
+      if (nextKept <= ib) for (nextKept = ib + 1; nextKept <= b.length && !m.bToA.has(nextKept);) nextKept++;
+      removeUpTo(nextKept <= b.length ? m.bToA.get(nextKept) : a.length + 1);
+      out.push({ sign: "+", line: ib, text: b[ib - 1] });
+      continue;
+    }
+    removeUpTo(from);
+    if (m.changed.has(ib)) out.push({ sign: "-", line: from, text: a[from - 1] }, { sign: "+", line: ib, text: b[ib - 1] });
+    ia = Math.max(ia, from + 1);
   }
-  for (; ia <= a.length; ia++) out.push({ sign: "-", line: ia, text: a[ia - 1] });
+  removeUpTo(a.length + 1);
   return out.filter((x) => x.text.trim() !== "" || x.sign === "+");
 }
 
@@ -69,7 +74,7 @@ export function createDiagnoses(el, options = {}) {
             ? h("button", { type: "button", class: "gs-link gs-diag-line", title: "Show the line in the editor", onclick: () => options.onLine && options.onLine(d.line) }, `line ${d.line}`)
             : null);
         const fixes = (d.fixes || []).map((f, j) => {
-          const diff = changedLines(code, f.code);
+          const diff = changedLines(code, f);
           return h("li", { class: "gs-fix", "data-fix": `${i}.${j}` },
             h("strong", { class: "gs-fix-title" }, ...inlineCode(f.title)),
             h("p", { class: "gs-fix-explanation" }, ...inlineCode(f.explanation)),

@@ -288,6 +288,11 @@ class Fix(_Model):
     title: str = Field(description="Short imperative, e.g. 'Keep the graph with retain_graph=True'.")
     explanation: str = Field(description="What the change does and what it costs.")
     code: str = Field(description="The whole corrected snippet.")
+    source_lines: list[int | None] | None = Field(
+        None,
+        description="For each line of `code`, the line of the run's snippet it comes from (1-based; "
+        "null: the fix added it). Null in traces from before it was added.",
+    )
 
 
 class Diagnosis(_Model):

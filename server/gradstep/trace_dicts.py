@@ -147,6 +147,7 @@ class FixDict(TypedDict):
     title: str
     explanation: str
     code: str
+    source_lines: NotRequired[list[int | None] | None]
 
 
 @_strict_keys

@@ -2,7 +2,7 @@
 // Run: node --test tests/frontend/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { compareTraces } from "../../frontend/align.js";
+import { compareTraces, fixLineMap } from "../../frontend/align.js";
 import { describeDiff } from "../../frontend/compare.js";
 import { fmtNumber } from "../../frontend/printing.js";
 
@@ -31,8 +31,9 @@ const FIXED = {
     { kind: "backward", line: 5, nodes: [{ id: 0, freed: true, executed: true }, { id: 1, executed: true }], tensors: [x(12)] },
   ],
 };
+const MAP = fixLineMap(ORIGINAL.code, { code: FIXED.code, source_lines: [1, 2, 3, 4, 5] }); // as the server ships it
 const sentences = (r) => {
-  const c = compareTraces(ORIGINAL, FIXED);
+  const c = compareTraces(ORIGINAL, FIXED, MAP);
   return describeDiff(c.diffAt(r), ORIGINAL, FIXED);
 };
 
@@ -54,7 +55,7 @@ test("an error in one run and a differing grad are both listed, the error first"
 test("a long torch message is cut in the list", () => {
   const long = { ...ERROR, message: "m".repeat(300) };
   const a = { ...ORIGINAL, steps: [...ORIGINAL.steps.slice(0, 2), { ...ORIGINAL.steps[2], error: long }] };
-  const c = compareTraces(a, FIXED);
+  const c = compareTraces(a, FIXED, MAP);
   const text = describeDiff(c.diffAt(2), a, FIXED)[0].text;
   assert.ok(text.endsWith("…") && text.length < 160);
 });
@@ -65,7 +66,7 @@ test("many nodes freed at once are named up to a few, the rest counted", () => {
   const at = (freed) => ({ kind: "backward", line: 4, nodes: nodes.map((x) => ({ id: x.id, freed })), tensors: [] });
   const a = { code: "a\nb\nc\nd\n", nodes, steps: [at(true)] };
   const b = { code: "a\nb\nc\nd\n", nodes, steps: [at(false)] };
-  const s = describeDiff(compareTraces(a, b).diffAt(0), a, b).map((x) => x.text);
+  const s = describeDiff(compareTraces(a, b, fixLineMap(a.code, { code: b.code, source_lines: [1, 2, 3, 4] })).diffAt(0), a, b).map((x) => x.text);
   assert.equal(s.length, 6);
   assert.equal(s[0], "Op0Backward0 (line 3): freed in the original, held in the fix.");
   assert.equal(s.at(-1), "and 5 more nodes freed in the original, held in the fix.");

@@ -4,7 +4,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { narrationSegments, linkTarget, codeSpans } from "../../frontend/narration.js";
-import { changedLines } from "../../frontend/diagnoses.js";
 import { buildModel } from "../../frontend/model.js";
 
 const join = (segs) => segs.map((s) => s.text).join("");
@@ -57,27 +56,6 @@ test("a tensor link points at the node that holds its .grad at that step", () =>
   assert.equal(linkTarget(model, step, { node: 0, tensor: null }), 0);
   assert.equal(linkTarget(model, step, { node: 7, tensor: null }), null);
   assert.equal(linkTarget(model, step, { node: null, tensor: "nope" }), null);
-});
-
-test("the fix preview lists a changed line as removed then added", () => {
-  const before = "import torch\ny.backward()\ny.backward()\n";
-  const after = "import torch\ny.backward(retain_graph=True)\ny.backward()\n";
-  assert.deepEqual(changedLines(before, after), [
-    { sign: "-", line: 2, text: "y.backward()" },
-    { sign: "+", line: 2, text: "y.backward(retain_graph=True)" },
-  ]);
-});
-
-test("the fix preview lists inserted and removed lines", () => {
-  const before = "a\nb\nc\n";
-  const after = "a\nnew\nc\nd\n";
-  // b and new sit between the same common lines: a change; d is added at the end
-  assert.deepEqual(changedLines(before, after), [
-    { sign: "-", line: 2, text: "b" },
-    { sign: "+", line: 2, text: "new" },
-    { sign: "+", line: 4, text: "d" },
-  ]);
-  assert.deepEqual(changedLines("a\nb\nc", "a\nc"), [{ sign: "-", line: 2, text: "b" }]);
 });
 
 test("link offsets count code points, as the server's Python strings do", () => {

@@ -34,7 +34,7 @@ from gradstep.diagnose import (
 )
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.old_idioms import RULES as OLD_IDIOMS
-from gradstep.diagnose.source import Source, moved_line
+from gradstep.diagnose.source import Source, line_sources, moved_line
 from gradstep.trace_dicts import TraceDict
 
 Run = Callable[[list[str]], list[dict | None]]  # codes -> their traces (plain dicts; None: not run), in order
@@ -144,7 +144,14 @@ def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
                 continue
             passed[fix.key] = fixed
             explanation = fix.explanation(fixed) if callable(fix.explanation) else fix.explanation
-            fixes.append({"title": fix.title, "explanation": explanation, "code": fix.code})
+            fixes.append(
+                {
+                    "title": fix.title,
+                    "explanation": explanation,
+                    "code": fix.code,
+                    "source_lines": line_sources(trace.get("code") or "", fix.code),
+                }
+            )
         out.append(
             {
                 "kind": candidate.kind,

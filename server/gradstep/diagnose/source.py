@@ -247,14 +247,17 @@ def is_pure(node: ast.AST) -> bool:
     return isinstance(node, ast.Name)
 
 
-def moved_line(old_code: str, new_code: str, line: int | None) -> int | None:
-    """Where line ``line`` of ``old_code`` is in ``new_code`` (a fix inserts, deletes or rewrites lines).
+def line_sources(old_code: str, new_code: str) -> list[int | None]:
+    """For each line of ``new_code``, the line of ``old_code`` it comes from (1-based; None: added).
 
-    A rewritten line maps to its rewrite when the rewrite has as many lines; a deleted one to None.
+    The one line map between a snippet and its fix: diagnose uses it to find a line in the fixed
+    code, and it is shipped with each fix (``Fix.source_lines``) for the page's side-by-side view
+    and change marks. Lines compare with their ends' whitespace ignored (a fix may re-indent). A
+    rewritten line comes from the line it replaces when the rewrite has as many lines; a line
+    rewritten into more or fewer lines counts as removed, and its rewrite as added.
     """
-    if line is None:
-        return None
-    old, new = old_code.splitlines(), new_code.splitlines()
+    old = [t.strip() for t in old_code.splitlines()]
+    new = [t.strip() for t in new_code.splitlines()]
     # The lines before the first change and after the last are where they were (counted from the
     # end after it). Only the changed middle is diffed: over the whole text, difflib pairs
     # `y.backward()` rewritten on line 4 with the identical `y.backward()` of line 5, and
@@ -262,15 +265,20 @@ def moved_line(old_code: str, new_code: str, line: int | None) -> int | None:
     shortest = min(len(old), len(new))
     head = next((i for i in range(shortest) if old[i] != new[i]), shortest)
     tail = next((i for i in range(shortest - head) if old[-1 - i] != new[-1 - i]), shortest - head)
-    if line <= head:
-        return line
-    if line > len(old) - tail:
-        return line + len(new) - len(old)
+    sources: list[int | None] = list(range(1, head + 1)) + [None] * (len(new) - head - tail)
+    sources += range(len(old) - tail + 1, len(old) + 1)
     matcher = difflib.SequenceMatcher(
         a=old[head : len(old) - tail], b=new[head : len(new) - tail], autojunk=False
     )
-    at = line - head
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
-        if a0 < at <= a1 and (tag == "equal" or (tag == "replace" and a1 - a0 == b1 - b0)):
-            return head + b0 + (at - a0)
-    return None
+        if tag == "equal" or (tag == "replace" and a1 - a0 == b1 - b0):
+            for k in range(b1 - b0):
+                sources[head + b0 + k] = head + a0 + k + 1
+    return sources
+
+
+def moved_line(old_code: str, new_code: str, line: int | None) -> int | None:
+    """Where line ``line`` of ``old_code`` is in ``new_code`` (None: the fix removed it)."""
+    if line is None:
+        return None
+    return next((i for i, s in enumerate(line_sources(old_code, new_code), 1) if s == line), None)
