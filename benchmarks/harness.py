@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from testkit.sandbox_guard import files_owned_by, mount_points  # the tests' leftover probes
+from testkit.sandbox_guard import files_owned_by, mount_points, uid_base  # the tests' leftover probes
 
 HOST = "127.0.0.1"  # loopback only: these scripts never send traffic anywhere else
-SANDBOX_UID_BASE = 61000  # SandboxConfig.uid_base: slot i runs as uid 61000 + i
+SANDBOX_UID_BASE = uid_base()  # SandboxConfig.uid_base (GRADSTEP_UID_BASE, else 61000): slot i runs as it + i
 TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 START_TIMEOUT = 180.0  # seconds for the server to import torch, start the zygote and answer /healthz
 STOP_TIMEOUT = 30.0  # seconds for a graceful stop (SIGTERM) before SIGKILL

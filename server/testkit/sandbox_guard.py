@@ -25,6 +25,17 @@ from gradstep.sandbox import protocol
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _count = itertools.count()
+DEFAULT_UID_BASE = 61000  # Settings.uid_base
+
+
+def uid_base(offset: int = 0) -> int:
+    """The first uid of a test's or benchmark's sandbox: ``GRADSTEP_UID_BASE`` (else 61000, the
+    server's default) + ``offset``. Runs side by side on one host (other checkouts, other test
+    sessions) set disjoint GRADSTEP_UID_BASEs, 3000 apart: sandboxes sharing a uid share its
+    RLIMIT_NPROC, and without seccomp their children could signal each other (kill(-1)). The
+    offsets the tests and benchmarks use stay below 2500, each sandbox's range (its slots) within
+    its own offset's step."""
+    return int(os.environ.get("GRADSTEP_UID_BASE", DEFAULT_UID_BASE)) + offset
 
 
 def guard_unavailable() -> str | None:

@@ -35,6 +35,7 @@ from testkit.sandbox_guard import (
     bound,
     guard_fixture,
     guard_unavailable,
+    uid_base,
     work_dir_listing,
     write_attempts,
 )
@@ -46,7 +47,11 @@ from harness import Server, cmdline, descendants, proc_table  # noqa: E402
 WHY_NOT = guard_unavailable() or image_unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 
-UID_BASE = {"image": 62900, "root": 62950, "no_new_privs": 62980}  # one slot each
+UID_BASE = {
+    "image": uid_base(1900),
+    "root": uid_base(1950),
+    "no_new_privs": uid_base(1980),
+}  # < 20 slots each
 SECRET = f"nonroot-secret-{os.getpid()}"
 ZERO = "0000000000000000"
 SNIPPET = (

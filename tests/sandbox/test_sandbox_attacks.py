@@ -33,6 +33,7 @@ from testkit.sandbox_guard import (
     guard_unavailable,
     mount_points,
     settle,
+    uid_base,
     work_dir_listing,
     write_attempts,
 )
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guar
 
 REPO = Path(gradstep.sandbox.__file__).resolve().parents[3]
 SECRET = f"gradstep-attack-secret-{os.getpid()}"
-UIDS = {"full": 62000, "no_seccomp": 62100}  # away from the default 61000: a server may run here too
+UIDS = {"full": uid_base(1000), "no_seccomp": uid_base(1100)}  # away from a server's: one may run here too
 WORKERS = 2
 NORMAL = "import torch\nx = torch.ones(3, requires_grad=True)\n(x * x).sum().backward()\nprint(x.grad)"
 

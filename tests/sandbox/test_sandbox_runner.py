@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig
 from testkit import sandbox_guard
-from testkit.sandbox_guard import Guard, guard_fixture, guard_unavailable, settle
+from testkit.sandbox_guard import Guard, guard_fixture, guard_unavailable, settle, uid_base
 
 pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
 
@@ -37,7 +37,7 @@ def light(guard: Guard, **kw) -> SandboxConfig:
         warmup="pid",
         pythonpath=[TESTKIT],
         cgroup_parent=guard.parent,
-        uid_base=62200,
+        uid_base=uid_base(1200),
     )
     options.update(kw)
     return SandboxConfig(**options)
@@ -184,13 +184,13 @@ def test_a_run_in_flight_when_the_zygote_dies_is_a_crash(sandbox):
 
 
 def test_a_disabled_layer_is_reported_as_disabled(guard):
-    with Sandbox(light(guard, workers=1, uid_base=62300, disable=frozenset({"seccomp"}))) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1300), disable=frozenset({"seccomp"}))) as sb:
         assert sb.health()["layers"]["seccomp"] == "disabled"
         assert sb.run("echo x").status == "ok"
 
 
 def test_an_unavailable_layer_is_reported_and_warned_about(guard, capfd):
-    config = light(guard, workers=1, uid_base=62400, cgroup_parent=guard.parent + "/no/such/cgroup")
+    config = light(guard, workers=1, uid_base=uid_base(1400), cgroup_parent=guard.parent + "/no/such/cgroup")
     with Sandbox(config) as sb:
         guard.hold(sb.health()["zygote_pid"])
         state = sb.health()["layers"]["cgroup"]
@@ -211,7 +211,7 @@ def test_the_minimal_root_holds_no_host_file_and_is_listed_in_health(sandbox):
 
 def test_without_the_minimal_root_the_project_is_hidden_and_the_uid_guards_the_rest(guard):
     # The fallback (root disabled or unavailable): the host's tree, read-only, the project covered.
-    with Sandbox(light(guard, workers=1, uid_base=62500, disable=frozenset({"root"}))) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1500), disable=frozenset({"root"}))) as sb:
         guard.hold(sb.health()["zygote_pid"])
         assert sb.health()["layers"]["root"] == "disabled" and sb.health()["visible"] == []
         assert sb.run("read /etc/shadow").output == b"PermissionError"  # uid
@@ -224,17 +224,19 @@ def test_a_child_whose_root_is_not_the_minimal_one_fails_its_root_layer():
     from gradstep.sandbox.confine import Confinement
 
     st = os.stat("/")
-    elsewhere = Confinement({"uid_base": 62600, "root_id": (st.st_dev, st.st_ino + 1)}, 0, result_fd=-1)
+    elsewhere = Confinement(
+        {"uid_base": uid_base(1600), "root_id": (st.st_dev, st.st_ino + 1)}, 0, result_fd=-1
+    )
     with pytest.raises(RuntimeError, match="not the zygote's minimal root"):
         elsewhere.root()
     with pytest.raises(RuntimeError, match="no minimal root"):
-        Confinement({"uid_base": 62600}, 0, result_fd=-1).root()
+        Confinement({"uid_base": uid_base(1600)}, 0, result_fd=-1).root()
 
 
 def test_close_leaves_no_process_and_no_cgroup(guard):
     cgroups = Path("/sys/fs/cgroup/memory", guard.name)
     before = {p for p in cgroups.iterdir() if p.is_dir()}
-    sb = Sandbox(light(guard, workers=2, uid_base=62500))
+    sb = Sandbox(light(guard, workers=2, uid_base=uid_base(1500)))
     sb.start()
     assert {p for p in cgroups.iterdir() if p.is_dir()} != before
     zygote = sb.health()["zygote_pid"]
@@ -253,7 +255,7 @@ def test_close_leaves_no_process_and_no_cgroup(guard):
 def test_close_right_after_a_run_leaves_no_child(guard):
     # The run answered, its child may still be exiting, and a new spare may be half-way
     # through its confinement: close() still leaves nothing.
-    sb = Sandbox(light(guard, workers=2, uid_base=62500))
+    sb = Sandbox(light(guard, workers=2, uid_base=uid_base(1500)))
     sb.start()
     zygote = sb.health()["zygote_pid"]
     r = sb.run("early 5")
@@ -262,7 +264,7 @@ def test_close_right_after_a_run_leaves_no_child(guard):
     assert sb.run("echo x").status == "ok"  # answered; the next spare for its slot is being made
     sb.close()
     assert not alive(child) and not alive(zygote)
-    assert not [pid for pid in guard.tasks() if uid_of(pid) in range(62500, 62502)]
+    assert not [pid for pid in guard.tasks() if uid_of(pid) in range(uid_base(1500), uid_base(1502))]
 
 
 # -- answering before the child exits, and spares ------------------------------------------
@@ -360,9 +362,9 @@ def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
                 break
             time.sleep(0.005)
         st = status_of(pid)
-        slot = int(st["Uid"].split()[0]) - 62200
+        slot = int(st["Uid"].split()[0]) - uid_base(1200)
         slots.add(slot)
-        uid = str(62200 + slot)
+        uid = str(uid_base(1200) + slot)
         assert st["Uid"] == st["Gid"] == f"{uid} {uid} {uid} {uid}" and st["Groups"] == ""
         assert st["CapEff"] == st["CapPrm"] == "0000000000000000"
         assert (st["NoNewPrivs"], st["Seccomp"]) == ("1", "2")
@@ -400,7 +402,7 @@ def test_a_spare_serves_one_run_only(sandbox):
 
 def test_the_cpu_limit_counts_only_the_run_not_the_spares_wait(guard):
     # A roomy wall clock: on a busy machine 1 s of CPU can take a while.
-    with Sandbox(light(guard, workers=1, uid_base=62800, cpu_seconds=1, wall_seconds=20)) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1800), cpu_seconds=1, wall_seconds=20)) as sb:
         guard.hold(sb.health()["zygote_pid"])
         settle(sb)
         time.sleep(1.2)  # the spare waits, without using CPU
@@ -433,7 +435,7 @@ def test_a_spare_killed_while_waiting_is_replaced(sandbox):
 
 
 def test_without_prefork_each_run_forks_on_request(guard):
-    with Sandbox(light(guard, workers=1, uid_base=62600, prefork=False)) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1600), prefork=False)) as sb:
         guard.hold(sb.health()["zygote_pid"])
         assert sb.run("echo x").output == b"echo x"
         h = settle(sb)
@@ -448,7 +450,7 @@ def test_large_code_reaches_the_child_whole(sandbox):
 
 
 def test_huge_pages_can_be_turned_off(guard):
-    with Sandbox(light(guard, workers=1, uid_base=62700, huge_pages=False)) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1700), huge_pages=False)) as sb:
         guard.hold(sb.health()["zygote_pid"])
         assert sb.health()["zygote_huge_pages_mb"] == 0
         assert sb.run("echo x").output == b"echo x"
@@ -457,7 +459,7 @@ def test_huge_pages_can_be_turned_off(guard):
 def test_a_prewarm_runs_confined_in_each_child_before_its_code_and_its_failure_is_dropped(guard):
     """SandboxConfig.prewarm: the target runs once more in every child, after its layers and before
     its code arrives; what it returns or raises never reaches the run."""
-    with Sandbox(light(guard, workers=1, uid_base=62850, prewarm="raise")) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1850), prewarm="raise")) as sb:
         for _ in range(2):  # a spare's, then the next child's
             r = sb.run("echo after a prewarm")
             assert (r.status, r.output) == ("ok", b"echo after a prewarm"), r.detail

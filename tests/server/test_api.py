@@ -21,6 +21,7 @@ from gradstep.schema import Trace, json_schema
 from gradstep.settings import Settings
 from gradstep.trace_dicts import collector_paused
 from gradstep.tracer import record
+from testkit.sandbox_guard import uid_base
 
 SMALL = (
     "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * 2).sum()\ny.backward()\nprint(x.grad)\n"
@@ -29,7 +30,7 @@ SMALL = (
 
 @pytest.fixture(scope="module")
 def client():
-    settings = Settings(workers=2, queue=4, rate=0, wall_seconds=20, cpu_seconds=10)
+    settings = Settings(workers=2, queue=4, rate=0, wall_seconds=20, cpu_seconds=10, uid_base=uid_base())
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -198,7 +199,7 @@ def test_responses_are_gzipped_when_asked(client):
 
 
 def test_rate_limit_answers_429_with_retry_after():
-    settings = Settings(workers=1, queue=2, rate=0.01, burst=1)
+    settings = Settings(workers=1, queue=2, rate=0.01, burst=1, uid_base=uid_base())
     with TestClient(create_app(settings)) as c:
         first = post(c, SMALL + "# rate 1\n")
         second = post(c, SMALL + "# rate 2\n")
@@ -208,7 +209,7 @@ def test_rate_limit_answers_429_with_retry_after():
 
 
 def test_full_queue_answers_503_with_retry_after():
-    settings = Settings(workers=1, queue=0, rate=0)
+    settings = Settings(workers=1, queue=0, rate=0, uid_base=uid_base())
     app = create_app(settings)
     with TestClient(app) as c:
         app.state.admission.inside = app.state.admission.capacity  # every place taken
