@@ -18,6 +18,7 @@ import mmap
 import os
 import resource
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -177,12 +178,39 @@ def settle(sb, timeout: float = 10.0) -> dict:
     end = time.monotonic() + timeout
     while True:
         h = sb.health()
-        spares = h["workers"] if h["prefork"] and h["zygote"] else 0
+        spares = h["slots"] if h["prefork"] and h["zygote"] else 0
         if h["busy"] == 0 and h["spares"] == spares:
             return h
         if time.monotonic() > end:
             raise AssertionError(f"the sandbox did not settle: {h}")
         time.sleep(0.005)
+
+
+def at_once(sb, codes: list[str]) -> list:
+    """``sb.run`` of each of ``codes``, from as many threads started together; the results, in order."""
+    results: list = [None] * len(codes)
+    start = threading.Barrier(len(codes))
+
+    def call(i: int) -> None:
+        start.wait()
+        results[i] = sb.run(codes[i])
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(codes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of (start, end) intervals that overlap at one instant."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])  # ends first at ties
+    live = peak = 0
+    for _, step in events:
+        live += step
+        peak = max(peak, live)
+    return peak
 
 
 def files_owned_by(uids: range, dirs, prefix: str | None = None) -> list[str]:
@@ -215,10 +243,17 @@ def _write(path: Path, value: int | str) -> None:
 def target(code: str) -> bytes:
     """A light target: ``bytes N``, ``raise``, ``str``, ``sleep S``, ``exit N``, ``pid``, ``env``,
     ``spin``, ``limits``, ``read PATH`` (a directory's sorted listing, a file's first bytes, or the
-    error's name), and ``early S`` / ``early-kill`` / ``early-oom``: write a whole
+    error's name), ``span S`` (sleep S seconds; JSON: when it started and ended by the wall clock,
+    its uid and pid), and ``early S`` / ``early-kill`` / ``early-oom``: write a whole
     result (``early <pid>``) first, then sleep S seconds / die by SIGKILL / blow the memory cgroup.
     """
     cmd, _, arg = code.partition(" ")
+    if cmd == "span":
+        start = time.time()
+        time.sleep(float(arg))
+        return json.dumps(
+            {"start": start, "end": time.time(), "uid": os.getuid(), "pid": os.getpid()}
+        ).encode()
     if cmd == "read":
         try:
             if os.path.isdir(arg):
