@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from gradstep.sandbox.config import EXTRA_SLOTS
 from testkit.sandbox_guard import files_owned_by, mount_points, uid_base  # the tests' leftover probes
 
 HOST = "127.0.0.1"  # loopback only: these scripts never send traffic anywhere else
@@ -199,7 +200,8 @@ class Server:
         self._before_temp: set[str] = set()
         self._before_mounts: set[str] = set()
         self._before_zygotes: set[tuple[int, int]] = set()
-        self._uids = range(uid_base, uid_base + self.workers)
+        extra = int(self.env.get("GRADSTEP_EXTRA_SLOTS", EXTRA_SLOTS))
+        self._uids = range(uid_base, uid_base + self.workers + extra)  # one per sandbox slot
 
     @property
     def url(self) -> str:

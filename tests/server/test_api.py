@@ -17,10 +17,13 @@ import torch
 from fastapi.testclient import TestClient
 from gradstep import snippets
 from gradstep.app import create_app
+from gradstep.runs import TraceRunner, sandbox_config
+from gradstep.sandbox import Sandbox
 from gradstep.schema import Trace, json_schema
 from gradstep.settings import Settings
 from gradstep.trace_dicts import collector_paused
 from gradstep.tracer import record
+from gradstep.traces import TraceService
 from testkit.sandbox_guard import uid_base
 
 SMALL = (
@@ -168,6 +171,26 @@ def test_healthz_gives_counts_of_sandbox_processes_never_their_ids(client):
     assert set(sandbox) == set(internal) - {"zygote_pid", "spare_pids"}
     text = client.get("/healthz").text
     assert not any(f":{pid}" in text or f"[{pid}" in text or f",{pid}" in text for pid in ids)
+
+
+def test_healthz_counts_runs_at_once_apart_from_the_sandbox_slots(client):
+    settings = client.app.state.settings
+    body = client.get("/healthz").json()
+    sandbox = body["sandbox"]
+    assert body["workers"] == sandbox["workers"] == settings.workers == 2  # runs at once: admission's
+    assert sandbox["slots"] == settings.workers + settings.extra_slots  # each with a uid and a spare
+    assert 0 <= sandbox["busy"] <= sandbox["workers"] and sandbox["spares"] <= sandbox["slots"]
+
+
+def test_extra_slots_come_from_the_environment_and_reach_the_sandbox(monkeypatch):
+    monkeypatch.setenv("GRADSTEP_WORKERS", "3")
+    monkeypatch.setenv("GRADSTEP_EXTRA_SLOTS", "5")
+    settings = Settings.from_env()
+    config = sandbox_config(settings)
+    assert (config.workers, config.extra_slots, config.slots) == (3, 5, 8)
+    # admission (running or queued) counts runs, not slots
+    service = TraceService(settings, TraceRunner(settings, sandbox=Sandbox(config)), None)
+    assert service.admission.capacity == settings.workers + settings.queue == 3 + 32
 
 
 def test_openapi_schema_is_served_and_swagger_ui_is_off_by_default(client):
