@@ -35,7 +35,8 @@ def uid_base(offset: int = 0) -> int:
     sessions) set disjoint GRADSTEP_UID_BASEs, 3000 apart: sandboxes sharing a uid share its
     RLIMIT_NPROC, and without seccomp their children could signal each other (kill(-1)). The
     offsets the tests and benchmarks use stay below 2500, each sandbox's range (its slots) within
-    its own offset's step."""
+    its own offset's step; those of servers in the emulated container (test_nonroot.py) below 500,
+    as its user namespace maps uids up to 65535 only."""
     return int(os.environ.get("GRADSTEP_UID_BASE", DEFAULT_UID_BASE)) + offset
 
 

@@ -47,11 +47,8 @@ from harness import Server, cmdline, descendants, proc_table  # noqa: E402
 WHY_NOT = guard_unavailable() or image_unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 
-UID_BASE = {
-    "image": uid_base(1900),
-    "root": uid_base(1950),
-    "no_new_privs": uid_base(1980),
-}  # < 20 slots each
+# < 30 slots each; low offsets: the emulated container's user namespace maps uids 0-65535 only
+UID_BASE = {"image": uid_base(400), "root": uid_base(450), "no_new_privs": uid_base(480)}
 SECRET = f"nonroot-secret-{os.getpid()}"
 ZERO = "0000000000000000"
 SNIPPET = (
