@@ -58,11 +58,16 @@ spare has had the most time to get ready; the slot and the permit are given
 back together once its child is gone (the slot first, so a run holding a
 permit always finds a free slot). With ``extra_slots = 0`` there is one slot
 per worker, as before: in a steady stream each run then waits for its slot's
-next spare (the last child's exit, a fork, the layers, the prewarm: ≈20–25
-ms of work on 2 CPUs), which the extra slots make while other slots serve
-runs. They cost no CPU in a steady stream (one spare is made per run
-whatever the slot count) and ≈10 MB of memory each while their spare waits
-(``benchmarks/spares.py``: its private pages and page tables; the rest of
+next spare (the last child's exit, a fork, the layers, the prewarm; with 2
+workers on an idle 2-CPU machine a tiny snippet took 26.6 ms p50 back to
+back against 8.0 ms with runs 50 ms apart), which the extra slots make while
+other slots serve runs. ``benchmarks/spares.py`` compares them, interleaved:
+on 2 busy CPUs (load ≈10) 2 extra slots brought a back-to-back run's p50 to
+0.58x (42 → 25 ms; over HTTP 0.66x), spaced runs unchanged; 4 or 6 lowered
+the p95 further but not the p50, as a caller then waits for a permit held by
+a child still exiting. They cost no CPU in a steady stream (one spare is
+made per run whatever the slot count) and ≈11 MB of memory each while their
+spare waits (its private pages, 10 MB, and page tables, 0.8 MB; the rest of
 its ≈255 MB RSS is the zygote's, shared). Each slot's memory cgroup limits
 its own child, so a spare counts against nothing but its slot; the host (or
 the container's ``--memory``) must hold the zygote, ``workers`` runs of up
