@@ -504,7 +504,7 @@ def test_runs_never_exceed_the_workers_however_many_slots(roomy):
     settle(roomy)
     results = at_once(roomy, ["span 0.6"] * 3)
     got = spans(results)
-    assert most_at_once([(s["start"], s["end"]) for s in got]) == 2
+    assert most_at_once([(s["start"], s["end"]) for s in got]) <= 2
     last = max(got, key=lambda s: s["start"])
     assert last["start"] >= min(s["end"] for s in got if s is not last)  # it started after one ended
     assert max(r.timings["queue"] for r in results) > 0, "one of them queued"
