@@ -63,9 +63,9 @@ workers on an idle 2-CPU machine a tiny snippet took 26.6 ms p50 back to
 back against 8.0 ms with runs 50 ms apart), which the extra slots make while
 other slots serve runs. ``benchmarks/spares.py`` compares them, interleaved:
 on 2 busy CPUs (load ≈10) 2 extra slots brought a back-to-back run's p50 to
-0.58x (42 → 25 ms; over HTTP 0.66x), spaced runs unchanged; 4 or 6 lowered
-the p95 further but not the p50, as a caller then waits for a permit held by
-a child still exiting. They cost no CPU in a steady stream (one spare is
+0.58x (42 → 25 ms; over HTTP 0.66x; at load 1–5 0.55x and 0.67x), spaced
+runs unchanged; 4 or 6 lowered the p95 further but not the p50, as a caller
+then waits for a permit held by a child still exiting. They cost no CPU in a steady stream (one spare is
 made per run whatever the slot count) and ≈11 MB of memory each while their
 spare waits (its private pages, 10 MB, and page tables, 0.8 MB; the rest of
 its ≈255 MB RSS is the zygote's, shared). Each slot's memory cgroup limits
