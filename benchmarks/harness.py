@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from testkit.sandbox_guard import files_owned_by, mount_points  # the tests' leftover probes
+from gradstep.sandbox.config import EXTRA_SLOTS
+from testkit.sandbox_guard import files_owned_by, mount_points, uid_base  # the tests' leftover probes
 
 HOST = "127.0.0.1"  # loopback only: these scripts never send traffic anywhere else
-SANDBOX_UID_BASE = 61000  # SandboxConfig.uid_base: slot i runs as uid 61000 + i
+SANDBOX_UID_BASE = uid_base()  # SandboxConfig.uid_base (GRADSTEP_UID_BASE, else 61000): slot i runs as it + i
 TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 START_TIMEOUT = 180.0  # seconds for the server to import torch, start the zygote and answer /healthz
 STOP_TIMEOUT = 30.0  # seconds for a graceful stop (SIGTERM) before SIGKILL
@@ -199,7 +200,8 @@ class Server:
         self._before_temp: set[str] = set()
         self._before_mounts: set[str] = set()
         self._before_zygotes: set[tuple[int, int]] = set()
-        self._uids = range(uid_base, uid_base + self.workers)
+        extra = int(self.env.get("GRADSTEP_EXTRA_SLOTS", EXTRA_SLOTS))
+        self._uids = range(uid_base, uid_base + self.workers + extra)  # one per sandbox slot
 
     @property
     def url(self) -> str:

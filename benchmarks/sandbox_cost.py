@@ -27,6 +27,7 @@ import time
 from gradstep.runs import payload_for, sandbox_config
 from gradstep.sandbox import LAYERS, Sandbox
 from gradstep.settings import Settings
+from testkit.sandbox_guard import uid_base
 
 SNIPPET = (
     "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * x).sum()\ny.backward()\nprint(x.grad)\n"
@@ -48,7 +49,7 @@ def measure(
                 workers=1,
                 cgroup_parent=cgroup_parent,
                 disable=off,
-                uid_base=63000 + 10 * i,
+                uid_base=uid_base(2000 + 10 * i),
                 prefork=prefork,
             )
         )

@@ -29,9 +29,10 @@ import time
 import httpx
 from harness import SEED, Server, percentile
 from load import run_load
+from testkit.sandbox_guard import uid_base
 from testkit.services import Nginx, RedisServer
 
-UID_BASES = (62000, 62100)
+UID_BASES = (uid_base(1000), uid_base(1100))
 
 
 def throughput(url: str, clients: int, seconds: float) -> tuple[float, dict]:

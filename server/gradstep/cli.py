@@ -24,8 +24,9 @@ def _run_sandboxed(code: str, timeout: float) -> bytes:
     from gradstep.runs import TraceRunner
     from gradstep.settings import Settings
 
-    # The same sandbox the server uses: the CLI is exactly as confined.
-    runner = TraceRunner(Settings.from_env(workers=1, wall_seconds=timeout))
+    # The same sandbox the server uses: the CLI is exactly as confined. One run and its fixes
+    # (one at a time): no spare beyond the one slot's.
+    runner = TraceRunner(Settings.from_env(workers=1, extra_slots=0, wall_seconds=timeout))
     runner.start()
     try:
         body = runner.trace(code).body
@@ -85,13 +86,16 @@ def _serve(args: argparse.Namespace) -> int:
     from gradstep.settings import Settings
 
     try:
-        settings = Settings.from_env(host=args.host, port=args.port, workers=args.workers)
+        settings = Settings.from_env(
+            host=args.host, port=args.port, workers=args.workers, extra_slots=args.extra_slots
+        )
         app = create_app(settings)
     except ValueError as e:  # a malformed GRADSTEP_* setting
         print(f"gradstep: {e}", file=sys.stderr)
         return 2
     print(
-        f"gradstep: serving on http://{settings.host}:{settings.port} ({settings.workers} workers)",
+        f"gradstep: serving on http://{settings.host}:{settings.port} ({settings.workers} workers,"
+        f" {settings.extra_slots} extra sandbox slots)",
         file=sys.stderr,
     )
     serving.serve(app, settings, log_level=args.log_level)
@@ -130,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--port", type=int, help="port (default 8000; GRADSTEP_PORT)")
     s.add_argument(
         "--workers", type=int, help="sandboxed runs at once (default: CPU count; GRADSTEP_WORKERS)"
+    )
+    s.add_argument(
+        "--extra-slots",
+        type=int,
+        help="sandbox slots beyond --workers, each keeping a prewarmed spare child (never more runs"
+        " at once; GRADSTEP_EXTRA_SLOTS)",
     )
     s.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     s.set_defaults(func=_serve)

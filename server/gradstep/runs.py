@@ -281,6 +281,7 @@ def sandbox_config(settings: Settings, **overrides) -> SandboxConfig:
     """The sandbox the server runs snippets in (``overrides``: tests put it in a guard cgroup)."""
     config = SandboxConfig(
         workers=settings.workers,
+        extra_slots=settings.extra_slots,
         wall_seconds=settings.wall_seconds,
         cpu_seconds=settings.cpu_seconds,
         memory_mb=settings.memory_mb,

@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields
 
+from gradstep.sandbox.config import EXTRA_SLOTS
+
 
 @dataclass
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # sandboxed runs at once
+    # sandbox slots beyond `workers`, each keeping a prewarmed spare child (never more runs at
+    # once): a run then rarely waits for its slot's next spare (SandboxConfig.extra_slots)
+    extra_slots: int = EXTRA_SLOTS
     queue: int = 32  # runs that may wait for a worker; beyond that: 503 + Retry-After
     max_body: int = 64 * 1024  # bytes of a request body; beyond that: 413
     rate: float = 2.0  # runs per second per client, sustained (0 disables the limit)
@@ -43,7 +48,8 @@ class Settings:
     # Pages that may frame /embed: a CSP frame-ancestors source list ("*", "'self'",
     # "https://*.example.edu https://lms.example.org"); the app's own pages only allow 'self'.
     frame_ancestors: str = "*"
-    # sandbox slot i runs as uid uid_base + i: replicas on one host need disjoint ranges
+    # sandbox slot i runs as uid uid_base + i, i < workers + extra_slots: replicas on one host
+    # need disjoint ranges of that size
     uid_base: int = 61000
     # Confinement layers that must be active, or the server refuses to start: "all", "none"
     # (warnings only, for development on a machine without root) or a comma-separated list.

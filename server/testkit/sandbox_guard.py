@@ -18,6 +18,7 @@ import mmap
 import os
 import resource
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,18 @@ from gradstep.sandbox import protocol
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _count = itertools.count()
+DEFAULT_UID_BASE = 61000  # Settings.uid_base
+
+
+def uid_base(offset: int = 0) -> int:
+    """The first uid of a test's or benchmark's sandbox: ``GRADSTEP_UID_BASE`` (else 61000, the
+    server's default) + ``offset``. Runs side by side on one host (other checkouts, other test
+    sessions) set disjoint GRADSTEP_UID_BASEs, 3000 apart: sandboxes sharing a uid share its
+    RLIMIT_NPROC, and without seccomp their children could signal each other (kill(-1)). The
+    offsets the tests and benchmarks use stay below 2500, each sandbox's range (its slots) within
+    its own offset's step; those of servers in the emulated container (test_nonroot.py) below 500,
+    as its user namespace maps uids up to 65535 only."""
+    return int(os.environ.get("GRADSTEP_UID_BASE", DEFAULT_UID_BASE)) + offset
 
 
 def guard_unavailable() -> str | None:
@@ -166,12 +179,39 @@ def settle(sb, timeout: float = 10.0) -> dict:
     end = time.monotonic() + timeout
     while True:
         h = sb.health()
-        spares = h["workers"] if h["prefork"] and h["zygote"] else 0
+        spares = h["slots"] if h["prefork"] and h["zygote"] else 0
         if h["busy"] == 0 and h["spares"] == spares:
             return h
         if time.monotonic() > end:
             raise AssertionError(f"the sandbox did not settle: {h}")
         time.sleep(0.005)
+
+
+def at_once(sb, codes: list[str]) -> list:
+    """``sb.run`` of each of ``codes``, from as many threads started together; the results, in order."""
+    results: list = [None] * len(codes)
+    start = threading.Barrier(len(codes))
+
+    def call(i: int) -> None:
+        start.wait()
+        results[i] = sb.run(codes[i])
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(codes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The largest number of (start, end) intervals that overlap at one instant."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])  # ends first at ties
+    live = peak = 0
+    for _, step in events:
+        live += step
+        peak = max(peak, live)
+    return peak
 
 
 def files_owned_by(uids: range, dirs, prefix: str | None = None) -> list[str]:
@@ -204,10 +244,17 @@ def _write(path: Path, value: int | str) -> None:
 def target(code: str) -> bytes:
     """A light target: ``bytes N``, ``raise``, ``str``, ``sleep S``, ``exit N``, ``pid``, ``env``,
     ``spin``, ``limits``, ``read PATH`` (a directory's sorted listing, a file's first bytes, or the
-    error's name), and ``early S`` / ``early-kill`` / ``early-oom``: write a whole
+    error's name), ``span S`` (sleep S seconds; JSON: when it started and ended by the wall clock,
+    its uid and pid), and ``early S`` / ``early-kill`` / ``early-oom``: write a whole
     result (``early <pid>``) first, then sleep S seconds / die by SIGKILL / blow the memory cgroup.
     """
     cmd, _, arg = code.partition(" ")
+    if cmd == "span":
+        start = time.time()
+        time.sleep(float(arg))
+        return json.dumps(
+            {"start": start, "end": time.time(), "uid": os.getuid(), "pid": os.getpid()}
+        ).encode()
     if cmd == "read":
         try:
             if os.path.isdir(arg):

@@ -16,6 +16,7 @@ from gradstep.schema import VERSION, Trace
 from gradstep.settings import Settings
 from gradstep.tracer import record
 from testkit import truth
+from testkit.sandbox_guard import uid_base
 from testkit.truth import run_plain
 
 SNIPPETS = Path(__file__).resolve().parents[2] / "snippets"
@@ -24,7 +25,7 @@ FINE = "import torch\nx = torch.ones(3, requires_grad=True)\n(x * 2).sum().backw
 
 @pytest.fixture(scope="module")
 def client():
-    settings = Settings(workers=2, queue=4, rate=0, wall_seconds=20, cpu_seconds=10)
+    settings = Settings(workers=2, queue=4, rate=0, wall_seconds=20, cpu_seconds=10, uid_base=uid_base())
     with TestClient(create_app(settings)) as c:
         yield c
 

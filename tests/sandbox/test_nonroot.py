@@ -35,6 +35,7 @@ from testkit.sandbox_guard import (
     bound,
     guard_fixture,
     guard_unavailable,
+    uid_base,
     work_dir_listing,
     write_attempts,
 )
@@ -46,7 +47,8 @@ from harness import Server, cmdline, descendants, proc_table  # noqa: E402
 WHY_NOT = guard_unavailable() or image_unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 
-UID_BASE = {"image": 62900, "root": 62950, "no_new_privs": 62980}  # one slot each
+# < 30 slots each; low offsets: the emulated container's user namespace maps uids 0-65535 only
+UID_BASE = {"image": uid_base(400), "root": uid_base(450), "no_new_privs": uid_base(480)}
 SECRET = f"nonroot-secret-{os.getpid()}"
 ZERO = "0000000000000000"
 SNIPPET = (
@@ -238,8 +240,10 @@ def test_a_snippet_holds_no_capability_in_any_set(image_server):
         "    print(key, ' '.join(status[key].split()))\n"
     )
     out = dict(line.split(" ", 1) for line in lines(image_server, code))
-    uid = str(UID_BASE["image"])
-    assert out["Uid"] == " ".join([uid] * 4)
+    # the uid of the slot it ran in, one of workers + extra slots
+    uid = int(out["Uid"].split()[0])
+    assert uid in range(UID_BASE["image"], UID_BASE["image"] + image_server.health["sandbox"]["slots"])
+    assert out["Uid"] == " ".join([str(uid)] * 4)
     assert [out[s] for s in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")] == [ZERO] * 5
     assert (out["NoNewPrivs"], out["Seccomp"]) == ("1", "2")
 

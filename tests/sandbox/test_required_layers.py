@@ -16,10 +16,11 @@ from gradstep.required_layers import missing_layers, required_layers
 from gradstep.runs import TraceRunner, sandbox_config
 from gradstep.sandbox import LAYERS, Sandbox
 from gradstep.settings import Settings
+from testkit.sandbox_guard import uid_base
 
 
 def app_without(layer: str, require: str):
-    settings = Settings(workers=1, rate=0, require_layers=require)
+    settings = Settings(workers=1, rate=0, require_layers=require, uid_base=uid_base())
     sandbox = Sandbox(sandbox_config(settings, disable=frozenset({layer})))
     return create_app(settings, runner=TraceRunner(settings, sandbox=sandbox))
 

@@ -8,7 +8,9 @@ file of the child's uid on the host, no new mount.
 
 Two sandboxes run the attacks: ``full`` (every layer) and, for attacks that
 seccomp stops first, ``no_seccomp`` (every layer but seccomp), which shows the
-layers underneath holding on their own. Both live inside a guard cgroup.
+layers underneath holding on their own. Both live inside a guard cgroup, and both
+have two slots beyond their two workers (``extra_slots``), so attacks land on the
+extra slots' spares too; one test runs on every slot in turn.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import select
 import socket
 import tempfile
+import time
 from pathlib import Path
 
 import gradstep.sandbox
@@ -28,11 +31,14 @@ from gradstep.sandbox import Sandbox
 from gradstep.settings import Settings
 from testkit.sandbox_guard import (
     Guard,
+    at_once,
     files_owned_by,
     guard_fixture,
     guard_unavailable,
+    most_at_once,
     mount_points,
     settle,
+    uid_base,
     work_dir_listing,
     write_attempts,
 )
@@ -41,8 +47,10 @@ pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guar
 
 REPO = Path(gradstep.sandbox.__file__).resolve().parents[3]
 SECRET = f"gradstep-attack-secret-{os.getpid()}"
-UIDS = {"full": 62000, "no_seccomp": 62100}  # away from the default 61000: a server may run here too
+UIDS = {"full": uid_base(1000), "no_seccomp": uid_base(1100)}  # away from a server's: one may run here too
 WORKERS = 2
+EXTRA_SLOTS = 2  # slots beyond the workers, each with its spare: attacks land on them too
+SLOTS = WORKERS + EXTRA_SLOTS
 NORMAL = "import torch\nx = torch.ones(3, requires_grad=True)\n(x * x).sum().backward()\nprint(x.grad)"
 
 
@@ -58,6 +66,7 @@ def _start(guard: Guard, kind: str):
     config = sandbox_config(  # the production target and preloads: what the server runs
         Settings(),
         workers=WORKERS,
+        extra_slots=EXTRA_SLOTS,
         memory_mb=512,
         cpu_seconds=2,
         wall_seconds=5,
@@ -124,7 +133,7 @@ def attack(sb: Sandbox, code: str, guard: Guard, mounts_before: set[str]):
         h = settle(s)
         allowed |= {h["zygote_pid"], *h["spare_pids"]}
     assert guard.tasks() <= allowed
-    uids = range(min(UIDS.values()), max(UIDS.values()) + WORKERS)
+    uids = range(min(UIDS.values()), max(UIDS.values()) + SLOTS)
     assert files_owned_by(uids, ["/tmp", "/var/tmp", "/dev/shm", str(REPO), str(REPO / "server")]) == []
     assert mount_points() == mounts_before
     return result, trace
@@ -603,22 +612,23 @@ def test_a_new_user_namespace_is_refused(full, guard, mounts_before):
     assert trace["stdout"].split() == ["-1", "1"]
 
 
-def test_the_child_has_no_privileges_left(both, guard, mounts_before):
-    kind, sb = both
-    code = (
-        "import os\n"
-        "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
-        "for key in ('Uid', 'Gid', 'Groups', 'CapEff', 'CapPrm', 'CapInh', 'CapBnd', 'CapAmb', 'NoNewPrivs',\n"
-        "            'Seccomp'):\n"
-        "    print(key, ' '.join(status[key].split()))\n"
-        "print(os.getsid(0) == os.getpid())\n"
-        "print(open('/proc/self/cgroup').read())\n"
-    )
-    _, trace = attack(sb, code, guard, mounts_before)
+PRIVILEGES = (
+    "import os\n"
+    "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+    "for key in ('Uid', 'Gid', 'Groups', 'CapEff', 'CapPrm', 'CapInh', 'CapBnd', 'CapAmb', 'NoNewPrivs',\n"
+    "            'Seccomp'):\n"
+    "    print(key, ' '.join(status[key].split()))\n"
+    "print(os.getsid(0) == os.getpid())\n"
+    "print(open('/proc/self/cgroup').read())\n"
+)
+
+
+def check_privileges(kind: str, trace: dict) -> int:
+    """What PRIVILEGES printed: a slot's uid, nothing else. Returns the slot."""
     out = dict(line.split(" ", 1) for line in trace["stdout"].splitlines()[:10])
-    # the uid of the slot it ran in (whichever was free: a run answers before its child exits)
+    # the uid of the slot it ran in (whichever was free longest)
     slot = int(out["Uid"].split()[0]) - UIDS[kind]
-    assert slot in range(WORKERS)
+    assert slot in range(SLOTS)
     uid = str(UIDS[kind] + slot)
     assert out["Uid"] == f"{uid} {uid} {uid} {uid}" and out["Gid"] == f"{uid} {uid} {uid} {uid}"
     assert out["Groups"] == ""
@@ -631,6 +641,56 @@ def test_the_child_has_no_privileges_left(both, guard, mounts_before):
     # its slot's cgroups is checked from outside, tests/sandbox/test_sandbox_runner.py)
     cgroups = {line.split(":")[1]: line.split(":")[2] for line in trace["stdout"].split("True\n")[1].split()}
     assert cgroups["memory"] == cgroups["pids"] == "/"
+    return slot
+
+
+def test_every_slot_confines_its_run_alike_the_extra_ones_too(both, guard, mounts_before):
+    # A run takes the slot free longest, so one run after another visits every slot.
+    kind, sb = both
+    assert sb.slots == SLOTS
+    seen = set()
+    for _ in range(SLOTS):
+        settle(sb)
+        result = sb.run(payload_for(PRIVILEGES))
+        assert result.status == "ok", result.detail
+        seen.add(check_privileges(kind, orjson.loads(result.output)))
+    assert seen == set(range(SLOTS))
+    attack(sb, "print('and a normal run after')", guard, mounts_before)  # clean afterwards
+
+
+def test_the_child_has_no_privileges_left(both, guard, mounts_before):
+    kind, sb = both
+    _, trace = attack(sb, PRIVILEGES, guard, mounts_before)
+    check_privileges(kind, trace)
+
+
+# -- more at once than the workers -------------------------------------------------------
+
+
+def test_more_snippets_than_workers_never_run_at_once(full, guard, mounts_before):
+    # workers + 1 sleeping snippets at once: there are slots for all, but one waits for a run to end
+    settle(full)
+    code = "import time\nt = time.time()\ntime.sleep(0.8)\nprint(t, time.time())\n"
+    results = at_once(full, [payload_for(code + f"# {i}\n") for i in range(WORKERS + 1)])
+    assert [r.status for r in results] == ["ok"] * (WORKERS + 1), [r.detail for r in results]
+    spans = [tuple(map(float, orjson.loads(r.output)["stdout"].split())) for r in results]
+    assert most_at_once(spans) <= WORKERS  # (== on any machine not too busy to start both)
+    assert max(r.timings["queue"] for r in results) > 0
+    attack(full, "print('after')", guard, mounts_before)  # clean afterwards
+
+
+def test_answering_early_and_running_on_does_not_free_a_worker(full, guard, mounts_before):
+    # Each snippet writes a result of its own to the result pipe (fd 3) at once, then keeps running:
+    # its run answers, but the run still counts until its child is gone, so the next one waits.
+    settle(full)
+    t0 = time.time()
+    code = "import os, time\nos.write(3, b'R' + (2).to_bytes(8, 'little') + b'{}')\ntime.sleep(1.0)\n"
+    early = at_once(full, [payload_for(code + f"# {i}\n") for i in range(WORKERS)])
+    assert [(r.status, r.output) for r in early] == [("ok", b"{}")] * WORKERS
+    assert full.health()["spares"] >= 1, "the free slots have their spares"
+    result = full.run(payload_for("import time\nprint(time.time())\n"))
+    assert float(orjson.loads(result.output)["stdout"]) >= t0 + 1.0, "it ran while both lingered"
+    attack(full, "print('after')", guard, mounts_before)  # clean afterwards: the lingerers are gone
 
 
 # -- the zygote's memory ------------------------------------------------------------

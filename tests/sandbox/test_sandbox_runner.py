@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig
 from testkit import sandbox_guard
-from testkit.sandbox_guard import Guard, guard_fixture, guard_unavailable, settle
+from testkit.sandbox_guard import (
+    Guard,
+    at_once,
+    guard_fixture,
+    guard_unavailable,
+    most_at_once,
+    settle,
+    uid_base,
+)
 
 pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
 
@@ -37,7 +45,7 @@ def light(guard: Guard, **kw) -> SandboxConfig:
         warmup="pid",
         pythonpath=[TESTKIT],
         cgroup_parent=guard.parent,
-        uid_base=62200,
+        uid_base=uid_base(1200),
     )
     options.update(kw)
     return SandboxConfig(**options)
@@ -148,7 +156,7 @@ def test_concurrent_callers_queue_for_the_slots(sandbox):
 
 def test_the_zygote_restarts_after_it_dies_and_its_spares_come_back(sandbox, guard):
     before = settle(sandbox)
-    assert before["spares"] == 2
+    assert before["spares"] == sandbox.slots
     os.kill(before["zygote_pid"], signal.SIGKILL)
     end = time.monotonic() + 10
     while (sandbox.health()["zygote"] or sandbox.health()["spares"]) and time.monotonic() < end:
@@ -163,7 +171,7 @@ def test_the_zygote_restarts_after_it_dies_and_its_spares_come_back(sandbox, gua
     after = settle(sandbox)
     assert after["zygote"] and after["starts"] == before["starts"] + 1
     assert guard.contains(after["zygote_pid"])
-    assert after["spares"] == 2 and not set(after["spare_pids"]) & set(before["spare_pids"])
+    assert after["spares"] == sandbox.slots and not set(after["spare_pids"]) & set(before["spare_pids"])
     for pid in after["spare_pids"]:
         assert ppid(pid) == after["zygote_pid"]
 
@@ -184,13 +192,13 @@ def test_a_run_in_flight_when_the_zygote_dies_is_a_crash(sandbox):
 
 
 def test_a_disabled_layer_is_reported_as_disabled(guard):
-    with Sandbox(light(guard, workers=1, uid_base=62300, disable=frozenset({"seccomp"}))) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1300), disable=frozenset({"seccomp"}))) as sb:
         assert sb.health()["layers"]["seccomp"] == "disabled"
         assert sb.run("echo x").status == "ok"
 
 
 def test_an_unavailable_layer_is_reported_and_warned_about(guard, capfd):
-    config = light(guard, workers=1, uid_base=62400, cgroup_parent=guard.parent + "/no/such/cgroup")
+    config = light(guard, workers=1, uid_base=uid_base(1400), cgroup_parent=guard.parent + "/no/such/cgroup")
     with Sandbox(config) as sb:
         guard.hold(sb.health()["zygote_pid"])
         state = sb.health()["layers"]["cgroup"]
@@ -211,7 +219,7 @@ def test_the_minimal_root_holds_no_host_file_and_is_listed_in_health(sandbox):
 
 def test_without_the_minimal_root_the_project_is_hidden_and_the_uid_guards_the_rest(guard):
     # The fallback (root disabled or unavailable): the host's tree, read-only, the project covered.
-    with Sandbox(light(guard, workers=1, uid_base=62500, disable=frozenset({"root"}))) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1500), disable=frozenset({"root"}))) as sb:
         guard.hold(sb.health()["zygote_pid"])
         assert sb.health()["layers"]["root"] == "disabled" and sb.health()["visible"] == []
         assert sb.run("read /etc/shadow").output == b"PermissionError"  # uid
@@ -224,23 +232,25 @@ def test_a_child_whose_root_is_not_the_minimal_one_fails_its_root_layer():
     from gradstep.sandbox.confine import Confinement
 
     st = os.stat("/")
-    elsewhere = Confinement({"uid_base": 62600, "root_id": (st.st_dev, st.st_ino + 1)}, 0, result_fd=-1)
+    elsewhere = Confinement(
+        {"uid_base": uid_base(1600), "root_id": (st.st_dev, st.st_ino + 1)}, 0, result_fd=-1
+    )
     with pytest.raises(RuntimeError, match="not the zygote's minimal root"):
         elsewhere.root()
     with pytest.raises(RuntimeError, match="no minimal root"):
-        Confinement({"uid_base": 62600}, 0, result_fd=-1).root()
+        Confinement({"uid_base": uid_base(1600)}, 0, result_fd=-1).root()
 
 
 def test_close_leaves_no_process_and_no_cgroup(guard):
     cgroups = Path("/sys/fs/cgroup/memory", guard.name)
     before = {p for p in cgroups.iterdir() if p.is_dir()}
-    sb = Sandbox(light(guard, workers=2, uid_base=62500))
+    sb = Sandbox(light(guard, workers=2, uid_base=uid_base(1500)))
     sb.start()
     assert {p for p in cgroups.iterdir() if p.is_dir()} != before
     zygote = sb.health()["zygote_pid"]
     assert sb.run("echo x").status == "ok"
     spares = settle(sb)["spare_pids"]
-    assert len(spares) == 2
+    assert len(spares) == sb.slots == 2 + sb.config.extra_slots
     sb.close()
     assert not Path(f"/proc/{zygote}").exists()
     for pid in spares:
@@ -253,7 +263,7 @@ def test_close_leaves_no_process_and_no_cgroup(guard):
 def test_close_right_after_a_run_leaves_no_child(guard):
     # The run answered, its child may still be exiting, and a new spare may be half-way
     # through its confinement: close() still leaves nothing.
-    sb = Sandbox(light(guard, workers=2, uid_base=62500))
+    sb = Sandbox(light(guard, workers=2, uid_base=uid_base(1500)))
     sb.start()
     zygote = sb.health()["zygote_pid"]
     r = sb.run("early 5")
@@ -262,7 +272,9 @@ def test_close_right_after_a_run_leaves_no_child(guard):
     assert sb.run("echo x").status == "ok"  # answered; the next spare for its slot is being made
     sb.close()
     assert not alive(child) and not alive(zygote)
-    assert not [pid for pid in guard.tasks() if uid_of(pid) in range(62500, 62502)]
+    assert not [
+        pid for pid in guard.tasks() if uid_of(pid) in range(uid_base(1500), uid_base(1500) + sb.slots)
+    ]
 
 
 # -- answering before the child exits, and spares ------------------------------------------
@@ -333,7 +345,7 @@ def test_a_memory_kill_after_the_result_does_not_change_it(sandbox, guard):
     settle(sandbox)
     assert not alive(child)
     assert oom_kills() > before, "the memory cgroup killed it after its result"
-    for _ in range(2):  # both slots: the next run in the killed one is not blamed
+    for _ in range(sandbox.slots):  # every slot in turn: the next run in the killed one is not blamed
         assert sandbox.run("echo after").status == "ok"
 
 
@@ -348,8 +360,9 @@ def test_the_wall_clock_after_a_result_is_not_the_runs(sandbox):
 
 
 def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
+    # every slot's spare, the extra slots' too
     h = settle(sandbox)
-    assert h["spares"] == 2
+    assert sandbox.config.extra_slots > 0 and h["spares"] == sandbox.slots
     ours = {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in ("mnt", "net", "ipc", "uts")}
     slots = set()
     for pid in h["spare_pids"]:
@@ -360,9 +373,9 @@ def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
                 break
             time.sleep(0.005)
         st = status_of(pid)
-        slot = int(st["Uid"].split()[0]) - 62200
+        slot = int(st["Uid"].split()[0]) - uid_base(1200)
         slots.add(slot)
-        uid = str(62200 + slot)
+        uid = str(uid_base(1200) + slot)
         assert st["Uid"] == st["Gid"] == f"{uid} {uid} {uid} {uid}" and st["Groups"] == ""
         assert st["CapEff"] == st["CapPrm"] == "0000000000000000"
         assert (st["NoNewPrivs"], st["Seccomp"]) == ("1", "2")
@@ -386,7 +399,7 @@ def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
         ]
         mounts = Path(f"/proc/{pid}/mountinfo").read_text()
         assert " /tmp " in mounts and "hidepid=invisible" in mounts
-    assert slots == {0, 1}
+    assert slots == set(range(sandbox.slots))
 
 
 def test_a_spare_serves_one_run_only(sandbox):
@@ -400,7 +413,7 @@ def test_a_spare_serves_one_run_only(sandbox):
 
 def test_the_cpu_limit_counts_only_the_run_not_the_spares_wait(guard):
     # A roomy wall clock: on a busy machine 1 s of CPU can take a while.
-    with Sandbox(light(guard, workers=1, uid_base=62800, cpu_seconds=1, wall_seconds=20)) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1800), cpu_seconds=1, wall_seconds=20)) as sb:
         guard.hold(sb.health()["zygote_pid"])
         settle(sb)
         time.sleep(1.2)  # the spare waits, without using CPU
@@ -422,18 +435,13 @@ def test_a_spare_killed_while_waiting_is_replaced(sandbox):
     end = time.monotonic() + 5
     while victim in sandbox.health()["spare_pids"] and time.monotonic() < end:
         time.sleep(0.005)
-    results = []
-    threads = [threading.Thread(target=lambda: results.append(sandbox.run("echo x"))) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert [r.status for r in results] == ["ok", "ok"]
-    assert settle(sandbox)["spares"] == 2
+    # one run per slot (a run takes the slot free longest): the victim's slot serves one of them
+    assert [sandbox.run("echo x").status for _ in range(sandbox.slots)] == ["ok"] * sandbox.slots
+    assert settle(sandbox)["spares"] == sandbox.slots
 
 
 def test_without_prefork_each_run_forks_on_request(guard):
-    with Sandbox(light(guard, workers=1, uid_base=62600, prefork=False)) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1600), prefork=False)) as sb:
         guard.hold(sb.health()["zygote_pid"])
         assert sb.run("echo x").output == b"echo x"
         h = settle(sb)
@@ -448,7 +456,7 @@ def test_large_code_reaches_the_child_whole(sandbox):
 
 
 def test_huge_pages_can_be_turned_off(guard):
-    with Sandbox(light(guard, workers=1, uid_base=62700, huge_pages=False)) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1700), huge_pages=False)) as sb:
         guard.hold(sb.health()["zygote_pid"])
         assert sb.health()["zygote_huge_pages_mb"] == 0
         assert sb.run("echo x").output == b"echo x"
@@ -457,9 +465,139 @@ def test_huge_pages_can_be_turned_off(guard):
 def test_a_prewarm_runs_confined_in_each_child_before_its_code_and_its_failure_is_dropped(guard):
     """SandboxConfig.prewarm: the target runs once more in every child, after its layers and before
     its code arrives; what it returns or raises never reaches the run."""
-    with Sandbox(light(guard, workers=1, uid_base=62850, prewarm="raise")) as sb:
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1850), prewarm="raise")) as sb:
         for _ in range(2):  # a spare's, then the next child's
             r = sb.run("echo after a prewarm")
             assert (r.status, r.output) == ("ok", b"echo after a prewarm"), r.detail
             assert "prewarm" in r.timings and set(LAYERS) <= set(r.timings)
             idle(sb)
+
+
+# -- runs at once vs slots: extra slots keep spares, never more runs -----------------------------
+
+
+def spans(results) -> list[dict]:
+    assert [r.status for r in results] == ["ok"] * len(results), [r.detail for r in results]
+    return [json.loads(r.output) for r in results]
+
+
+@pytest.fixture(scope="module")
+def roomy(guard):
+    """Two runs at once, four slots: two extra slots keep spares."""
+    sb = Sandbox(light(guard, workers=2, extra_slots=2, uid_base=uid_base(1860), wall_seconds=10))
+    try:
+        sb.start()
+        guard.hold(sb.health()["zygote_pid"])
+        yield sb
+    finally:
+        sb.close()
+
+
+def test_extra_slots_keep_spares_but_count_as_no_worker(roomy):
+    h = settle(roomy)
+    assert (h["workers"], h["slots"], h["busy"], h["spares"]) == (2, 4, 0, 4)
+    assert len(set(h["spare_pids"])) == 4
+
+
+def test_runs_never_exceed_the_workers_however_many_slots(roomy):
+    # workers + 1 snippets at once, each sleeping: two run, the third waits for one of them to be gone
+    settle(roomy)
+    results = at_once(roomy, ["span 0.6"] * 3)
+    got = spans(results)
+    assert most_at_once([(s["start"], s["end"]) for s in got]) <= 2
+    last = max(got, key=lambda s: s["start"])
+    assert last["start"] >= min(s["end"] for s in got if s is not last)  # it started after one ended
+    assert max(r.timings["queue"] for r in results) > 0, "one of them queued"
+
+
+def test_a_child_that_answered_early_still_holds_its_run_until_it_is_gone(roomy):
+    # An attack on the count: answer at once, then keep running. Its run is not over while the
+    # child lives, so with both runs taken that way the next run waits, though two slots are free.
+    settle(roomy)
+    t0 = time.time()
+    early = at_once(roomy, ["early 1.0"] * 2)
+    assert [r.status for r in early] == ["ok", "ok"] and all(r.seconds < 0.8 for r in early)
+    children = [int(r.output.split()[1]) for r in early]
+    assert all(alive(pid) for pid in children)
+    h = roomy.health()
+    assert h["busy"] == 2 and h["spares"] >= 1, "both runs still count; the free slots keep spares"
+    after = json.loads(roomy.run("span 0").output)
+    assert after["start"] >= t0 + 1.0, "it ran only once one of the lingering children had exited"
+    settle(roomy)
+
+
+def test_two_runs_never_share_a_slot_or_its_uid(roomy, guard):
+    settle(roomy)
+    base = roomy.config.uid_base
+    slot_procs = sorted(Path("/sys/fs/cgroup/pids", guard.name).rglob("slot-*/cgroup.procs"))
+    crowded: list[str] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # a slot's cgroup never holds two processes (a spare and a run, or two runs)
+        while not stop.is_set():
+            for procs in slot_procs:
+                try:
+                    if len(procs.read_text().split()) > 1:
+                        crowded.append(str(procs))
+                except OSError:
+                    pass
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        got = []
+        for _ in range(3):
+            got += spans(at_once(roomy, ["span 0.05"] * 6))
+    finally:
+        stop.set()
+        watcher.join()
+    assert crowded == []
+    assert {s["uid"] for s in got} <= set(range(base, base + roomy.slots))
+    for i, a in enumerate(got):
+        for b in got[i + 1 :]:
+            if a["start"] < b["end"] and b["start"] < a["end"]:
+                assert a["uid"] != b["uid"], "two runs at once with one uid"
+    assert most_at_once([(s["start"], s["end"]) for s in got]) <= 2
+
+
+def test_every_slot_serves_runs_in_turn_the_extra_ones_too(roomy):
+    # a run takes the slot free longest: one run after another visits every slot
+    base = roomy.config.uid_base
+    uids = []
+    for _ in range(roomy.slots):
+        settle(roomy)
+        uids.append(json.loads(roomy.run("span 0").output)["uid"])
+    assert sorted(uids) == list(range(base, base + roomy.slots))
+
+
+def test_a_run_waiting_for_a_worker_honours_its_deadline_and_cancel(roomy):
+    settle(roomy)
+    busy = threading.Thread(target=lambda: at_once(roomy, ["sleep 1"] * 2))
+    busy.start()
+    end = time.monotonic() + 5
+    while roomy.health()["busy"] < 2 and time.monotonic() < end:
+        time.sleep(0.005)
+    r = roomy.run("echo late", deadline=time.monotonic() + 0.2)
+    assert (r.status, r.limit) == ("timeout", "wall") and "waited for a worker" in r.detail
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    assert roomy.run("echo withdrawn", cancel=cancel).status == "cancelled"
+    busy.join()
+    h = settle(roomy)
+    assert (h["busy"], h["spares"]) == (0, roomy.slots), "neither kept a permit or a slot"
+    assert [roomy.run("echo x").status for _ in range(3)] == ["ok"] * 3
+
+
+def test_workers_and_extra_slots_are_checked(guard):
+    for bad in (dict(workers=0), dict(extra_slots=-1)):
+        with pytest.raises(ValueError, match="workers >= 1 and extra_slots >= 0"):
+            Sandbox(light(guard, **bad))
+
+
+def test_without_extra_slots_there_is_one_slot_per_worker(guard):
+    with Sandbox(light(guard, workers=1, extra_slots=0, uid_base=uid_base(1870))) as sb:
+        guard.hold(sb.health()["zygote_pid"])
+        h = settle(sb)
+        assert (h["workers"], h["slots"], h["spares"]) == (1, 1, 1)
+        assert json.loads(sb.run("span 0").output)["uid"] == uid_base(1870)

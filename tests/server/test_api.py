@@ -17,10 +17,14 @@ import torch
 from fastapi.testclient import TestClient
 from gradstep import snippets
 from gradstep.app import create_app
+from gradstep.runs import TraceRunner, sandbox_config
+from gradstep.sandbox import Sandbox
 from gradstep.schema import Trace, json_schema
 from gradstep.settings import Settings
 from gradstep.trace_dicts import collector_paused
 from gradstep.tracer import record
+from gradstep.traces import TraceService
+from testkit.sandbox_guard import uid_base
 
 SMALL = (
     "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * 2).sum()\ny.backward()\nprint(x.grad)\n"
@@ -29,7 +33,7 @@ SMALL = (
 
 @pytest.fixture(scope="module")
 def client():
-    settings = Settings(workers=2, queue=4, rate=0, wall_seconds=20, cpu_seconds=10)
+    settings = Settings(workers=2, queue=4, rate=0, wall_seconds=20, cpu_seconds=10, uid_base=uid_base())
     with TestClient(create_app(settings)) as c:
         yield c
 
@@ -169,6 +173,26 @@ def test_healthz_gives_counts_of_sandbox_processes_never_their_ids(client):
     assert not any(f":{pid}" in text or f"[{pid}" in text or f",{pid}" in text for pid in ids)
 
 
+def test_healthz_counts_runs_at_once_apart_from_the_sandbox_slots(client):
+    settings = client.app.state.settings
+    body = client.get("/healthz").json()
+    sandbox = body["sandbox"]
+    assert body["workers"] == sandbox["workers"] == settings.workers == 2  # runs at once: admission's
+    assert sandbox["slots"] == settings.workers + settings.extra_slots  # each with a uid and a spare
+    assert 0 <= sandbox["busy"] <= sandbox["workers"] and sandbox["spares"] <= sandbox["slots"]
+
+
+def test_extra_slots_come_from_the_environment_and_reach_the_sandbox(monkeypatch):
+    monkeypatch.setenv("GRADSTEP_WORKERS", "3")
+    monkeypatch.setenv("GRADSTEP_EXTRA_SLOTS", "5")
+    settings = Settings.from_env()
+    config = sandbox_config(settings)
+    assert (config.workers, config.extra_slots, config.slots) == (3, 5, 8)
+    # admission (running or queued) counts runs, not slots
+    service = TraceService(settings, TraceRunner(settings, sandbox=Sandbox(config)), None)
+    assert service.admission.capacity == settings.workers + settings.queue == 3 + 32
+
+
 def test_openapi_schema_is_served_and_swagger_ui_is_off_by_default(client):
     assert client.get("/openapi.json").json()["paths"]["/api/trace"]
     # Swagger UI loads its code from a CDN: a page of ours never does unless asked to
@@ -198,7 +222,7 @@ def test_responses_are_gzipped_when_asked(client):
 
 
 def test_rate_limit_answers_429_with_retry_after():
-    settings = Settings(workers=1, queue=2, rate=0.01, burst=1)
+    settings = Settings(workers=1, queue=2, rate=0.01, burst=1, uid_base=uid_base())
     with TestClient(create_app(settings)) as c:
         first = post(c, SMALL + "# rate 1\n")
         second = post(c, SMALL + "# rate 2\n")
@@ -208,7 +232,7 @@ def test_rate_limit_answers_429_with_retry_after():
 
 
 def test_full_queue_answers_503_with_retry_after():
-    settings = Settings(workers=1, queue=0, rate=0)
+    settings = Settings(workers=1, queue=0, rate=0, uid_base=uid_base())
     app = create_app(settings)
     with TestClient(app) as c:
         app.state.admission.inside = app.state.admission.capacity  # every place taken

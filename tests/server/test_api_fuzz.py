@@ -22,6 +22,7 @@ from gradstep.app import create_app
 from gradstep.settings import Settings
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
+from testkit.sandbox_guard import uid_base
 
 # Details of a run that never reached a live sandbox (gradstep.sandbox.runner): every fuzzed
 # request must get a real run, and none may take the zygote down.
@@ -46,7 +47,7 @@ class OneLifespan:
                 return
 
 
-app = create_app(Settings(workers=2, rate=0, wall_seconds=5, cpu_seconds=3))
+app = create_app(Settings(workers=2, rate=0, wall_seconds=5, cpu_seconds=3, uid_base=uid_base()))
 schema = schemathesis.openapi.from_asgi("/openapi.json", OneLifespan(app))
 
 

@@ -20,6 +20,7 @@ from gradstep.encoding import compress, decompress
 from gradstep.routes.trace import TraceOptions
 from gradstep.schema import Trace
 from gradstep.settings import Settings
+from testkit.sandbox_guard import uid_base
 from testkit.services import RedisServer, free_port, installed
 
 CODE = "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * x * 3).sum()\ny.backward()\n"
@@ -204,7 +205,7 @@ def test_the_memory_cache_evicts_the_least_recently_used_first():
 
 @pytest.fixture(scope="module")
 def shared_client(redis_server):
-    settings = Settings(workers=1, queue=4, rate=0, cache_url=redis_server.url)
+    settings = Settings(workers=1, queue=4, rate=0, uid_base=uid_base(), cache_url=redis_server.url)
     with TestClient(create_app(settings)) as client:
         yield client
 
@@ -231,7 +232,9 @@ def test_a_run_is_stored_in_redis_for_the_other_replicas(shared_client, redis_se
 
 
 def test_with_redis_down_runs_still_answer(redis_server):
-    settings = Settings(workers=1, queue=4, rate=0, cache_url=f"redis://127.0.0.1:{free_port()}/0")
+    settings = Settings(
+        workers=1, queue=4, rate=0, uid_base=uid_base(), cache_url=f"redis://127.0.0.1:{free_port()}/0"
+    )
     code = CODE + "# redis is down\n"
     with TestClient(create_app(settings)) as client:
         r = client.post("/api/trace", json={"code": code})

@@ -23,6 +23,7 @@ import orjson
 import pytest
 from gradstep.schema import Trace
 from testkit import truth
+from testkit.sandbox_guard import uid_base
 from testkit.services import Nginx, RedisServer, installed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -31,7 +32,7 @@ from harness import Server  # noqa: E402
 CODE = "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * x * 3).sum()\ny.backward()\n"
 GRACE = 0.5  # seconds for nginx to see a killed replica's connections closed
 SNIPPETS = Path(__file__).resolve().parents[2] / "snippets"
-UID_BASES = (61200, 61300)  # away from the default 61000, which other test runs on this machine use
+UID_BASES = (uid_base(200), uid_base(300))  # away from uid_base(0), which the other server tests use
 
 
 def plain_grad(code: str) -> list[float]:

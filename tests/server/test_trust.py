@@ -39,7 +39,7 @@ from gradstep.runs import NOT_CHECKED, TraceRunner, sandbox_config
 from gradstep.sandbox import Sandbox
 from gradstep.schema import VERSION, Trace
 from gradstep.settings import Settings
-from testkit.sandbox_guard import Guard, guard_fixture, guard_unavailable, settle
+from testkit.sandbox_guard import Guard, guard_fixture, guard_unavailable, settle, uid_base
 
 pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
 
@@ -165,7 +165,7 @@ def wait_for(condition, what: str, timeout: float = 90.0) -> None:
 
 @pytest.fixture(scope="module")
 def client(guard):
-    with serving_client(guarded_app(guard, 63000), guard) as c:
+    with serving_client(guarded_app(guard, uid_base(2000)), guard) as c:
         yield c
 
 
@@ -284,7 +284,7 @@ def test_an_export_carries_the_code_that_ran(client):
 @pytest.fixture(scope="module")
 def stingy(guard):
     """A server whose clients may make 4 runs (no refill to speak of) and whose requests get 6 s for fixes."""
-    app = guarded_app(guard, 63100, rate=0.001, burst=4, fix_budget=6, trust_proxy=True)
+    app = guarded_app(guard, uid_base(2100), rate=0.001, burst=4, fix_budget=6, trust_proxy=True)
     with serving_client(app, guard) as c:
         yield c
 
@@ -362,7 +362,7 @@ def test_a_trivial_run_of_another_user_does_not_wait_for_an_attackers_fixes(stin
 def test_a_class_behind_one_address_opening_the_same_page_gets_its_fixes(guard):
     # 30 students behind one NAT address open the same diagnosed snippet at once: one run and its
     # two fix runs, shared by all; only the first pays (burst 5 would refuse 25 of 30 otherwise).
-    app = guarded_app(guard, 63200, rate=0.001, burst=5)
+    app = guarded_app(guard, uid_base(2200), rate=0.001, burst=5)
     with live_server(app, guard) as base, sandbox_runs(app) as runs:
         code = FREED + "# class\n"
         barrier = threading.Barrier(30)
@@ -385,7 +385,7 @@ def test_a_class_behind_one_address_opening_the_same_page_gets_its_fixes(guard):
 def patient(guard):
     """A live server whose runs would last minutes (wall 300 s, fixes 300 s): only a disconnect ends them
     soon; capacity 2 (1 worker, 1 queued)."""
-    app = guarded_app(guard, 63300, workers=1, queue=1, wall_seconds=300, fix_budget=300)
+    app = guarded_app(guard, uid_base(2300), workers=1, queue=1, wall_seconds=300, fix_budget=300)
     with live_server(app, guard) as base:
         yield app, base
 
@@ -458,7 +458,7 @@ def test_a_queued_request_whose_client_hangs_up_leaves_the_queue(patient):
 @pytest.fixture(scope="module")
 def quick(guard):
     """A live server that gives a request 1 s to arrive whole."""
-    app = guarded_app(guard, 63400, workers=1, request_timeout=1.0)
+    app = guarded_app(guard, uid_base(2400), workers=1, request_timeout=1.0)
     with live_server(app, guard) as base:
         yield base
 

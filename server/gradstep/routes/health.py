@@ -26,8 +26,9 @@ class SandboxHealth(BaseModel):
     layers: dict[str, str]
     # what a child's root holds besides /dev's devices, /proc and /tmp ("root" layer)
     visible: list[str] | None = None
-    workers: int
-    busy: int
+    workers: int  # runs at once
+    slots: int  # workers + extra slots: spares waiting can be up to this many
+    busy: int  # runs holding a slot (at most workers)
     spares: int
     prefork: bool
     starts: int

@@ -22,9 +22,19 @@ LAYERS = (
 )
 
 
+EXTRA_SLOTS = 2  # SandboxConfig.extra_slots' default: see benchmarks/spares.py
+
+
 @dataclass
 class SandboxConfig:
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # concurrent children
+    # Runs at once: children executing code, each counted until it is reaped (a child that wrote
+    # its result early and lingers still counts). Callers beyond it queue.
+    workers: int = field(default_factory=lambda: os.cpu_count() or 1)
+    # Slots beyond ``workers``: the sandbox has workers + extra_slots slots, each with its own uid
+    # and cgroup and at most one child, and a free slot keeps a prewarmed spare. The extra slots
+    # never raise the number of runs at once; they make a ready spare likely when a run arrives
+    # (a slot's next spare is forked and prewarmed only after its last child is reaped).
+    extra_slots: int = EXTRA_SLOTS
     memory_mb: int = 1024  # per child: memory cgroup limit and RLIMIT_DATA headroom
     cpu_seconds: int = 10  # per child: RLIMIT_CPU (SIGXCPU, SIGKILL one second later)
     wall_seconds: float = 15.0  # per run, from request to result: then SIGKILL
@@ -48,7 +58,9 @@ class SandboxConfig:
     # interpreter's prefixes (a venv inside the repo stays usable).
     hide: list[str] | None = None
     keep: list[str] | None = None
-    uid_base: int = 61000  # slot i runs as uid = gid = uid_base + i (one Sandbox per uid range)
+    # slot i runs as uid = gid = uid_base + i, for i < workers + extra_slots: one Sandbox per
+    # range of that size (replicas on one host need disjoint ranges)
+    uid_base: int = 61000
     # cgroup (path inside each v1 hierarchy) under which this sandbox creates its
     # own; None: the cgroup the server process is in.
     cgroup_parent: str | None = None
@@ -60,6 +72,11 @@ class SandboxConfig:
     # Back the zygote's heap with transparent huge pages (MADV_COLLAPSE, best effort):
     # each fork and each child's exit then cost a fraction of the CPU.
     huge_pages: bool = True
+
+    @property
+    def slots(self) -> int:
+        """How many slots (uids, cgroups, children alive at most): workers + extra_slots."""
+        return self.workers + self.extra_slots
 
 
 Status = Literal["ok", "timeout", "limit", "crashed", "cancelled"]  # cancelled: run(cancel=) was set

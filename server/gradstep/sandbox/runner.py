@@ -126,11 +126,18 @@ class Sandbox:
         unknown = set(self.config.disable) - set(LAYERS)
         if unknown:
             raise ValueError(f"unknown layers in disable: {sorted(unknown)}")
+        if config.workers < 1 or config.extra_slots < 0:
+            raise ValueError("SandboxConfig needs workers >= 1 and extra_slots >= 0")
+        self.slots = config.slots  # fixed for this Sandbox's life: its uids and cgroups
         self._lock = threading.Lock()  # zygote lifecycle
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()  # children, spares, slot release
-        self._free: queue.Queue[int] = queue.Queue()  # slots whose last child is gone
-        for slot in range(self.config.workers):
+        # A run holds one of `workers` permits, then a slot, until its child is gone: so at most
+        # `workers` children run code at once however many slots there are. A slot is put back
+        # before its permit, so a run holding a permit always finds a free slot.
+        self._permits = threading.BoundedSemaphore(config.workers)
+        self._free: queue.Queue[int] = queue.Queue()  # slots whose last child is gone, oldest first
+        for slot in range(self.slots):
             self._free.put(slot)
         self._busy: set[int] = set()  # slots a run holds, until its child is gone
         self._children: dict[int, _Child] = {}  # every child not yet released: spares and runs
@@ -185,14 +192,14 @@ class Sandbox:
             "huge_pages": c.huge_pages,
             "hide": hide,
             "keep": keep,
-            "slot_procs": [self._cgroups.slot_procs(i) for i in range(c.workers)] if self._cgroups else None,
+            "slot_procs": [self._cgroups.slot_procs(i) for i in range(self.slots)] if self._cgroups else None,
             "probe_layers": probe,
         }
 
     def _start_locked(self) -> None:
         c = self.config
         if self._cgroups is None and "cgroup" not in c.disable and not self._cgroup_state:
-            cg = Cgroups(c.cgroup_parent, c.workers, c.memory_mb, c.max_tasks)
+            cg = Cgroups(c.cgroup_parent, self.slots, c.memory_mb, c.max_tasks)
             try:
                 cg.create()
                 self._cgroups = cg
@@ -256,7 +263,7 @@ class Sandbox:
                 _warn(f"the zygote has {z.info['threads']} threads; forking it may deadlock")
         self._layers = layers
         self._zygote = z
-        for slot in range(c.workers):
+        for slot in range(self.slots):
             self._prepare(slot, restart=True)
 
     def _stop_zygote(self, z: _Zygote) -> None:
@@ -319,8 +326,9 @@ class Sandbox:
             # what a child's root holds besides /dev's devices, /proc and /tmp ("root" layer)
             "visible": z.info.get("visible") if alive and z else None,
             "layers": dict(self._layers) or {name: "not started" for name in LAYERS},
-            "workers": self.config.workers,
-            "busy": self.config.workers - self._free.qsize(),
+            "workers": self.config.workers,  # runs at once
+            "slots": self.slots,  # workers + extra_slots: a uid and a cgroup each
+            "busy": self.slots - self._free.qsize(),  # runs holding a slot (<= workers)
             "prefork": self.config.prefork,
             "spares": len(spares),  # forked and waiting for code (or still confining themselves)
             "spare_pids": spares,
@@ -417,9 +425,11 @@ class Sandbox:
     # -- children and slots ----------------------------------------------------------
     #
     # A slot holds at most one live child at a time (they share the slot's uid and
-    # cgroup): a free slot has its spare; a run takes the slot and its spare (or
-    # forks one if there is none), and the slot is free again only once that child
-    # is reaped, when the next spare is forked for it.
+    # cgroup): a free slot has its spare; a run takes a permit, then the slot and its
+    # spare (or forks one if there is none), and the slot and the permit are free
+    # again only once that child is reaped, when the next spare is forked for it.
+    # There are `workers` permits and workers + extra_slots slots: a run finds a slot
+    # whose spare was made while other slots served runs.
 
     def _usable(self, spare: _Child, z: _Zygote) -> bool:
         """A spare a run can take: this zygote's, alive, or dead with something to report."""
@@ -530,6 +540,7 @@ class Sandbox:
             self._busy.discard(child.slot)
         self._prepare(child.slot)
         self._free.put(child.slot)
+        self._permits.release()
 
     # -- running ---------------------------------------------------------------------
 
@@ -567,6 +578,7 @@ class Sandbox:
                 with self._state_lock:
                     self._busy.discard(slot)
                 self._free.put(slot)
+                self._permits.release()
                 return RunResult("crashed", detail=str(e), seconds=time.monotonic() - t0)
             result = self._run(child, code, deadline, cancel)
         finally:
@@ -577,18 +589,23 @@ class Sandbox:
         return result
 
     def _wait_for_slot(self, deadline: float | None, cancel: threading.Event | None) -> int | None:
-        """A free slot; None once ``deadline`` passes or ``cancel`` is set first."""
+        """A permit to run, then a free slot (the one free longest: its spare has had the most time
+        to get ready); None once ``deadline`` passes or ``cancel`` is set first."""
+        if not self._wait_for_permit(deadline, cancel):
+            return None
+        # Never waits: fewer than `workers` other runs hold a slot (see _permits).
+        return self._free.get()
+
+    def _wait_for_permit(self, deadline: float | None, cancel: threading.Event | None) -> bool:
         if deadline is None and cancel is None:
-            return self._free.get()
+            return self._permits.acquire()
         while not (cancel is not None and cancel.is_set()):
             wait = _CANCEL_CHECK if deadline is None else min(_CANCEL_CHECK, deadline - time.monotonic())
             if wait <= 0:
-                return None
-            try:
-                return self._free.get(timeout=wait)
-            except queue.Empty:
-                continue
-        return None
+                return False
+            if self._permits.acquire(timeout=wait):
+                return True
+        return False
 
     def _run(
         self, child: _Child, code: str, deadline: float | None, cancel: threading.Event | None
