@@ -23,9 +23,10 @@ import torch
 
 from gradstep.tracer import patches
 from gradstep.tracer.capture import Output, Warnings
+from gradstep.tracer.limits import Limits
 from gradstep.tracer.locations import OUTSIDE, Locations, shown_path, source
 from gradstep.tracer.names import Names, scan
-from gradstep.tracer.recorder import Limits, Recorder
+from gradstep.tracer.recorder import Recorder
 
 _seq_nr = torch._C._autograd._get_sequence_nr
 

@@ -32,6 +32,7 @@ from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.devices import CudaUse
 from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
+from gradstep.tracer.limits import Limits
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_namespaces, scan, snippet_frames
 from gradstep.tracer.offline import OfflineUse
 
@@ -42,29 +43,6 @@ _TENSOR_BACKWARD = torch.Tensor.backward.__code__
 _ANOMALY = re.compile(r"Function '(\w+)' returned nan values")
 EXACT_ORDER_NODES = 256  # graphs up to this size get the execution order from a hook per node
 _transform_level = torch._C._functorch.maybe_current_level  # not None inside a torch.func transform
-
-
-@dataclass
-class Limits:
-    max_nodes: int = 20_000
-    max_steps: int = 500
-    max_stdout: int = 64_000
-    max_values: int = 64  # gradients with at most this many elements carry their values
-    line_repeats: int = 3  # executions of one line shown as steps before a loop is folded
-    # torch.compile's default backend, inductor, builds C++ in subprocesses: a sandbox that has no
-    # compiler and forks nothing says False, and compiled code runs with aot_eager (see patches.py)
-    inductor: bool = True
-    # A machine without a GPU can still run CUDA code as the same code on the CPU: the sandbox says
-    # True, and the devices a snippet asks for become the CPU, with a note (see devices.py)
-    cuda_on_cpu: bool = False
-    # No keyboard, network or files of its own (the sandbox): input() and downloads say so, missing
-    # tqdm/matplotlib get stand-ins, and notes say what a snippet can use instead (see offline.py)
-    offline: bool = False
-
-    @classmethod
-    def sandboxed(cls, **kwargs: Any) -> Limits:
-        """A run in the sandbox: no C++ compiler, no GPU, no keyboard, network or files."""
-        return cls(**kwargs, inductor=False, cuda_on_cpu=True, offline=True)
 
 
 @dataclass
