@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import functools
 import gc
 import inspect
 import re
@@ -32,6 +31,7 @@ from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.devices import CudaUse
 from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
+from gradstep.tracer.guard import Guard, guarded
 from gradstep.tracer.limits import Limits
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_namespaces, scan, snippet_frames
 from gradstep.tracer.offline import OfflineUse
@@ -85,36 +85,13 @@ def _not_finite(grads) -> bool:
     return False
 
 
-def _guarded(method):
-    """Run a tracer callback so that a failure of the tracer never becomes the snippet's.
-
-    The failure is noted in the trace and tracing goes on. A callback that arrives while the
-    tracer itself is working (the snippet's code run by torch on the tracer's behalf: a hook,
-    a property) records nothing.
-    """
-
-    @functools.wraps(method)
-    def guarded(self, *args, **kwargs):
-        if self.busy:
-            return None
-        self.busy = True
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as e:  # noqa: BLE001
-            self._note_failure(method.__name__, e)
-            return None
-        finally:
-            self.busy = False
-
-    return guarded
-
-
 class Recorder:
     def __init__(self, code: str, limits: Limits):
         self.code = code
         self.limits = limits
         self.globals: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.steps: list[dict] = []
+        self.guard = Guard(self.steps)
         self.truncated: list[str] = []
         self.out = Output(limits.max_stdout)
         self.warnings = Warnings(self.current_line)
@@ -128,8 +105,6 @@ class Recorder:
         self.folded = 0  # forward line executions waiting in a folded loop step
         self.folded_line: int | None = None
         self.in_call = False
-        self.busy = False  # the tracer is at work: snippet code it triggers is not traced
-        self.failures: list[str] = []  # the tracer's own failures, each noted once in the trace
         self.transformed: set[int | None] = set()  # lines that ran inside a torch.func transform
         self.call_lines: set[int] = set()  # snippet lines the engine ran during the current call
         self.forward_ad_lines: set[int | None] = set()  # lines that entered forward_ad.dual_level
@@ -190,7 +165,7 @@ class Recorder:
         self.module_index.clear()
         self.warnings.close()
 
-    @_guarded
+    @guarded
     def _finish(self) -> None:
         if not self._full():
             self._flush(self.line)
@@ -245,18 +220,12 @@ class Recorder:
             )
         if self.limits.offline:
             notes.extend(self.offline.notes())
-        notes.extend(self.failures)
+        notes.extend(self.guard.failures)
         return notes
-
-    def _note_failure(self, where: str, e: BaseException) -> None:
-        """A failure of the tracer's own: said once per kind, and tracing goes on."""
-        note = f"gradstep could not record everything at step {len(self.steps) + 1} ({where}): {type(e).__name__}: {e}"
-        if len(self.failures) < 10 and not any(f.endswith(f"{type(e).__name__}: {e}") for f in self.failures):
-            self.failures.append(note)
 
     # -- line tracing --------------------------------------------------------
 
-    @_guarded
+    @guarded
     def _on_line(self, line: int, rebinds: bool = False) -> None:
         """Called by the snippet before each of its statements (see lines.py).
 
@@ -278,13 +247,13 @@ class Recorder:
         if self.folded and self.line_runs[line] <= self.limits.line_repeats:
             self._emit_folded()  # the loop is over: show where it left the graph
 
-    @_guarded
+    @guarded
     def _on_enter(self) -> None:
         if not self.in_call:
             self._attribute(self.line)  # what the calling line built before this call
             self.callers.append(self.line)
 
-    @_guarded
+    @guarded
     def _on_exit(self) -> None:
         # No step here: the return value is not bound to a name yet. The caller's
         # next statement shows what this function built.
@@ -293,7 +262,7 @@ class Recorder:
             if self.callers:
                 self.line = self.callers.pop()
 
-    @_guarded
+    @guarded
     def retained(self, tensor: torch.Tensor) -> None:
         """``tensor.retain_grad()`` ran: it builds no node, yet the next backward keeps the
         tensor's .grad because of it, so its line gets a step (a leaf's is a no-op: none)."""
@@ -367,7 +336,7 @@ class Recorder:
         sig = inspect.signature(orig)
 
         def traced(*args, **kwargs):
-            if self.in_call or self.busy:  # re-entrant: inside a hook, or run by the tracer's own reads
+            if self.in_call or self.guard.busy:  # re-entrant: inside a hook, or run by the tracer's own reads
                 return orig(*args, **kwargs)
             if _transform_level() is not None:  # torch.func's own use of autograd (see _on_line)
                 return orig(*args, **kwargs)
@@ -390,16 +359,16 @@ class Recorder:
     def _call(self, orig, kind: str, api: str, bound: inspect.BoundArguments, caller) -> Any:
         handles: list = []
         _materialize(bound)
-        self.busy = True
+        self.guard.busy = True
         try:
             call = self._prepare_call(kind, api, bound, caller, handles)
         except Exception as e:  # noqa: BLE001 - the tracer's failure: run this call untraced
-            self._note_failure(api, e)
+            self.guard.note(api, e)
             for h in handles:
                 h.remove()
             return orig(*bound.args, **bound.kwargs)
         finally:
-            self.busy = False
+            self.guard.busy = False
         line = call.line
         graph = self.graph
         seq_before = _seq_nr()
@@ -423,13 +392,13 @@ class Recorder:
         call.rebuilt = 0 if call.create_graph else seq_after - seq_before  # a checkpoint's recomputed forward
 
         if not self._full():
-            self.busy = True
+            self.guard.busy = True
             try:
                 self._record_call(call, error, result)
             except Exception as e:  # noqa: BLE001
-                self._note_failure(api, e)
+                self.guard.note(api, e)
             finally:
-                self.busy = False
+                self.guard.busy = False
         if error is not None:
             raise error
         return result
@@ -595,7 +564,7 @@ class Recorder:
         try:
             self._take_snapshot(step, *args, **kwargs)
         except Exception as e:  # noqa: BLE001 - the step is kept with what it has, and said so
-            self._note_failure(f"step {step['kind']} at line {step.get('line')}", e)
+            self.guard.note(f"step {step['kind']} at line {step.get('line')}", e)
             if not self.steps or self.steps[-1] is not step:
                 step["index"] = len(self.steps)
                 step.setdefault("nodes", [])
@@ -664,7 +633,7 @@ class Recorder:
                 try:
                     out.append(self.grads.records([g])[0])
                 except Exception as e:  # noqa: BLE001
-                    self._note_failure("gradient values", e)
+                    self.guard.note("gradient values", e)
                     out.append(None)
             return out
 
