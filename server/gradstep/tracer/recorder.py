@@ -17,7 +17,6 @@ import gc
 import inspect
 import re
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +32,7 @@ from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.guard import Guard, guarded
 from gradstep.tracer.limits import Limits
+from gradstep.tracer.loops import Loops
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_namespaces, scan, snippet_frames
 from gradstep.tracer.offline import OfflineUse
 
@@ -101,9 +101,7 @@ class Recorder:
         self.passes = passes.chosen()
         self.graph = Graph(self.seq_base, limits.max_nodes, self.passes)
         self.line: int | None = None  # snippet line executing now
-        self.line_runs: Counter[int | None] = Counter()
-        self.folded = 0  # forward line executions waiting in a folded loop step
-        self.folded_line: int | None = None
+        self.loops = Loops(limits.line_repeats)
         self.in_call = False
         self.transformed: set[int | None] = set()  # lines that ran inside a torch.func transform
         self.call_lines: set[int] = set()  # snippet lines the engine ran during the current call
@@ -239,12 +237,11 @@ class Recorder:
             self.transformed.add(self.line)
             return
         stepped = self._flush(self.line)
-        if self.check_release and not stepped and self.line_runs[self.line] <= self.limits.line_repeats:
+        if self.check_release and not stepped and self.loops.shown(self.line):
             self._release()
         self.check_release = rebinds
         self.line = line
-        self.line_runs[line] += 1
-        if self.folded and self.line_runs[line] <= self.limits.line_repeats:
+        if self.loops.ran(line):
             self._emit_folded()  # the loop is over: show where it left the graph
 
     @guarded
@@ -307,18 +304,17 @@ class Recorder:
         line = self.built_line
         if self._full():
             return False
-        if self.line_runs[line] > self.limits.line_repeats:
-            self.folded += 1
-            self.folded_line = line
+        if not self.loops.shown(line):
+            self.loops.fold(line)
             return False
         self._emit_folded()
         self._snapshot({"kind": "forward", "line": line}, extra_roots)
         return True
 
     def _emit_folded(self) -> None:
-        if self.folded and not self._full():
-            self._snapshot({"kind": "forward", "line": self.folded_line, "repeat": self.folded})
-        self.folded = 0
+        folded = self.loops.take()
+        if folded is not None and not self._full():
+            self._snapshot(folded)
 
     def _full(self) -> bool:
         if len(self.steps) < self.limits.max_steps:
