@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import gc
 import inspect
 import re
 import sys
@@ -28,13 +27,13 @@ from gradstep.trace_dicts import TraceDict
 from gradstep.tracer import errors, lines, passes, patches
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.devices import CudaUse
-from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.guard import Guard, guarded
 from gradstep.tracer.limits import Limits
 from gradstep.tracer.loops import Loops
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_namespaces, scan, snippet_frames
 from gradstep.tracer.offline import OfflineUse
+from gradstep.tracer.snapshots import Snapshots
 
 _NO_CUDA = re.compile(r"not compiled with CUDA|no NVIDIA driver|CUDA is not available|CUDA driver", re.I)
 _seq_nr = torch._C._autograd._get_sequence_nr
@@ -86,20 +85,24 @@ def _not_finite(grads) -> bool:
 
 
 class Recorder:
+    # what the code's output and warnings go to (a live recording's also show where the user looks)
+    output_type: type[Output] = Output
+    warnings_type: type[Warnings] = Warnings
+
     def __init__(self, code: str, limits: Limits):
         self.code = code
         self.limits = limits
         self.globals: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
         self.steps: list[dict] = []
         self.guard = Guard(self.steps)
-        self.truncated: list[str] = []
-        self.out = Output(limits.max_stdout)
-        self.warnings = Warnings(self.current_line)
-        self.grads = GradRecords(limits.max_values)
+        self.out = self.output_type(limits.max_stdout)
+        self.warnings = self.warnings_type(self.current_line)
         self.seq_base = _seq_nr()
         self.seq_last = self.seq_base
-        self.passes = passes.chosen()
-        self.graph = Graph(self.seq_base, limits.max_nodes, self.passes)
+        self.graph = Graph(self.seq_base, limits.max_nodes, passes.chosen())
+        self.snapshots = Snapshots(
+            self.steps, self.graph, self.guard, self.out, self.warnings, limits.max_steps, limits.max_values
+        )
         self.line: int | None = None  # snippet line executing now
         self.loops = Loops(limits.line_repeats)
         self.in_call = False
@@ -109,15 +112,9 @@ class Recorder:
         self.compile_lines: set[int | None] = set()  # lines whose torch.compile ran with aot_eager
         self.cuda = CudaUse()  # what the snippet asked of CUDA (Limits.cuda_on_cpu)
         self.offline = OfflineUse()  # what it reached for that a sandboxed run lacks (Limits.offline)
-        self._last_roots: frozenset[int] = frozenset()
-        self._live: list[int] = []  # ids of the nodes alive at the last step, sorted
-        self._live_cache: tuple[list[int], frozenset[int]] = ([], frozenset())
-        self._plain_states: dict[int, dict] = {}  # shared {"id": n} of nodes with nothing to say
-        self._tensor_recs: dict[int, tuple] = {}  # id(tensor) -> (weakref, what its record says, record)
         self.built = False  # nodes were built since the last step...
         self.built_line: int | None = None  # ...by this line
         self.check_release = False
-        self.released: list[int] = []  # ids let go between steps, shown as dropped in the next
         self.callers: list[int | None] = []  # lines that called the snippet's functions
         self.module_index = ModuleIndex()
         self.module_stack: list[tuple[int, str]] = []  # (id, class name) of modules running
@@ -165,15 +162,12 @@ class Recorder:
 
     @guarded
     def _finish(self) -> None:
-        if not self._full():
+        if not self.snapshots.full():
             self._flush(self.line)
             self._emit_folded()
 
     def _result(self, status: str, error: dict | None) -> dict:
-        if self.out.dropped:
-            self.truncated.append("stdout")
-        if self.graph.full:
-            self.truncated.append("nodes")
+        capped = (("steps", self.snapshots.capped), ("stdout", self.out.dropped), ("nodes", self.graph.full))
         return {
             "version": VERSION,
             "status": status,
@@ -184,7 +178,7 @@ class Recorder:
             "nodes": self.graph.table,
             "steps": self.steps,
             "warnings": self.warnings.items,
-            "truncated": self.truncated,
+            "truncated": [what for what, hit in capped if hit],
             "notes": self._notes(error),
         }
 
@@ -238,7 +232,7 @@ class Recorder:
             return
         stepped = self._flush(self.line)
         if self.check_release and not stepped and self.loops.shown(self.line):
-            self._release()
+            self.snapshots.release(self.names_at, self.line)
         self.check_release = rebinds
         self.line = line
         if self.loops.ran(line):
@@ -302,29 +296,19 @@ class Recorder:
             return False
         self.built = False
         line = self.built_line
-        if self._full():
+        if self.snapshots.full():
             return False
         if not self.loops.shown(line):
             self.loops.fold(line)
             return False
         self._emit_folded()
-        self._snapshot({"kind": "forward", "line": line}, extra_roots)
+        self.snapshots.take({"kind": "forward", "line": line}, self.names_at, extra_roots)
         return True
 
     def _emit_folded(self) -> None:
         folded = self.loops.take()
-        if folded is not None and not self._full():
-            self._snapshot(folded)
-
-    def _full(self) -> bool:
-        if len(self.steps) < self.limits.max_steps:
-            return False
-        if "steps" not in self.truncated:
-            self.truncated.append("steps")
-            # No step will show them: let go of every node so the rest of the run
-            # keeps exactly the memory it would keep untraced.
-            self.graph.drop(list(self.graph.objs))
-        return True
+        if folded is not None and not self.snapshots.full():
+            self.snapshots.take(folded, self.names_at)
 
     # -- backward / grad calls -----------------------------------------------
 
@@ -387,7 +371,7 @@ class Recorder:
         self.seq_last = seq_after
         call.rebuilt = 0 if call.create_graph else seq_after - seq_before  # a checkpoint's recomputed forward
 
-        if not self._full():
+        if not self.snapshots.full():
             self.guard.busy = True
             try:
                 self._record_call(call, error, result)
@@ -544,124 +528,19 @@ class Recorder:
         run = dict(zip(order, range(len(order)), strict=True))
         if failed is not None:
             run[failed] = len(order)
-        self._snapshot(step, extra_roots, run=run, failed=failed, grad_graph=create_graph, returned=returned)
+        self.snapshots.take(
+            step,
+            self.names_at,
+            extra_roots,
+            run=run,
+            failed=failed,
+            grad_graph=create_graph,
+            returned=returned,
+        )
 
     def _input_names(self, ins: list[torch.Tensor]) -> list[str]:
         names = self.names_at(sys._getframe(1))
         return [names.name_of(t) or "?" for t in ins]
-
-    # -- snapshots -----------------------------------------------------------
-
-    def _snapshot(self, step: dict, *args, **kwargs) -> None:
-        # The tracer's own allocations would trigger full collections over torch's
-        # many objects; they hold no cycles, so collect after, not during.
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            self._take_snapshot(step, *args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - the step is kept with what it has, and said so
-            self.guard.note(f"step {step['kind']} at line {step.get('line')}", e)
-            if not self.steps or self.steps[-1] is not step:
-                step["index"] = len(self.steps)
-                step.setdefault("nodes", [])
-                self.steps.append(step)
-        finally:
-            if enabled:
-                gc.enable()
-
-    def _take_snapshot(
-        self, step: dict, extra_roots=(), run=None, failed=None, grad_graph=False, returned=None
-    ):
-        graph = self.graph
-        index = len(self.steps)
-        step["index"] = index
-        names = self.names_at(sys._getframe(1))
-        passes = self.passes
-        roots, shown, fns, facts = passes.roots(names.tensors, extra_roots)
-        known = len(graph.table)  # nodes from here on are read by this discovery: none is stale yet
-        graph.discover(roots, index, step.get("line"), grad_graph, names)
-        ids = graph.ids
-        live, dropped = self._liveness(roots)
-        graph.drop(dropped)
-        dropped = self.released + dropped  # shown once as dropped, then gone
-        self.released = []
-        graph.check_stale(below=known)
-
-        vars_of, leaf_ids, grads_in = passes.step_names(
-            names.tensors, fns, shown, facts, ids, graph.table, graph.accumulators, graph.objs
-        )
-
-        run = run or {}
-        states = passes.states(live, graph.freed, graph.stale, run, failed, vars_of, self._plain_states)
-        # The edges this step added (its new nodes' edges): the whole graph of a step
-        # is the table's `next` of its nodes, and where gradient flowed follows from
-        # `executed` and `order`; repeating either in every step would double the trace.
-        edges = []
-        if graph.first_new is not None:
-            edges = passes.new_edges(live, graph.first_new, graph.children)
-            graph.first_new = None
-        for nid in dropped:
-            states.append({"id": nid, "dropped": True})
-            self._plain_states.pop(nid, None)
-
-        grads = self._grad_records(grads_in)
-        now: dict[int, tuple] = {}
-        tensors = passes.tensor_records(shown, facts, grads, leaf_ids, ids, self._tensor_recs, now)
-        self._tensor_recs = now
-        if returned is not None:
-            step["returned"] = self._grad_records(returned)
-
-        step["nodes"] = states
-        step["edges"] = edges
-        step["tensors"] = tensors
-        step["saved_bytes"] = graph.saved_bytes()
-        step["stdout"] = self.out.since_last_step()
-        step["warnings"] = self.warnings.since_last_step()
-        passes.untrack(step)  # plain data, no cycles: collections need not walk it again (C only)
-        self.steps.append(step)
-
-    def _grad_records(self, grads: list) -> list[dict | None]:
-        try:
-            return self.grads.records(grads)
-        except Exception:  # noqa: BLE001 - one by one: a gradient that cannot be read shows as none
-            out = []
-            for g in grads:
-                try:
-                    out.append(self.grads.records([g])[0])
-                except Exception as e:  # noqa: BLE001
-                    self.guard.note("gradient values", e)
-                    out.append(None)
-            return out
-
-    def _liveness(self, roots: list) -> tuple[list[int], list[int]]:
-        """Sorted ids of the nodes the roots reach, and ids of known nodes they no longer reach."""
-        graph = self.graph
-        root_ids = frozenset(graph.ids[r] for r in roots if r in graph.ids)
-        if root_ids != self._last_roots:  # edges never change: same roots, same live set
-            self._live = sorted(graph.reachable(root_ids))
-            self._last_roots = root_ids
-        gone = graph.objs.keys() - self._live_set(self._live)  # usually none: no Python loop then
-        return self._live, [nid for nid in graph.objs if nid in gone] if gone else []
-
-    def _release(self) -> None:
-        """Let go of graphs a deleted or rebound name no longer reaches (no step)."""
-        if not self.graph.objs or self._full():
-            return
-        names = self.names_at(sys._getframe(1))
-        roots = self.passes.roots(names.tensors, ())[0]
-        # nodes built but not shown yet (a folded loop) must be known, or what they reach looks dropped
-        self.graph.discover(roots, len(self.steps), self.line, False, names)
-        _live, dropped = self._liveness(roots)
-        if dropped:
-            self.graph.drop(dropped)
-            self.released.extend(dropped)
-            for nid in dropped:
-                self._plain_states.pop(nid, None)
-
-    def _live_set(self, live: list[int]) -> frozenset[int]:
-        if self._live_cache[0] is not live:
-            self._live_cache = (live, frozenset(live))
-        return self._live_cache[1]
 
 
 def _raised_in(node, finished: set, error: BaseException) -> bool:
