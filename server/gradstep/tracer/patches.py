@@ -88,8 +88,8 @@ def patched(rec: Recorder):
     module_cls._call_impl = _module_call(saved["_call_impl"], rec.module_stack, rec.graph.modules)
     _SlotWatch.install()
     watching, _SlotWatch.index = _SlotWatch.index, rec.module_index
-    torch.autograd.backward = rec.wrap(orig_backward, "backward")
-    torch.autograd.grad = rec.wrap(orig_grad, "grad")
+    torch.autograd.backward = rec.calls.wrap(orig_backward, "backward", rec)
+    torch.autograd.grad = rec.calls.wrap(orig_grad, "grad", rec)
     hooks_cls = torch.autograd.graph.saved_tensors_hooks
     hooks_enter, hooks_exit = hooks_cls.__enter__, hooks_cls.__exit__
     hooks_cls.__enter__, hooks_cls.__exit__ = _hooks_bracketed(hooks_enter, hooks_exit, rec.graph.hooks)
