@@ -95,19 +95,19 @@ def patched(rec: Recorder):
     hooks_cls.__enter__, hooks_cls.__exit__ = _hooks_bracketed(hooks_enter, hooks_exit, rec.graph.hooks)
     dual_cls = torch.autograd.forward_ad.dual_level
     dual_enter = dual_cls.__enter__
-    dual_cls.__enter__ = _noting(dual_enter, rec.forward_ad_lines, rec.current_line)
+    dual_cls.__enter__ = _noting(dual_enter, rec.uses.forward_ad, rec.current_line)
     retain_grad = torch.Tensor.retain_grad
     torch.Tensor.retain_grad = _telling(retain_grad, rec.retained)
     orig_compile = torch.compile
     if not rec.limits.inductor:
-        torch.compile = _without_inductor(orig_compile, rec.compile_lines, rec.current_line)
+        torch.compile = _without_inductor(orig_compile, rec.uses.compiled, rec.current_line)
     on_cpu = rec.limits.cuda_on_cpu and devices.mentions_cuda(rec.code)
     sys.stdout = sys.stderr = rec.out
     try:
         with (
             rec.warnings,
-            devices.on_cpu(rec.cuda, rec.current_line) if on_cpu else contextlib.nullcontext(),
-            offline.offline(rec.offline, rec.current_line)
+            devices.on_cpu(rec.uses.cuda, rec.current_line) if on_cpu else contextlib.nullcontext(),
+            offline.offline(rec.uses.offline, rec.current_line)
             if rec.limits.offline
             else contextlib.nullcontext(),
         ):

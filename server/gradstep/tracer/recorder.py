@@ -11,11 +11,7 @@ calling ``torch._C._current_graph_task_execution_order()``.
 
 from __future__ import annotations
 
-import ast
-import builtins
-import re
 import sys
-from typing import Any
 
 import torch
 
@@ -24,16 +20,15 @@ from gradstep.trace_dicts import TraceDict
 from gradstep.tracer import errors, lines, passes, patches
 from gradstep.tracer.calls import Calls
 from gradstep.tracer.capture import Output, Warnings
-from gradstep.tracer.devices import CudaUse
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.guard import Guard, guarded
 from gradstep.tracer.limits import Limits
 from gradstep.tracer.loops import Loops
-from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_namespaces, scan, snippet_frames
-from gradstep.tracer.offline import OfflineUse
+from gradstep.tracer.names import ModuleIndex, Names, frame_namespaces, scan, snippet_frames
+from gradstep.tracer.notes import Uses
 from gradstep.tracer.snapshots import Snapshots
+from gradstep.tracer.snippet import Snippet
 
-_NO_CUDA = re.compile(r"not compiled with CUDA|no NVIDIA driver|CUDA is not available|CUDA driver", re.I)
 _seq_nr = torch._C._autograd._get_sequence_nr
 _transform_level = torch._C._functorch.maybe_current_level  # not None inside a torch.func transform
 
@@ -46,7 +41,7 @@ class Recorder:
     def __init__(self, code: str, limits: Limits):
         self.code = code
         self.limits = limits
-        self.globals: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        self.snippet = Snippet(code)
         self.steps: list[dict] = []
         self.guard = Guard(self.steps)
         self.out = self.output_type(limits.max_stdout)
@@ -60,11 +55,7 @@ class Recorder:
         self.line: int | None = None  # snippet line executing now
         self.loops = Loops(limits.line_repeats)
         self.calls = Calls(self.graph, self.snapshots, self.guard)
-        self.transformed: set[int | None] = set()  # lines that ran inside a torch.func transform
-        self.forward_ad_lines: set[int | None] = set()  # lines that entered forward_ad.dual_level
-        self.compile_lines: set[int | None] = set()  # lines whose torch.compile ran with aot_eager
-        self.cuda = CudaUse()  # what the snippet asked of CUDA (Limits.cuda_on_cpu)
-        self.offline = OfflineUse()  # what it reached for that a sandboxed run lacks (Limits.offline)
+        self.uses = Uses()  # what the code used that a note speaks of
         self.built = False  # nodes were built since the last step...
         self.built_line: int | None = None  # ...by this line
         self.check_release = False
@@ -76,24 +67,11 @@ class Recorder:
 
     def run(self) -> dict:
         try:
-            tree = ast.parse(self.code, SNIPPET_FILENAME)
-            compiled = compile(lines.instrument(tree), SNIPPET_FILENAME, "exec", dont_inherit=True)
+            compiled = self.snippet.compile()
         except SyntaxError as e:
             return self._result("error", errors.syntax_error(e))
-        self.globals.update(
-            {lines.LINE: self._on_line, lines.ENTER: self._on_enter, lines.EXIT: self._on_exit}
-        )
-        error = None
         with patches.patched(self):
-            try:
-                exec(compiled, self.globals)
-            except SystemExit as e:
-                if e.code not in (None, 0):
-                    error = errors.snippet_error(e, self.code)
-            except BaseException as e:  # the snippet's own failure is part of the trace
-                error = errors.snippet_error(e, self.code)
-                self.cuda.failed(e)
-                self.offline.failed(e)
+            error = self.snippet.run(compiled, self._on_line, self._on_enter, self._on_exit, self.uses.failed)
             self._finish()
         try:
             return self._result("error" if error else "ok", error)
@@ -107,7 +85,7 @@ class Recorder:
         them): left alone, that cycle would keep the model and its graph alive until
         the next full garbage collection.
         """
-        self.globals.clear()
+        self.snippet.let_go()
         self.graph.objs.clear()
         self.graph.ids.clear()
         self.module_index.clear()
@@ -132,41 +110,8 @@ class Recorder:
             "steps": self.steps,
             "warnings": self.warnings.items,
             "truncated": [what for what, hit in capped if hit],
-            "notes": self._notes(error),
+            "notes": self.uses.notes(self.limits, error, self.listed) + self.guard.failures,
         }
-
-    def _notes(self, error: dict | None) -> list[str]:
-        notes = self.cuda.notes() if self.limits.cuda_on_cpu else []
-        if not self.limits.cuda_on_cpu and error and _NO_CUDA.search(error["message"]):
-            notes.append(
-                "This machine has no GPU, so CUDA code cannot run here. Run the snippet on the CPU "
-                "(drop .cuda() and device='cuda'): autograd behaves the same."
-            )
-        if self.transformed:
-            where = self.listed(self.transformed)
-            notes.append(
-                f"Line(s) {where} ran inside a torch.func transform (grad, vjp, jacrev, vmap…): functorch "
-                "differentiates there with its own wrapped tensors, so those inner steps are not drawn; "
-                "what the transform returned is."
-            )
-        if self.forward_ad_lines:
-            where = self.listed(self.forward_ad_lines)
-            notes.append(
-                f"Line(s) {where} use forward-mode AD (torch.autograd.forward_ad): dual tensors carry their "
-                "tangents forward with the values and build no backward graph. gradstep draws reverse mode, so "
-                "the dual computation is not drawn; its prints are in the output."
-            )
-        if self.compile_lines:
-            where = self.listed(self.compile_lines)
-            notes.append(
-                f"torch.compile at line(s) {where} ran with its aot_eager backend: this sandbox has no C++ "
-                "compiler for inductor, the default. Autograd sees the same graph either way (one "
-                "CompiledFunctionBackward node for the compiled region); only the generated kernels differ."
-            )
-        if self.limits.offline:
-            notes.extend(self.offline.notes())
-        notes.extend(self.guard.failures)
-        return notes
 
     # -- line tracing --------------------------------------------------------
 
@@ -181,7 +126,7 @@ class Recorder:
             self.calls.lines.add(line)
             return
         if _transform_level() is not None:  # inside torch.func: wrapped tensors, functorch's own autograd
-            self.transformed.add(self.line)
+            self.uses.transformed.add(self.line)
             return
         stepped = self.flush(self.line)
         if self.check_release and not stepped and self.loops.shown(self.line):
@@ -227,7 +172,7 @@ class Recorder:
 
     def names_at(self, frame) -> Names:
         """The tensors the code can name from ``frame`` up: the roots of the graph walk, the labels."""
-        return scan(frame_namespaces(snippet_frames(frame), self.globals), self.module_index)
+        return scan(frame_namespaces(snippet_frames(frame), self.snippet.globals), self.module_index)
 
     def listed(self, where: set[int | None]) -> str:
         """Lines as a note lists them."""
