@@ -1,6 +1,6 @@
 """What the recorder changes in torch while a snippet runs, all restored after it.
 
-* ``torch.autograd.backward`` / ``grad``: the recorder's call wrappers (every backward entry
+* ``torch.autograd.backward`` / ``grad``: the call wrappers of calls.py (every backward entry
   point goes through them, ``Tensor.backward`` included);
 * ``nn.Module._call_impl``: module calls bracketed, so nodes get their module path;
 * the module mutators: any change to a module's attributes invalidates the cached walks;
@@ -85,7 +85,7 @@ def patched(rec: Recorder):
     saved = {m: getattr(module_cls, m) for m in (*_MODULE_MUTATORS, "_call_impl")}
     for m in _MODULE_MUTATORS:
         setattr(module_cls, m, _touching(saved[m], rec.module_index))
-    module_cls._call_impl = _module_call(saved["_call_impl"], rec.module_stack, rec.graph.modules)
+    module_cls._call_impl = _module_call(saved["_call_impl"], rec.graph.modules)
     _SlotWatch.install()
     watching, _SlotWatch.index = _SlotWatch.index, rec.module_index
     torch.autograd.backward = rec.calls.wrap(orig_backward, "backward", rec)
@@ -136,7 +136,7 @@ def _telling(method, tell):
     return told
 
 
-def _module_call(call_impl, stack: list, modules: SeqRanges):
+def _module_call(call_impl, modules: SeqRanges):
     """Module calls, bracketed (global module hooks would do, but they send every module
     call of the snippet down torch's slow path: ~3 ms on a 24-layer model).
 
@@ -144,6 +144,7 @@ def _module_call(call_impl, stack: list, modules: SeqRanges):
     module's dotted name is resolved when its nodes are discovered. (List appends and
     a comparison: nothing here can fail, so no guard on this hot path.)
     """
+    stack: list[tuple[int, str]] = []  # (id, class name) of the modules running, innermost last
     mark = modules.mark
     compiling = torch.compiler.is_compiling
 

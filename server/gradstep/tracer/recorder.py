@@ -1,12 +1,17 @@
-"""Run a snippet and record its autograd graph step by step.
+"""Run a snippet and record its autograd graph step by step: the parts, composed.
 
-Forward steps come from markers compiled into the snippet before each of its
-statements (lines.py): a line whose execution moved autograd's sequence
-counter built nodes. Backward
-steps come from wrapping ``torch.autograd.backward`` and ``torch.autograd.grad``
-(``Tensor.backward`` looks the former up at call time), so failing calls are
-seen too. The engine's execution order comes from one prehook on the roots
-calling ``torch._C._current_graph_task_execution_order()``.
+The recorder owns the run's state that every part shares (the graph, the steps, the
+line now running) and passes events between the parts:
+
+* snippet.py runs the code; its line markers (lines.py) call ``_on_line``, ``_on_enter``
+  and ``_on_exit`` here (live.py: the caller's own code, reporting through settrace);
+* a line whose execution moved autograd's sequence counter built nodes: at the next
+  statement boundary it gets a forward step (snapshots.py), or its step is folded into
+  a loop's (loops.py);
+* calls.py makes a step of each backward/grad call, and asks the recorder where the
+  code is and what it can name: ``line_at``, ``names_at`` (the seam live.py overrides);
+* patches.py changes torch for the run, notes.py says what the code used that is not
+  drawn, guard.py keeps the tracer's own failures out of the snippet.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ _transform_level = torch._C._functorch.maybe_current_level  # not None inside a 
 
 
 class Recorder:
+    """One recording: of a snippet (``run``), or the base of a live one (live.py)."""
+
     # what the code's output and warnings go to (a live recording's also show where the user looks)
     output_type: type[Output] = Output
     warnings_type: type[Warnings] = Warnings
@@ -61,7 +68,6 @@ class Recorder:
         self.check_release = False
         self.callers: list[int | None] = []  # lines that called the snippet's functions
         self.module_index = ModuleIndex()
-        self.module_stack: list[tuple[int, str]] = []  # (id, class name) of modules running
 
     # -- running -------------------------------------------------------------
 
