@@ -1,16 +1,13 @@
 """Backward and autograd.grad calls, intercepted: each one the code makes is a step.
 
 ``torch.autograd.backward`` and ``torch.autograd.grad`` are wrapped (patches.py; ``Tensor.backward``
-looks the former up at call time), so failing calls are seen too. The engine's execution order
-comes from one prehook on the roots calling ``torch._C._current_graph_task_execution_order()``;
-on a small graph, or where a node may raise, a hook per node says which nodes really ran and
-where a nan or an inf first appeared.
+looks the former up at call time), so failing calls are seen too. A call's arguments say what it
+asks for; what the engine did is watched by engine.py.
 """
 
 from __future__ import annotations
 
 import inspect
-import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gradstep.tracer.engine import Watch
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.guard import Guard
 from gradstep.tracer.snapshots import Snapshots
@@ -26,16 +24,13 @@ if TYPE_CHECKING:
     from gradstep.tracer.recorder import Recorder
 
 _seq_nr = torch._C._autograd._get_sequence_nr
-_exec_order = torch._C._current_graph_task_execution_order
 _TENSOR_BACKWARD = torch.Tensor.backward.__code__
-_ANOMALY = re.compile(r"Function '(\w+)' returned nan values")
-EXACT_ORDER_NODES = 256  # graphs up to this size get the execution order from a hook per node
 _transform_level = torch._C._functorch.maybe_current_level  # not None inside a torch.func transform
 
 
 @dataclass
 class _Call:
-    """A backward/grad call in flight: what the snippet asked for, and hooks' findings."""
+    """A backward/grad call in flight: what the code asked for, and what the engine did."""
 
     kind: str
     api: str
@@ -45,32 +40,8 @@ class _Call:
     ins: list[torch.Tensor]
     gradient: bool  # gradient= / grad_outputs= given
     outs: list[torch.Tensor]
-    order_box: list  # the engine's execution order, captured by a root prehook
-    input_nodes: dict  # nodes of inputs=, which the engine may capture without running
-    ran: set  # input nodes that did run
-    unusable_before: set[int]  # freed or stale before the call
-    started: list | None = None  # nodes in the order they started, where a node may raise after running
-    finished: set | None = None  # nodes whose post hooks ran (anomaly mode raises after those)
+    watch: Watch  # what the engine does, seen by hooks
     rebuilt: int = 0  # autograd nodes built while the call ran without create_graph
-    produced: list | None = None  # nodes whose output gradient first went non-finite (None: not hooked)
-
-
-def _not_finite(grads) -> bool:
-    """Any of a node's gradients (a tuple, None for an edge without one) holds a nan or an inf.
-
-    Not checked (False) inside a torch.func transform (``is_grads_batched``: batched tensors have
-    no single truth value), nor where the check itself fails: a tracer hook never raises into the
-    snippet's backward."""
-    if _transform_level() is not None:
-        return False
-    try:
-        for g in grads:
-            if g is not None and g.layout == torch.strided and (g.is_floating_point() or g.is_complex()):
-                if not bool(torch.isfinite(g.detach()).all()):  # detached: builds no node under create_graph
-                    return True
-    except Exception:  # noqa: BLE001
-        return False
-    return False
 
 
 class Calls:
@@ -179,100 +150,14 @@ class Calls:
             names = rec.names_at(caller)
             graph.discover(roots, len(self.snapshots.steps), line, False, names)
 
-        order_box: list = []
-        produced: list = []  # nodes that turned finite gradients into non-finite ones, as they ran
-
-        def capture_order(_grad_outputs):
-            if not order_box:
-                order_box.append(_exec_order())
-
-        # Nodes of the inputs: under autograd.grad (or inputs=) the engine may only
-        # capture their gradient without running them. (get_gradient_edge would build
-        # a node of its own for a leaf: find its AccumulateGrad among known nodes.)
-        input_nodes = {}
-        for t in ins:
-            node = t.grad_fn if t.grad_fn is not None else graph.accumulator(t)
-            if node is not None:
-                input_nodes[node] = None
-        ran: set = set()
-        handles.extend(r.register_prehook(capture_order) for r in dict.fromkeys(roots))
-        for node in input_nodes:
-            handles.append(node.register_prehook(lambda _g, node=node: ran.add(node)))
-        started = finished = None
-        small = len(graph.objs) <= EXACT_ORDER_NODES
-        reach = (
-            graph.reachable(graph.ids[r] for r in roots if r in graph.ids) if graph.raising or small else ()
-        )
-        if small or torch.is_anomaly_enabled() or not graph.raising.isdisjoint(reach):
-            # A node may raise after the engine planned the nodes past it (anomaly mode checks
-            # outputs after a node ran; a custom backward or a double backward torch does not
-            # implement raises): a prehook on each node says what really started. Always on a
-            # graph of a learner's size; on a big one (a hook per node costs ~2 us a call) only
-            # where such a node is reachable.
-            started, finished = [], set()
-
-            def done(grad_inputs, grad_outputs, node) -> None:
-                finished.add(node)
-                # where a nan/inf first appears: this node's output gradient is not finite though
-                # what it received is (one isfinite per gradient; the second only on a hit)
-                if _not_finite(grad_inputs) and not _not_finite(grad_outputs):
-                    produced.append(node)
-
-            for nid in reach or graph.reachable(graph.ids[r] for r in roots if r in graph.ids):
-                node = graph.objs[nid]
-                handles.append(node.register_prehook(lambda _g, node=node: started.append(node)))
-                handles.append(node.register_hook(lambda i, o, node=node: done(i, o, node)))
-
-        return _Call(
-            kind,
-            api,
-            line,
-            retain_graph,
-            create_graph,
-            ins,
-            gradient is not None,
-            outs,
-            order_box,
-            input_nodes,
-            ran,
-            graph.freed | graph.stale.keys(),
-            started,
-            finished,
-            produced=produced if started is not None else None,
-        )
+        watch = Watch(graph, roots, ins, handles)
+        return _Call(kind, api, line, retain_graph, create_graph, ins, gradient is not None, outs, watch)
 
     def _record(self, rec: Recorder, call: _Call, error: BaseException | None, result) -> None:
         kind, line, retain_graph, create_graph = call.kind, call.line, call.retain_graph, call.create_graph
-        ins, outs, order_box, input_nodes, ran = (
-            call.ins,
-            call.outs,
-            call.order_box,
-            call.input_nodes,
-            call.ran,
-        )
-        unusable_before = call.unusable_before
+        ins, outs = call.ins, call.outs
         graph = self.graph
-        ids = graph.ids
-        order = graph.ids_of(order_box[0]) if order_box else []
-        skipped = {ids[n] for n in input_nodes if n not in ran and n in ids}  # captured, never run
-        if skipped:
-            order = [nid for nid in order if nid not in skipped]
-        failed = None
-        if call.started is not None:
-            order = graph.ids_of(call.started)
-            if error is not None and order and _raised_in(call.started[-1], call.finished, error):
-                failed, order = order[-1], order[:-1]
-        elif error is not None and order:
-            # The engine stops at the first node it cannot run: one freed before this
-            # call, or one whose saved tensor was modified in place. (Nodes this call
-            # ran before failing are freed now, so the freed set must be the old one.)
-            graph.check_stale(mark_freed=False)
-            for i, nid in enumerate(order):
-                if nid in unusable_before or nid in graph.stale:
-                    failed, order = nid, order[:i]
-                    break
-            # else: no node was unusable, so the engine ran its whole plan and the error
-            # came after it (e.g. an unused input without allow_unused=True).
+        order, failed = call.watch.outcome(error)
         if not retain_graph:
             graph.check_freed(order)
         step: dict[str, Any] = {
@@ -292,8 +177,8 @@ class Calls:
             step["rebuilt"] = call.rebuilt
         if error is not None:
             step["error"] = {"type": type(error).__name__, "message": str(error), "line": line}
-        if call.produced:
-            step["nonfinite"] = graph.ids_of(call.produced)
+        if call.watch.produced:
+            step["nonfinite"] = graph.ids_of(call.watch.produced)
         extra_roots = [t.grad_fn for t in outs if t.grad_fn is not None]
         returned = None
         if kind == "grad" and error is None and result is not None:
@@ -311,16 +196,6 @@ class Calls:
             grad_graph=create_graph,
             returned=returned,
         )
-
-
-def _raised_in(node, finished: set, error: BaseException) -> bool:
-    """Did the call fail in ``node``, the last to start? It did not finish, or anomaly mode
-    named it (its check runs after the node's post hooks); else the error came after the
-    engine's plan (an unused input without allow_unused)."""
-    if node not in finished:
-        return True
-    nan = _ANOMALY.match(str(error))
-    return nan is not None and nan.group(1) == node.name()
 
 
 def _tensors(value) -> list[torch.Tensor]:
