@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import FrameType
 
 from gradstep.tracer.capture import Output, Warnings
@@ -45,6 +45,7 @@ class Snapshots:
         self._tensor_recs: dict[int, tuple] = {}  # id(tensor) -> (weakref, what its record says, record)
 
     def full(self) -> bool:
+        """Is the step cap reached? (The first time, every node is let go.)"""
         if len(self.steps) < self.max_steps:
             return False
         if not self.capped:
@@ -54,14 +55,28 @@ class Snapshots:
             self.graph.drop_all()
         return True
 
-    def take(self, step: dict, names_at: NamesAt, *args, **kwargs) -> None:
-        """Complete ``step`` with the graph as the code can name it now, and keep it."""
+    def take(
+        self,
+        step: dict,
+        names_at: NamesAt,
+        extra_roots: Iterable = (),
+        run: dict[int, int] | None = None,
+        failed: int | None = None,
+        grad_graph: bool = False,
+        returned: list | None = None,
+    ) -> None:
+        """Complete ``step`` with the graph as the code can name it now, and keep it.
+
+        ``extra_roots``: nodes to show though no name reaches them (a call's outputs); a call's
+        ``run`` (node id -> its place in the engine's order), the node it ``failed`` in, whether
+        it built a ``grad_graph`` (create_graph) and the gradients autograd.grad ``returned``.
+        """
         # The tracer's own allocations would trigger full collections over torch's
         # many objects; they hold no cycles, so collect after, not during.
         enabled = gc.isenabled()
         gc.disable()
         try:
-            self._take(step, names_at, *args, **kwargs)
+            self._take(step, names_at, extra_roots, run, failed, grad_graph, returned)
         except Exception as e:  # noqa: BLE001 - the step is kept with what it has, and said so
             self.guard.note(f"step {step['kind']} at line {step.get('line')}", e)
             if not self.steps or self.steps[-1] is not step:
@@ -76,12 +91,12 @@ class Snapshots:
         self,
         step: dict,
         names_at: NamesAt,
-        extra_roots=(),
-        run=None,
-        failed=None,
-        grad_graph=False,
-        returned=None,
-    ):
+        extra_roots: Iterable,
+        run: dict[int, int] | None,
+        failed: int | None,
+        grad_graph: bool,
+        returned: list | None,
+    ) -> None:
         graph = self.graph
         index = len(self.steps)
         step["index"] = index
