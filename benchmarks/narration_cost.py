@@ -16,7 +16,8 @@ import time
 
 import torch
 from gradstep.narrate import narrate
-from gradstep.tracer.recorder import Limits, Recorder
+from gradstep.tracer.limits import Limits
+from gradstep.tracer.recorder import Recorder
 from tracer_overhead import SNIPPET, plain
 
 

@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from unittest import mock
 
-from gradstep.tracer import grads, graph, passes, recorder
+from gradstep.tracer import engine, grads, graph, passes, recorder
 from tracer_overhead import SNIPPET, pin, recording, warm_up
 
 # The C reader's entry points (tracer/_nodes.c); the Python parts are patched in Phases.__enter__.
@@ -71,7 +71,7 @@ class Phases:
             self.patches.enter_context(mock.patch.object(graph, "_nodes", native))
         self.patch(grads.GradRecords, "records", "grad records")
         self.patch(recorder, "scan", "name scan")
-        self.patch(recorder, "_exec_order", "engine order")
+        self.patch(engine, "_exec_order", "engine order")
         self.patch(recorder.Recorder, "_let_go", "let go")
         gc.callbacks.append(self.on_gc)
         return self

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gradstep.diagnose import check, propose
 from gradstep.diagnose.service import may_need_diagnosis
 from gradstep.pipeline import explained
-from gradstep.tracer.recorder import Limits
+from gradstep.tracer.limits import Limits
 
 PROPOSE_CPU_SECONDS = 2.0  # CPU the proposals may take after the snippet, within the run's own limit
 MAX_PROPOSING_TRACE = 6 << 20  # bytes: a larger trace gets no proposals (they would crowd the output cap)

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gradstep.schema import Trace
+from gradstep.tracer.limits import Limits
 from gradstep.tracer.live import LiveRecorder
-from gradstep.tracer.recorder import Limits
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 from gradstep.tracer import graph, record
-from gradstep.tracer.recorder import Limits
+from gradstep.tracer.limits import Limits
 from hypothesis import given
 from test_tracer_properties import SETTINGS, programs
 

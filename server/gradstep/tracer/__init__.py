@@ -3,6 +3,7 @@
 It knows nothing about HTTP or sandboxing; ``record`` works in any process.
 """
 
-from gradstep.tracer.recorder import Limits, record
+from gradstep.tracer.limits import Limits
+from gradstep.tracer.recorder import record
 
 __all__ = ["Limits", "record"]

@@ -149,6 +149,9 @@ class Graph:
         self.hooks = SeqRanges()
         self.packed: dict[int, list[str]] = {}  # id -> _raw_saved_* handles read for freed checks
         self.raising: set[int] = set()  # nodes whose backward is Python (or an Error node): it may raise
+        self._live_roots: frozenset[int] = frozenset()  # the roots of the last liveness check...
+        self._live: list[int] = []  # ...the ids they reach, sorted...
+        self._live_set: frozenset[int] = frozenset()  # ...and the same as a set
 
     # -- discovery -----------------------------------------------------------
 
@@ -289,6 +292,16 @@ class Graph:
     def reachable(self, root_ids: Iterable[int]) -> set[int]:
         return self.passes.reachable(list(root_ids), self.children)
 
+    def liveness(self, roots: list) -> tuple[list[int], list[int]]:
+        """Sorted ids of the nodes the roots reach, and ids of known nodes they no longer reach."""
+        root_ids = frozenset(self.ids[r] for r in roots if r in self.ids)
+        if root_ids != self._live_roots:  # edges never change: same roots, same live set
+            self._live = sorted(self.reachable(root_ids))
+            self._live_set = frozenset(self._live)
+            self._live_roots = root_ids
+        gone = self.objs.keys() - self._live_set  # usually none: no Python loop then
+        return self._live, [nid for nid in self.objs if nid in gone] if gone else []
+
     def drop(self, nids: Iterable[int]) -> None:
         """Let go of nodes no variable reaches, so torch can free them as it would untraced."""
         for nid in nids:
@@ -300,6 +313,11 @@ class Graph:
             self.raising.discard(nid)
             self.freed.discard(nid)
             self.stale.pop(nid, None)
+
+    def drop_all(self) -> None:
+        """Let go of every node (no step will show them): the run keeps the memory it would untraced."""
+        self.drop(list(self.objs))
+        self._live_roots, self._live, self._live_set = frozenset(), [], frozenset()
 
     def saved_bytes(self) -> int:
         return self.passes.saved_bytes(self.storages, self.freed)

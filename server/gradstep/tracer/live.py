@@ -23,9 +23,10 @@ import torch
 
 from gradstep.tracer import patches
 from gradstep.tracer.capture import Output, Warnings
+from gradstep.tracer.limits import Limits
 from gradstep.tracer.locations import OUTSIDE, Locations, shown_path, source
 from gradstep.tracer.names import Names, scan
-from gradstep.tracer.recorder import Limits, Recorder
+from gradstep.tracer.recorder import Recorder
 
 _seq_nr = torch._C._autograd._get_sequence_nr
 
@@ -55,9 +56,9 @@ except (ImportError, AttributeError):  # a torch without dynamo: nothing to keep
 class _Echo(Output):
     """Output kept for the trace and still shown where the user prints (their own process)."""
 
-    def __init__(self, cap: int, echo: Any):
+    def __init__(self, cap: int):
         super().__init__(cap)
-        self.echo = echo
+        self.echo = sys.stdout
 
     def write(self, s: str) -> int:
         n = super().write(s)
@@ -95,10 +96,11 @@ def _namespace(frame: types.FrameType) -> dict:
 class LiveRecorder(Recorder):
     """One recording of the caller's code: ``start`` / ``stop`` around each recorded block."""
 
+    output_type = _Echo
+    warnings_type = _EchoWarnings
+
     def __init__(self, limits: Limits, watched: dict[str, Any], use_locals: bool = True):
         super().__init__("", limits)
-        self.out = _Echo(limits.max_stdout, sys.stdout)
-        self.warnings = _EchoWarnings(self.current_line)
         self.watched = watched  # name -> object the user asked to watch
         self.use_locals = use_locals
         self.locs = Locations()
@@ -222,9 +224,7 @@ class LiveRecorder(Recorder):
             self._prev_trace = self._prev_anchor_trace = None
             # Let go of every node until the next block, so untraced code keeps exactly the memory it
             # would keep: a later block finds the graphs still alive as new nodes.
-            self.graph.drop(list(self.graph.objs))
-            self._last_roots = frozenset()
-            self._live = []
+            self.graph.drop_all()
 
     def _error(self, e: BaseException) -> dict:
         """The exception that left the recording, as the trace shows it: the user's frames only."""
@@ -254,7 +254,6 @@ class LiveRecorder(Recorder):
     def result(self) -> dict:
         """The trace of every block so far, with lines as ``file:line`` (``Trace.files``)."""
         data = self._result("error" if self.error else "ok", self.error)
-        data["truncated"] = list(dict.fromkeys(data["truncated"]))
         if self.blocks == 0:
             data["notes"].append(
                 "Nothing was recorded: no block of this recording ran (iteration(on) was never on)."

@@ -29,7 +29,7 @@ from gradstep.tracer.graph import (
     dtype_name,
 )
 
-# A snapshot's passes, once per step (recorder.Recorder._take_snapshot).
+# A snapshot's passes, once per step (snapshots.Snapshots._take).
 NAMES = ("roots", "step_names", "states", "new_edges", "tensor_records")
 # The Graph's passes: discovering and reading nodes, checking their saved tensors, liveness.
 GRAPH = (

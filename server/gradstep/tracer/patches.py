@@ -1,6 +1,6 @@
 """What the recorder changes in torch while a snippet runs, all restored after it.
 
-* ``torch.autograd.backward`` / ``grad``: the recorder's call wrappers (every backward entry
+* ``torch.autograd.backward`` / ``grad``: the call wrappers of calls.py (every backward entry
   point goes through them, ``Tensor.backward`` included);
 * ``nn.Module._call_impl``: module calls bracketed, so nodes get their module path;
 * the module mutators: any change to a module's attributes invalidates the cached walks;
@@ -85,29 +85,29 @@ def patched(rec: Recorder):
     saved = {m: getattr(module_cls, m) for m in (*_MODULE_MUTATORS, "_call_impl")}
     for m in _MODULE_MUTATORS:
         setattr(module_cls, m, _touching(saved[m], rec.module_index))
-    module_cls._call_impl = _module_call(saved["_call_impl"], rec.module_stack, rec.graph.modules)
+    module_cls._call_impl = _module_call(saved["_call_impl"], rec.graph.modules)
     _SlotWatch.install()
     watching, _SlotWatch.index = _SlotWatch.index, rec.module_index
-    torch.autograd.backward = rec.wrap(orig_backward, "backward")
-    torch.autograd.grad = rec.wrap(orig_grad, "grad")
+    torch.autograd.backward = rec.calls.wrap(orig_backward, "backward", rec)
+    torch.autograd.grad = rec.calls.wrap(orig_grad, "grad", rec)
     hooks_cls = torch.autograd.graph.saved_tensors_hooks
     hooks_enter, hooks_exit = hooks_cls.__enter__, hooks_cls.__exit__
     hooks_cls.__enter__, hooks_cls.__exit__ = _hooks_bracketed(hooks_enter, hooks_exit, rec.graph.hooks)
     dual_cls = torch.autograd.forward_ad.dual_level
     dual_enter = dual_cls.__enter__
-    dual_cls.__enter__ = _noting(dual_enter, rec.forward_ad_lines, rec.current_line)
+    dual_cls.__enter__ = _noting(dual_enter, rec.uses.forward_ad, rec.current_line)
     retain_grad = torch.Tensor.retain_grad
     torch.Tensor.retain_grad = _telling(retain_grad, rec.retained)
     orig_compile = torch.compile
     if not rec.limits.inductor:
-        torch.compile = _without_inductor(orig_compile, rec.compile_lines, rec.current_line)
+        torch.compile = _without_inductor(orig_compile, rec.uses.compiled, rec.current_line)
     on_cpu = rec.limits.cuda_on_cpu and devices.mentions_cuda(rec.code)
     sys.stdout = sys.stderr = rec.out
     try:
         with (
             rec.warnings,
-            devices.on_cpu(rec.cuda, rec.current_line) if on_cpu else contextlib.nullcontext(),
-            offline.offline(rec.offline, rec.current_line)
+            devices.on_cpu(rec.uses.cuda, rec.current_line) if on_cpu else contextlib.nullcontext(),
+            offline.offline(rec.uses.offline, rec.current_line)
             if rec.limits.offline
             else contextlib.nullcontext(),
         ):
@@ -136,7 +136,7 @@ def _telling(method, tell):
     return told
 
 
-def _module_call(call_impl, stack: list, modules: SeqRanges):
+def _module_call(call_impl, modules: SeqRanges):
     """Module calls, bracketed (global module hooks would do, but they send every module
     call of the snippet down torch's slow path: ~3 ms on a 24-layer model).
 
@@ -144,6 +144,7 @@ def _module_call(call_impl, stack: list, modules: SeqRanges):
     module's dotted name is resolved when its nodes are discovered. (List appends and
     a comparison: nothing here can fail, so no guard on this hot path.)
     """
+    stack: list[tuple[int, str]] = []  # (id, class name) of the modules running, innermost last
     mark = modules.mark
     compiling = torch.compiler.is_compiling
 

@@ -1,0 +1,46 @@
+"""The tracer's own failures: never the snippet's, each said once in the trace, and tracing goes on."""
+
+from __future__ import annotations
+
+import functools
+
+
+class Guard:
+    """Whether the tracer is at work now, and what it failed at so far."""
+
+    def __init__(self, steps: list) -> None:
+        self.busy = False  # the tracer is at work: snippet code it triggers is not traced
+        self.failures: list[str] = []  # each noted once in the trace
+        self._steps = steps  # the recording's steps: a note says at which one it failed
+
+    def note(self, where: str, e: BaseException) -> None:
+        """A failure of the tracer's own: said once per kind, and tracing goes on."""
+        note = f"gradstep could not record everything at step {len(self._steps) + 1} ({where}): {type(e).__name__}: {e}"
+        if len(self.failures) < 10 and not any(f.endswith(f"{type(e).__name__}: {e}") for f in self.failures):
+            self.failures.append(note)
+
+
+def guarded(method):
+    """Run a tracer callback (a method of an object with a ``guard``) so that a failure of the
+    tracer never becomes the snippet's.
+
+    The failure is noted in the trace and tracing goes on. A callback that arrives while the
+    tracer itself is working (the snippet's code run by torch on the tracer's behalf: a hook,
+    a property) records nothing.
+    """
+
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        guard = self.guard
+        if guard.busy:
+            return None
+        guard.busy = True
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:  # noqa: BLE001
+            guard.note(method.__name__, e)
+            return None
+        finally:
+            guard.busy = False
+
+    return guarded
