@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import time
 
@@ -26,15 +27,27 @@ from tracer_overhead import SNIPPET
 PROBE_EVERY = 0.02
 
 
-async def probe(client: httpx.AsyncClient, until: float) -> list[float]:
-    out = []
-    while time.perf_counter() < until:
-        t = time.perf_counter()
-        r = await client.get("/healthz")
-        out.append(time.perf_counter() - t)
-        r.raise_for_status()
-        await asyncio.sleep(max(0.0, PROBE_EVERY - (time.perf_counter() - t)))
-    return out
+def probe(url: str, seconds: float, out: multiprocessing.Queue) -> None:
+    """GET /healthz every PROBE_EVERY seconds: in a process of its own, so the latency is the
+    server's, not this script's event loop's (busy with the load's clients)."""
+    times = []
+    until = time.perf_counter() + seconds
+    with httpx.Client(base_url=url, trust_env=False, timeout=60) as client:
+        while time.perf_counter() < until:
+            t = time.perf_counter()
+            client.get("/healthz").raise_for_status()
+            times.append(time.perf_counter() - t)
+            time.sleep(max(0.0, PROBE_EVERY - (time.perf_counter() - t)))
+    out.put(times)
+
+
+async def probed(url: str, seconds: float) -> list[float]:
+    out: multiprocessing.Queue = multiprocessing.Queue()
+    proc = multiprocessing.Process(target=probe, args=(url, seconds, out))
+    proc.start()
+    times = await asyncio.to_thread(out.get)
+    proc.join()
+    return times
 
 
 async def big_runs(client: httpx.AsyncClient, until: float) -> int:
@@ -65,11 +78,11 @@ async def measure(url: str, seconds: float, big: int, readers: int) -> None:
     async with httpx.AsyncClient(base_url=url, trust_env=False, timeout=120, limits=limits) as client:
         r = await client.post("/api/trace", json={"code": SNIPPET})  # cache it
         r.raise_for_status()
-        idle = await probe(client, time.perf_counter() + seconds / 3)
+        idle = await probed(url, seconds / 3)
         until = time.perf_counter() + seconds
         tasks = [big_runs(client, until) for _ in range(big)]
         tasks += [cached_reads(client, until, gzip=i % 2 == 0) for i in range(readers)]
-        loaded, *counts = await asyncio.gather(probe(client, until), *tasks)
+        loaded, *counts = await asyncio.gather(probed(url, seconds), *tasks)
     ran, read = sum(counts[:big]), sum(counts[big:])
 
     def row(name: str, xs: list[float]) -> str:
