@@ -30,7 +30,7 @@ from gradstep.diagnose import facts, proposed_codes
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
 from gradstep.schema import VERSION, Diagnosis
 from gradstep.settings import Settings
-from gradstep.trace_dicts import validate
+from gradstep.trace_dicts import collector_paused, validate
 
 TARGET = "gradstep.jobs:run"
 MAX_FIX_CODE = 70_000  # characters of a proposed fix (a snippet is at most 60 000; a fix adds a little)
@@ -258,8 +258,9 @@ def to_trace(code: str, result: RunResult) -> dict | bytes:
         # parsed once, then validated as Python data: as complete as validating the JSON text, and
         # cheaper (the parse is needed anyway, to write in what the server knows); against the
         # TypedDicts, which check what the models check without building a model per dict
-        trace = orjson.loads(result.output)
-        validate(trace)
+        with collector_paused():  # parsing makes ~10^5 objects too: no collection walks them
+            trace = orjson.loads(result.output)
+            validate(trace)
     except orjson.JSONDecodeError:
         return failed_trace(code, "crashed", "The run returned something that is not JSON.")
     except ValidationError as e:
