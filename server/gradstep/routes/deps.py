@@ -1,4 +1,9 @@
-"""Dependencies of the routes: what the app holds (``app.state``) and who is asking."""
+"""Dependencies of the routes: what the app holds (``app.state``) and who is asking.
+
+All ``async``: FastAPI runs a plain ``def`` dependency in its thread pool, and each such hand-off
+waits for the GIL, which threads validating and compressing big traces hold for tens of
+milliseconds at a time (py-spy: a fifth of the server's GIL time under load was the event loop
+handing these one-line lookups to threads)."""
 
 from __future__ import annotations
 
@@ -14,23 +19,23 @@ from gradstep.settings import Settings
 from gradstep.traces import TraceService
 
 
-def settings(request: Request) -> Settings:
+async def settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def service(request: Request) -> TraceService:
+async def service(request: Request) -> TraceService:
     return request.app.state.service
 
 
-def runner(request: Request) -> TraceRunner:
+async def runner(request: Request) -> TraceRunner:
     return request.app.state.runner
 
 
-def cache(request: Request) -> TraceCache:
+async def cache(request: Request) -> TraceCache:
     return request.app.state.cache
 
 
-def client_of(request: Request) -> str:
+async def client_of(request: Request) -> str:
     """Whom a request's runs are charged to: its address (X-Forwarded-For's first behind a trusted proxy)."""
     if request.app.state.settings.trust_proxy:
         forwarded = request.headers.get("x-forwarded-for")

@@ -47,7 +47,7 @@ class Health(BaseModel):
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness, and which sandbox layers are active")
-def healthz(
+async def healthz(  # on the event loop: a thread hand-off would wait for the GIL (routes/deps.py)
     settings: Annotated[Settings, Depends(deps.settings)],
     runner: Annotated[TraceRunner, Depends(deps.runner)],
     service: Annotated[TraceService, Depends(deps.service)],
