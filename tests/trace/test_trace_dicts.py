@@ -169,7 +169,7 @@ def _mutations(trace: dict, rng: random.Random, count: int):
 
 def test_the_adapter_that_validates_childrens_traces_accepts_and_refuses_exactly_what_the_models_do():
     from gradstep.schema import Trace
-    from gradstep.trace_dicts import TRACE
+    from gradstep.trace_dicts import validate
     from pydantic import ValidationError
 
     trace = orjson.loads(orjson.dumps(record(CODE)))
@@ -183,7 +183,7 @@ def test_the_adapter_that_validates_childrens_traces_accepts_and_refuses_exactly
         }
     ]
     Trace.model_validate(trace)
-    TRACE.validate_python(trace)
+    validate(trace)
     refused = 0
     for what, bad in _mutations(trace, random.Random(0), 600):
         try:
@@ -192,10 +192,31 @@ def test_the_adapter_that_validates_childrens_traces_accepts_and_refuses_exactly
         except ValidationError:
             model_ok = False
         try:
-            TRACE.validate_python(bad)
+            validate(bad)  # as the server does: the node table and the steps a slice at a time
             typed_ok = True
         except ValidationError:
             typed_ok = False
         assert model_ok == typed_ok, what
         refused += not model_ok
     assert refused > 300  # most mutations are errors: the comparison tested refusals, not only passes
+
+
+def test_a_wrong_node_or_step_past_the_first_slices_is_refused():
+    """The server validates a big trace's nodes and steps a slice at a time: the last ones count."""
+    from gradstep.trace_dicts import validate
+    from pydantic import ValidationError
+
+    code = "import torch\nx = torch.ones(2, requires_grad=True)\nfor i in range(300):\n    x = x * 1.5\nx.sum().backward()\n"
+    trace = orjson.loads(orjson.dumps(record(code)))
+    assert len(trace["nodes"]) > 300 and len(trace["steps"]) > 2
+    validate(trace)
+    for key, at, field, wrong in (("nodes", -1, "op", 3), ("steps", -1, "kind", "sideways")):
+        bad = orjson.loads(orjson.dumps(trace))
+        bad[key][at][field] = wrong
+        with pytest.raises(ValidationError):
+            validate(bad)
+    for key in ("nodes", "steps"):
+        bad = orjson.loads(orjson.dumps(trace))
+        bad[key] = {"0": trace[key][0]}  # not a list at all
+        with pytest.raises(ValidationError):
+            validate(bad)
