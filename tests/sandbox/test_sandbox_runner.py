@@ -6,11 +6,13 @@ in a fraction of a second; every sandbox runs inside a guard cgroup.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,16 +56,24 @@ def light(guard: Guard, **kw) -> SandboxConfig:
 guard = guard_fixture(memory_mb=2048, pids=200)
 
 
-@pytest.fixture(scope="module")
-def sandbox(guard):
-    os.environ["GRADSTEP_TEST_SECRET"] = SECRET
-    sb = Sandbox(light(guard))
+@contextlib.contextmanager
+def started(sb: Sandbox, guard) -> Iterator[Sandbox]:
+    """``sb`` started, its zygote held by the guard, closed after."""
     try:
         sb.start()
         guard.hold(sb.health()["zygote_pid"])
         yield sb
     finally:
         sb.close()
+
+
+@pytest.fixture(scope="module")
+def sandbox(guard):
+    os.environ["GRADSTEP_TEST_SECRET"] = SECRET
+    try:
+        with started(Sandbox(light(guard)), guard) as sb:
+            yield sb
+    finally:
         os.environ.pop("GRADSTEP_TEST_SECRET", None)
 
 
@@ -484,13 +494,10 @@ def spans(results) -> list[dict]:
 @pytest.fixture(scope="module")
 def roomy(guard):
     """Two runs at once, four slots: two extra slots keep spares."""
-    sb = Sandbox(light(guard, workers=2, extra_slots=2, uid_base=uid_base(1860), wall_seconds=10))
-    try:
-        sb.start()
-        guard.hold(sb.health()["zygote_pid"])
+    with started(
+        Sandbox(light(guard, workers=2, extra_slots=2, uid_base=uid_base(1860), wall_seconds=10)), guard
+    ) as sb:
         yield sb
-    finally:
-        sb.close()
 
 
 def test_extra_slots_keep_spares_but_count_as_no_worker(roomy):
