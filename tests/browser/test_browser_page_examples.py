@@ -5,23 +5,15 @@ against plain torch); the card's whole text reachable by keyboard; the editor op
 
 from __future__ import annotations
 
-import pytest
 import torch
 from gradstep import snippets
 from gradstep.printing import fmt_number
-from testkit.browser_support import Page, needs_chromium
+from testkit.browser_support import needs_chromium
 
 pytestmark = needs_chromium
 
 SNIPPETS = snippets.load_all()
 COURSE_ORDER = ["retain_graph", "accumulation", "create_graph", "autograd.grad", "retain_grad", "mistakes"]
-
-
-@pytest.fixture
-def app(browser, server):
-    p = Page(browser, server, reduced_motion="reduce", viewport={"width": 1400, "height": 900})
-    yield p
-    p.close()
 
 
 def test_the_picker_is_ordered_as_a_course_grouped_and_filterable(app):

@@ -5,7 +5,6 @@ student's code and run back."""
 
 from __future__ import annotations
 
-import pytest
 from gradstep import snippets
 from test_browser_explain import apply_first_fix
 from testkit.browser_support import Page, assert_step_matches, needs_chromium
@@ -13,13 +12,6 @@ from testkit.browser_support import Page, assert_step_matches, needs_chromium
 pytestmark = needs_chromium
 
 SNIPPETS = snippets.load_all()
-
-
-@pytest.fixture
-def app(browser, server):
-    p = Page(browser, server, reduced_motion="reduce", viewport={"width": 1400, "height": 900})
-    yield p
-    p.close()
 
 
 def banners_whole(app: Page) -> bool:

@@ -14,13 +14,6 @@ CODE = (
 )
 
 
-@pytest.fixture
-def app(browser, server):
-    p = Page(browser, server, reduced_motion="reduce", viewport={"width": 1400, "height": 900})
-    yield p
-    p.close()
-
-
 def focus_in_editor(app: Page) -> bool:
     return app.page.evaluate(
         "Boolean(document.activeElement && document.activeElement.closest('.cm-editor'))"

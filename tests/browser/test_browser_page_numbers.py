@@ -4,8 +4,7 @@ the diagnoses' markdown `code` spans are rendered as code, never as raw backtick
 
 from __future__ import annotations
 
-import pytest
-from testkit.browser_support import Page, needs_chromium
+from testkit.browser_support import needs_chromium
 from testkit.torch_print import printed
 
 pytestmark = needs_chromium
@@ -17,13 +16,6 @@ loss = (w @ x).pow(2).sum()
 loss.backward(retain_graph=True)
 loss.backward()
 """
-
-
-@pytest.fixture
-def app(browser, server):
-    p = Page(browser, server, reduced_motion="reduce", viewport={"width": 1400, "height": 900})
-    yield p
-    p.close()
 
 
 def test_a_1x2_weight_is_shown_2d_as_torch_prints_it_everywhere(app):

@@ -25,13 +25,6 @@ h.retain_grad()
 """
 
 
-@pytest.fixture
-def app(browser, server):
-    p = Page(browser, server, reduced_motion="reduce", viewport={"width": 1400, "height": 900})
-    yield p
-    p.close()
-
-
 def _plain_h_grad(code: str, upto_line: int):
     scope: dict = {}
     exec(compile("\n".join(code.splitlines()[:upto_line]), "<plain>", "exec"), scope)  # plain torch

@@ -20,13 +20,6 @@ def site(tmp_path_factory):
     s.httpd.shutdown()
 
 
-@pytest.fixture
-def app(browser, server):
-    p = Page(browser, server, reduced_motion="reduce", viewport={"width": 1400, "height": 900})
-    yield p
-    p.close()
-
-
 def share(app: Page, step: int) -> tuple[str, str, dict]:
     trace = app.open(f"?snippet={SNIPPET}")
     app.page.evaluate(f"window.gradstep.viewer.setStep({step})")
