@@ -9,12 +9,12 @@ import gc
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gradstep.cache import open_cache
 from gradstep.embed import mount_embed
+from gradstep.encoding import GZipWhereAccepted
 from gradstep.limits import BodyLimit
 from gradstep.pages import mount_api_docs, mount_pages, public_url
 from gradstep.required_layers import require_confinement, required_layers
@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
         docs_url=None,  # Swagger UI loads from a CDN: only with GRADSTEP_API_DOCS (mount_api_docs)
         redoc_url=None,
     )
-    app.add_middleware(GZipMiddleware, minimum_size=1024)
+    app.add_middleware(GZipWhereAccepted, minimum_size=1024)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
 
     @app.exception_handler(RequestValidationError)

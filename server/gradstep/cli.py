@@ -21,18 +21,21 @@ def _read_snippet(file: str) -> str | None:
 
 
 def _run_sandboxed(code: str, timeout: float) -> bytes:
+    from gradstep.checker import CheckerPool
+    from gradstep.encoding import decompress
     from gradstep.runs import TraceRunner
     from gradstep.settings import Settings
 
     # The same sandbox the server uses: the CLI is exactly as confined. One run and its fixes
     # (one at a time): no spare beyond the one slot's.
-    runner = TraceRunner(Settings.from_env(workers=1, extra_slots=0, wall_seconds=timeout))
+    settings = Settings.from_env(workers=1, extra_slots=0, wall_seconds=timeout)
+    runner = TraceRunner(settings, checker=CheckerPool(0))  # checked here: no server to keep responsive
     runner.start()
     try:
-        body = runner.trace(code).body
+        stored = runner.trace(code).stored
     finally:
         runner.close()
-    return body
+    return decompress(stored)
 
 
 def _trace(args: argparse.Namespace) -> int:

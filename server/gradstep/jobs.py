@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gradstep.diagnose import check, propose
 from gradstep.diagnose.service import may_need_diagnosis
 from gradstep.pipeline import explained
+from gradstep.schema import SERVER_FIELDS
 from gradstep.tracer.limits import Limits
 
 PROPOSE_CPU_SECONDS = 2.0  # CPU the proposals may take after the snippet, within the run's own limit
@@ -69,13 +70,19 @@ def run(payload: str) -> bytes:
         return orjson.dumps(check(job.check.trace, dict(job.check.fixes)))
     limits = Limits.sandboxed(**job.options.model_dump(exclude_none=True))
     trace = explained(job.code, limits)
-    body = orjson.dumps(trace, default=repr)
+    body = _result(trace)
     if len(body) <= MAX_PROPOSING_TRACE and may_need_diagnosis(trace):
         proposals = within_cpu(PROPOSE_CPU_SECONDS, lambda: propose(trace))
         if proposals:
             trace["diagnoses"] = proposals
-            body = orjson.dumps(trace, default=repr)
+            body = _result(trace)
     return body
+
+
+def _result(trace: dict) -> bytes:
+    """The trace as the child returns it: without the fields the server writes in (it would
+    overwrite them: gradstep.checker), the submitted code the largest of them."""
+    return orjson.dumps({k: v for k, v in trace.items() if k not in SERVER_FIELDS}, default=repr)
 
 
 def cpu_used() -> float:

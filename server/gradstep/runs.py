@@ -9,8 +9,9 @@ its output is data, never authority:
   codes to run, runs those itself (each charged to the request's ``RunBudget``), and has a check
   job, in a sandbox too, decide what to show. A fix is offered only if the server ran its code
   and that run ended cleanly;
-* the server's own work on the bytes is linear in their size: validating, parsing, and
-  overwriting a few fields. Rules, narration and checks run in sandboxed children.
+* the server's own work on the bytes is linear in their size: checking them against the contract
+  and compressing them, in checker processes of their own (gradstep.checker), with its own
+  fields written in. Rules, narration and checks run in sandboxed children.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ import orjson
 import torch
 from pydantic import TypeAdapter, ValidationError
 
+from gradstep import encoding
+from gradstep.checker import CheckerPool
 from gradstep.diagnose import facts, proposed_codes
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
-from gradstep.schema import VERSION, Diagnosis
+from gradstep.schema import SERVER_FIELDS, VERSION, Diagnosis
 from gradstep.settings import Settings
-from gradstep.trace_dicts import collector_paused, validate
 
 TARGET = "gradstep.jobs:run"
 MAX_FIX_CODE = 70_000  # characters of a proposed fix (a snippet is at most 60 000; a fix adds a little)
@@ -103,9 +105,9 @@ class RunBudget:
 class Traced:
     """One run of a snippet, as the server serves it."""
 
-    body: bytes  # the trace JSON, validated, with the server's own fields and verified diagnoses
+    stored: bytes  # the trace (checked, the server's fields and verified diagnoses), encoding.compress'ed
     cacheable: bool  # False: a limit or the budget left something unchecked; run it again next time
-    fix_runs: dict[str, bytes] = field(default_factory=dict)  # code -> trace of each fix run made
+    fix_runs: dict[str, bytes] = field(default_factory=dict)  # code -> each fix run made, stored so too
 
 
 def failed_trace(code: str, status: str, message: str, limit: str | None = None) -> bytes:
@@ -122,17 +124,22 @@ def failed_trace(code: str, status: str, message: str, limit: str | None = None)
 
 
 class TraceRunner:
-    def __init__(self, settings: Settings, sandbox: Sandbox | None = None):
+    def __init__(
+        self, settings: Settings, sandbox: Sandbox | None = None, checker: CheckerPool | None = None
+    ):
         self.workers = settings.workers
         self.cpu_seconds = settings.cpu_seconds
         self.fix_seconds = settings.fix_budget
         self.sandbox = sandbox or Sandbox(sandbox_config(settings))
+        self.checker = checker or CheckerPool(settings.workers)  # a check per run that may end at once
 
     def start(self) -> None:
+        self.checker.start()
         self.sandbox.start()
 
     def close(self) -> None:
         self.sandbox.close()
+        self.checker.close()
 
     def health(self) -> dict:
         return self.sandbox.health()
@@ -148,17 +155,27 @@ class TraceRunner:
         """One run of ``code``, with verified diagnoses.
 
         ``verified``: the trace this very run gave when it verified a fix (a ``Traced.fix_runs``
-        entry the caller kept), served instead of running it again: Apply fix asks for exactly that
-        run. Raises ``Cancelled`` once ``budget.cancel`` is set.
+        entry the caller kept, as JSON), served instead of running it again: Apply fix asks for
+        exactly that run. Raises ``Cancelled`` once ``budget.cancel`` is set.
         """
         options = options or {}
         budget = budget or RunBudget(seconds=self.fix_seconds)
         if verified is not None:
             trace = orjson.loads(verified)
         else:
-            trace = self._trace(code, options, budget)
-            if isinstance(trace, bytes):
-                return Traced(trace, cacheable=False)
+            result = self._run(payload_for(code, options), budget)
+            if result.status != "ok":
+                failed = failed_trace(code, result.status, result.detail, result.limit)
+                return Traced(encoding.compress(failed), cacheable=False)
+            checked = self.checker.check(result.output, served_fields(code))
+            if checked.problem is not None:
+                return Traced(
+                    encoding.compress(failed_trace(code, "crashed", checked.problem)), cacheable=False
+                )
+            if not checked.proposed:
+                assert checked.stored is not None
+                return Traced(checked.stored, cacheable=True)
+            trace = {**orjson.loads(result.output), **served_fields(code)}  # checked: it is a trace
         proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
         trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
         complete, ran = True, {}
@@ -166,7 +183,8 @@ class TraceRunner:
             trace["diagnoses"], complete, ran = self._diagnose(trace, proposed, options, budget)
             if not complete and trace["diagnoses"]:
                 trace.setdefault("notes", []).append(NOT_CHECKED)
-        return Traced(orjson.dumps(trace), complete, {code: orjson.dumps(t) for code, t in ran.items()})
+        fix_runs = {code: self.checker.compress(orjson.dumps(t)) for code, t in ran.items()}
+        return Traced(self.checker.compress(orjson.dumps(trace)), complete, fix_runs)
 
     def _run(self, payload: str, budget: RunBudget, deadline: float | None = None) -> RunResult:
         result = self.sandbox.run(payload, deadline=deadline, cancel=budget.cancel)
@@ -181,9 +199,13 @@ class TraceRunner:
         budget: RunBudget,
         deadline: float | None = None,
         cpu: int | None = None,
-    ) -> dict | bytes:
-        """``to_trace`` of one run of ``code``."""
-        return to_trace(code, self._run(payload_for(code, options, cpu_seconds=cpu), budget, deadline))
+    ) -> dict | None:
+        """One run of ``code``'s trace, with the server's fields; None when it is not a trace (the
+        run failed, or wrote something else)."""
+        result = self._run(payload_for(code, options, cpu_seconds=cpu), budget, deadline)
+        if result.status != "ok" or self.checker.check(result.output, {}, encode=False).problem is not None:
+            return None
+        return {**orjson.loads(result.output), **served_fields(code)}
 
     def _diagnose(
         self, trace: dict, codes: list[str], options: dict, budget: RunBudget
@@ -212,8 +234,7 @@ class TraceRunner:
                 raise Cancelled("the request was withdrawn before this fix ran")
             if time.monotonic() >= deadline:
                 return code, None  # the request's time for fixes is up: not run, not offered
-            trace = self._trace(code, options, budget, deadline, cpu)
-            return code, None if isinstance(trace, bytes) else trace
+            return code, self._trace(code, options, budget, deadline, cpu)
 
         at_once = max(1, min(len(codes), self.workers - 1))  # leave a worker to everyone else
         with ThreadPoolExecutor(max_workers=at_once) as pool:
@@ -250,25 +271,12 @@ class TraceRunner:
         return [d.model_dump(mode="json") for d in found[:MAX_DIAGNOSES]]
 
 
-def to_trace(code: str, result: RunResult) -> dict | bytes:
-    """The child's trace with what the server knows written in, or a failed trace's JSON (bytes)."""
-    if result.status != "ok":
-        return failed_trace(code, result.status, result.detail, result.limit)
-    try:
-        # parsed once, then validated as Python data: as complete as validating the JSON text, and
-        # cheaper (the parse is needed anyway, to write in what the server knows); against the
-        # TypedDicts, which check what the models check without building a model per dict
-        with collector_paused():  # parsing makes ~10^5 objects too: no collection walks them
-            trace = orjson.loads(result.output)
-            validate(trace)
-    except orjson.JSONDecodeError:
-        return failed_trace(code, "crashed", "The run returned something that is not JSON.")
-    except ValidationError as e:
-        message = f"The run returned something that is not a trace ({e.error_count()} problems)."
-        return failed_trace(code, "crashed", message)
-    # Not the child's to say: a snippet can write its own result, claiming other code or versions.
-    trace.update(code=code, version=VERSION, torch=torch.__version__)
-    return trace
+def served_fields(code: str) -> dict:
+    """What the server writes into every trace it serves: never the child's to say (a snippet can
+    write its own result, claiming other code or versions)."""
+    fields = {"code": code, "version": VERSION, "torch": torch.__version__}
+    assert tuple(fields) == SERVER_FIELDS
+    return fields
 
 
 def payload_for(code: str, options: dict | None = None, *, cpu_seconds: int | None = None) -> str:

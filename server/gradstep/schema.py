@@ -25,6 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field
 #    on NodeInfo, Step, TraceError and Warning, and Step.ran_files (gradstep.record(): the user's
 #    own code across files; absent in snippet traces, whose lines are all in `code`).
 VERSION = 3
+# Written by the server into every trace it serves, never taken from the sandboxed child's bytes.
+SERVER_FIELDS = ("code", "version", "torch")
 
 Status = Literal["ok", "error", "timeout", "limit", "crashed"]
 StepKind = Literal["forward", "backward", "grad"]

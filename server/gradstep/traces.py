@@ -17,9 +17,9 @@ import anyio
 from fastapi import HTTPException
 
 from gradstep.cache import TraceCache, cache_key, fix_run_key
-from gradstep.encoding import compress, decompress
+from gradstep.encoding import decompress
 from gradstep.limits import Admission, RateLimiter, retry_after
-from gradstep.runs import Cancelled, RunBudget, TraceRunner
+from gradstep.runs import Cancelled, RunBudget, Traced, TraceRunner
 from gradstep.settings import Settings
 
 
@@ -32,7 +32,7 @@ class TraceService:
         self.in_flight: dict[str, asyncio.Future] = {}  # identical requests share one run
 
     async def trace(self, code: str, options: dict, client: str, gone: threading.Event) -> tuple[bytes, str]:
-        """(trace JSON, gzipped: gradstep.encoding; how it was answered: hit | shared | miss | verified). Raises ``Cancelled`` once
+        """(the stored trace: gradstep.encoding; how it was answered: hit | shared | miss | verified). Raises ``Cancelled`` once
         ``gone`` is set (every run of the request is stopped), HTTPException 429 / 503 when refused."""
         key = cache_key(code, options)
         while True:
@@ -77,14 +77,13 @@ class TraceService:
             take=functools.partial(self.rate.take, client), seconds=self.settings.fix_budget, cancel=gone
         )
 
-        def run() -> tuple[bytes, bool, dict[str, bytes]]:  # in a worker thread: the run, then compression
-            traced = self.runner.trace(
+        def run() -> Traced:  # in a worker thread: the run, its check and compression (gradstep.checker)
+            return self.runner.trace(
                 code, options, verified=None if verified is None else decompress(verified), budget=budget
             )
-            fix_runs = {fix: compress(body) for fix, body in traced.fix_runs.items()}
-            return compress(traced.body), traced.cacheable, fix_runs
 
-        out, cacheable, fix_runs = await anyio.to_thread.run_sync(run, limiter=self.threads)
+        traced = await anyio.to_thread.run_sync(run, limiter=self.threads)
+        out, cacheable, fix_runs = traced.stored, traced.cacheable, traced.fix_runs
         if cacheable:
             await self.cache.put(key, out)
         for fix_code, fix_body in fix_runs.items():

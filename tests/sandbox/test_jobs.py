@@ -13,10 +13,15 @@ from gradstep import jobs
 from gradstep.diagnose import diagnose, facts, run_locally
 from gradstep.diagnose import non_leaf_grad as non_leaf
 from gradstep.diagnose.source import Source
-from gradstep.runs import payload_for
+from gradstep.runs import payload_for, served_fields
 from gradstep.tracer import record
 
 SNIPPETS = Path(__file__).resolve().parents[2] / "snippets"
+
+
+def served(code: str) -> dict:
+    """A trace job's trace as the server reads it: with the fields it writes in (gradstep.runs)."""
+    return {**orjson.loads(jobs.run(payload_for(code))), **served_fields(code)}
 
 
 def check_payload(trace: dict, fixes: dict[str, dict]) -> str:
@@ -26,10 +31,10 @@ def check_payload(trace: dict, fixes: dict[str, dict]) -> str:
 @pytest.mark.parametrize("name", ["shared_trunk_partial_grads", "non_scalar_backward_fails"])
 def test_a_trace_job_proposes_and_a_check_job_verifies_what_one_process_would(name):
     code = (SNIPPETS / f"{name}.py").read_text()
-    trace = orjson.loads(jobs.run(payload_for(code)))
+    trace = served(code)
     proposed = [f["code"] for d in trace["diagnoses"] for f in d["fixes"]]
     assert proposed  # unverified: the server runs these...
-    fixes = {c: orjson.loads(jobs.run(payload_for(c))) for c in proposed}
+    fixes = {c: served(c) for c in proposed}
     trace["diagnoses"] = []
     checked = orjson.loads(jobs.run(check_payload(trace, fixes)))  # ...and a check job decides
     assert checked == diagnose(record(code), run_locally) != []

@@ -7,6 +7,7 @@ foreign entry and a Redis that is down are misses, never errors.
 from __future__ import annotations
 
 import asyncio
+import gzip
 
 import orjson
 import pytest
@@ -16,7 +17,7 @@ from gradstep import trace as trace_in_process
 from gradstep.app import create_app
 from gradstep.cache import MemoryCache, RedisCache, TieredCache, cache_key, open_cache, shared
 from gradstep.cache.shared import MAGIC, MAX_TRACE_BYTES, PREFIX, encode_entry
-from gradstep.encoding import compress, decompress
+from gradstep.encoding import Encoded, compress, decompress
 from gradstep.routes.trace import TraceOptions
 from gradstep.schema import Trace
 from gradstep.settings import Settings
@@ -33,13 +34,13 @@ def plain_grad(code: str, name: str) -> list[float]:
 
 
 def final_grad(body: bytes, name: str) -> list[float] | None:
-    """The final .grad of ``name`` in a trace: JSON as a client reads it, or gzipped as stored."""
-    last = Trace.model_validate_json(decompress(body) if body[:2] == b"\x1f\x8b" else body).steps[-1]
+    """The final .grad of ``name`` in a trace: JSON as a client reads it, or compressed as stored."""
+    last = Trace.model_validate_json(body if body[:1] == b"{" else decompress(body)).steps[-1]
     return next((t.grad.values for t in last.tensors if t.name == name and t.grad), None)
 
 
 def trace_bytes(code: str) -> bytes:
-    """A trace as the caches hold it: gzipped, as served (gradstep.encoding)."""
+    """A trace as the caches hold it: compressed, as served (gradstep.encoding)."""
     return compress(trace_in_process(code).model_dump_json().encode())
 
 
@@ -80,18 +81,19 @@ async def _put_then_close(cache, key, body):
         await cache.close()
 
 
-def test_a_trace_put_in_redis_comes_back_byte_for_byte(store):
+def test_a_trace_put_in_redis_comes_back_as_its_gzip_encoding_byte_for_byte(store):
     body, key = trace_bytes(CODE), cache_key(CODE, {})
     run(_put_then_close(store, key, body))
-    assert run(_get_then_close(store, key)) == body
-    assert final_grad(body, "x") == plain_grad(CODE, "x")
+    back = run(_get_then_close(store, key))
+    assert back == Encoded.unpack(body).gzip  # brotli is not kept there: every client takes gzip
+    assert final_grad(back, "x") == final_grad(body, "x") == plain_grad(CODE, "x")
 
 
 def test_an_entry_past_the_off_loop_size_round_trips_through_a_worker_thread(store, monkeypatch):
     monkeypatch.setattr(shared, "OFF_LOOP_BYTES", 0)  # every entry takes the large-entry path
     body, key = trace_bytes(CODE), cache_key(CODE + "# large\n", {})
     run(_put_then_close(store, key, body))
-    assert run(_get_then_close(store, key)) == body
+    assert run(_get_then_close(store, key)) == Encoded.unpack(body).gzip
 
 
 def test_an_absent_key_is_a_miss(store):
@@ -121,7 +123,7 @@ def test_garbage_under_the_key_is_a_miss(store, raw):
 
 def test_a_well_framed_entry_that_is_not_a_trace_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    raw.set(PREFIX + key, encode_entry(key, compress(orjson.dumps({"version": 1, "steps": "no"}))))
+    raw.set(PREFIX + key, encode_entry(key, gzip.compress(orjson.dumps({"version": 1, "steps": "no"}))))
     assert run(_get_then_close(store, key)) is None
     assert store.stats()["rejected"] == 1
 
@@ -134,7 +136,7 @@ def test_a_truncated_entry_is_a_miss(store, raw):
 
 def test_an_entry_that_inflates_past_the_cap_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    bomb = MAGIC + key.encode() + b"\n" + compress(b" " * (MAX_TRACE_BYTES + 1))
+    bomb = MAGIC + key.encode() + b"\n" + gzip.compress(b" " * (MAX_TRACE_BYTES + 1))
     raw.set(PREFIX + key, bomb)
     assert run(_get_then_close(store, key)) is None
 
@@ -181,8 +183,9 @@ def test_a_shared_hit_is_kept_in_the_local_tier(store):
     body, key = trace_bytes(CODE), cache_key(CODE, {})
     run(_put_then_close(store, key, body))
     tiered = TieredCache(MemoryCache(1 << 20, 60), store)
-    assert run(_get_then_close(tiered, key)) == body
-    assert tiered.local.get_now(key) == body
+    gzip_only = Encoded.unpack(body).gzip
+    assert run(_get_then_close(tiered, key)) == gzip_only
+    assert tiered.local.get_now(key) == gzip_only
 
 
 def test_the_memory_cache_drops_entries_older_than_the_ttl():

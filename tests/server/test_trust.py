@@ -270,7 +270,7 @@ def test_forged_verified_fixes_are_never_shown(client):
 
 def test_an_export_carries_the_code_that_ran(client):
     code = forge({"code": "print('an innocent snippet')\n"})
-    body = client.app.state.runner.trace(code).body  # what `gradstep export` writes
+    body = decompress(client.app.state.runner.trace(code).stored)  # what `gradstep export` writes
     page = export_html(orjson.loads(body))
     assert orjson.loads(body)["code"] == code
     assert (

@@ -6,7 +6,8 @@ of the moment. In-process by default (``MemoryCache``); with
 ``GRADSTEP_CACHE_URL=redis://…`` an in-process tier sits in front of a Redis
 shared by every replica (``TieredCache``), and a Redis outage is a miss.
 
-Entries are the traces as served, gzipped (``gradstep.encoding``). Every cache has
+Entries are the traces as served, compressed (``gradstep.encoding``: gzip and brotli; the
+shared cache keeps the gzip encoding). Every cache has
 ``await get(key) -> bytes | None``, ``await put(key, body)``,
 ``await close()`` and ``stats() -> dict`` (for /healthz). The runs that verified a diagnosis's
 fixes are kept there too, under ``fix_run_key``.

@@ -1,6 +1,6 @@
 """The shared trace cache in Redis: what one replica computed, every replica serves.
 
-An entry is ``MAGIC + key + "\\n" + the trace as served`` (gzipped JSON: gradstep.encoding), stored
+An entry is ``MAGIC + key + "\\n" + the trace gzipped as served`` (gradstep.encoding), stored
 with the cache's TTL under ``gradstep:trace:<key>``. Nothing read back is trusted: an entry
 with another magic or key, one that does not decompress within the size cap,
 or one that is not a valid trace is a miss (and counted as ``rejected``).
@@ -24,6 +24,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from gradstep.encoding import gzip_member
 from gradstep.trace_dicts import validate
 
 PREFIX = "gradstep:trace:"
@@ -36,7 +37,10 @@ log = logging.getLogger("gradstep.cache")
 
 
 def encode_entry(key: str, stored: bytes) -> bytes:
-    return MAGIC + key.encode() + b"\n" + stored
+    """The entry for a stored trace: its gzip encoding alone (a brotli one read back would need
+    checking against it, and every client takes gzip: a replica serves a trace it read from here
+    as gzip only)."""
+    return MAGIC + key.encode() + b"\n" + gzip_member(stored)
 
 
 def decode_entry(key: str, raw: bytes) -> bytes | None:

@@ -1,0 +1,216 @@
+"""A sandboxed child's bytes checked and encoded in processes of their own, off the server's GIL.
+
+Checking a 1 MB trace (parse, then validate against the contract) holds the GIL for ~35 ms, and
+the server's event loop waited that long for it. A ``CheckerPool`` does it in processes of its
+own (``python -m gradstep.checker``: pydantic and the schema, no torch), one per worker, fed over
+pipes: the server's process only moves the bytes, so one replica uses both cores. Traces under ``INLINE_BYTES`` are checked in the caller's thread:
+a hand-off costs more than their check.
+
+What is served is the child's own bytes once they passed the check, with the server's fields
+spliced in front (``SERVER_FIELDS``: the child leaves them out): compression starts as the bytes
+arrive, in threads, while this thread validates them, instead of after a re-serialization. The
+browser parses the same text that was validated; orjson and ``JSON.parse`` agree on it (the last
+of duplicate keys wins in both; invalid UTF-8, lone surrogates and out-of-range numbers are
+refused here). A child that wrote a server field anyway, or proposed diagnoses (which the server
+must run and check first), is re-serialized from the validated data instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import orjson
+from pydantic import ValidationError
+
+from gradstep import encoding
+from gradstep.trace_dicts import collector_paused, validate
+
+INLINE_BYTES = 64 << 10
+NOT_JSON = "The run returned something that is not JSON."
+CHECKER_DIED = "The run's trace could not be checked: its checker process died."
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What a check found: ``problem`` (a sentence) when the bytes are not a trace; else ``stored``
+    (the trace as served, ``encoding.compress``ed) when asked for and nothing was ``proposed``."""
+
+    problem: str | None = None
+    stored: bytes | None = None
+    proposed: bool = False  # it proposes diagnoses: the server runs their fixes (gradstep.runs)
+
+
+def check(raw: bytes, fields: dict, encode: bool = True) -> Checked:
+    """Whether ``raw`` (a child's result) is a trace, and with ``encode`` the stored trace with
+    ``fields`` (the server's) written in."""
+    spliced = None
+    if encode and raw[:1] == b"{":
+        body = orjson.dumps(fields)[:-1] + b"," + raw[1:]
+        # compressed while this thread validates; discarded if the bytes fail the check
+        spliced = encoding.compress_later(body)
+    try:
+        with collector_paused():  # parsing makes ~10^5 objects: no collection walks them
+            trace = orjson.loads(raw)
+            validate(trace)
+    except orjson.JSONDecodeError:
+        return Checked(NOT_JSON)
+    except ValidationError as e:
+        return Checked(f"The run returned something that is not a trace ({e.error_count()} problems).")
+    if trace.get("diagnoses"):
+        return Checked(proposed=True)
+    if not encode:
+        return Checked()
+    if spliced is not None and not fields.keys() & trace.keys():
+        return Checked(stored=spliced())
+    trace.update(fields)  # a server field the child wrote is not the child's to say
+    return Checked(stored=encoding.compress(orjson.dumps(trace)))
+
+
+# A request: op, len(fields JSON), len(data); then both. A reply: kind, len(problem), len(stored); then both.
+_REQUEST = struct.Struct(">BII")
+_REPLY = struct.Struct(">BII")
+_CHECK, _ENCODE, _CHECK_ONLY = 0, 1, 2  # ops
+_STORED, _PROBLEM, _PROPOSED, _VALID = 0, 1, 2, 3  # reply kinds
+
+
+def _reply(checked: Checked) -> bytes:
+    if checked.problem is not None:
+        kind, text = _PROBLEM, checked.problem.encode()
+    else:
+        kind, text = _STORED if checked.stored is not None else _PROPOSED if checked.proposed else _VALID, b""
+    stored = checked.stored or b""
+    return _REPLY.pack(kind, len(text), len(stored)) + text + stored
+
+
+def _read_reply(head: bytes, read) -> Checked:
+    kind, text_size, stored_size = _REPLY.unpack(head)
+    text, stored = read(text_size).decode(), read(stored_size)
+    if kind == _PROBLEM:
+        return Checked(text)
+    return Checked(stored=stored if kind == _STORED else None, proposed=kind == _PROPOSED)
+
+
+def serve(requests: BinaryIO, replies: BinaryIO) -> None:
+    """A checker process's loop: requests in, replies out, until its server closes the pipe."""
+    replies.write(b"R")  # ready: imported
+    replies.flush()
+    while head := requests.read(_REQUEST.size):
+        op, fields_size, data_size = _REQUEST.unpack(head)
+        fields, data = orjson.loads(requests.read(fields_size)), requests.read(data_size)
+        if op == _ENCODE:
+            reply = _reply(Checked(stored=encoding.compress(data)))
+        else:
+            reply = _reply(check(data, fields, encode=op == _CHECK))
+        replies.write(reply)
+        replies.flush()
+
+
+class _Process:
+    """One checker process (``python -m gradstep.checker``): trusted code, fed untrusted bytes."""
+
+    def __init__(self):
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), *sys.path]),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gradstep.checker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
+
+    def wait_ready(self) -> None:
+        if self.proc.stdout.read(1) != b"R":
+            raise RuntimeError(f"a checker process did not start (exit status {self.proc.wait()})")
+
+    def call(self, op: int, fields: dict, data: bytes) -> Checked:
+        blob = orjson.dumps(fields)
+        self.proc.stdin.write(_REQUEST.pack(op, len(blob), len(data)) + blob + data)
+        self.proc.stdin.flush()
+        head = self.proc.stdout.read(_REPLY.size)
+        if len(head) < _REPLY.size:
+            raise EOFError("the checker process is gone")
+        return _read_reply(head, self.proc.stdout.read)
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()  # EOF: it exits
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+class CheckerPool:
+    """``check`` in ``processes`` checker processes (big traces), or inline (small ones, and all of
+    them with ``processes=0``: a one-off run has no server to keep responsive). A process that
+    dies fails the one check it had ("crashed", ``CHECKER_DIED``) and is replaced."""
+
+    def __init__(self, processes: int):
+        self.processes = max(0, processes)
+        self._idle: queue.LifoQueue[_Process | None] = queue.LifoQueue()
+        self._started = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+            started = [_Process() for _ in range(self.processes)]  # they import side by side
+        for process in started:
+            process.wait_ready()
+            self._idle.put(process)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._started:
+                return
+            self._started = False
+        for _ in range(self.processes):
+            process = self._idle.get()  # waits for a check under way
+            if process is not None:
+                process.stop()
+
+    def _call(self, op: int, fields: dict, data: bytes) -> Checked:
+        process = self._idle.get()
+        try:
+            if process is None:  # the last one here died: its replacement starts now
+                process = _Process()
+                process.wait_ready()
+            return process.call(op, fields, data)
+        except (OSError, EOFError, RuntimeError, ValueError):
+            if process is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    process.proc.kill()
+                    process.stop()
+            process = None
+            return Checked(CHECKER_DIED)
+        finally:
+            self._idle.put(process)
+
+    def check(self, raw: bytes, fields: dict, encode: bool = True) -> Checked:
+        if not self._started or len(raw) <= INLINE_BYTES:
+            return check(raw, fields, encode)
+        return self._call(_CHECK if encode else _CHECK_ONLY, fields, raw)
+
+    def compress(self, body: bytes) -> bytes:
+        """``encoding.compress`` of ``body`` (a trace re-serialized by the server), in a checker."""
+        if not self._started or len(body) <= INLINE_BYTES:
+            return encoding.compress(body)
+        stored = self._call(_ENCODE, {}, body).stored
+        return encoding.compress(body) if stored is None else stored
+
+
+if __name__ == "__main__":
+    sys.stdout = sys.stderr  # the replies' pipe carries nothing else
+    serve(sys.stdin.buffer, sys.__stdout__.buffer)

@@ -1,0 +1,131 @@
+"""The child's bytes checked off the server's GIL (server/gradstep/checker.py): what is served is
+what was validated, parsed alike by the checker and a browser's JSON.parse; the server's fields
+always win; a checker process that dies costs one run a clear failure, not the server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+
+import orjson
+import pytest
+import torch
+from gradstep import checker, jobs
+from gradstep.checker import CHECKER_DIED, NOT_JSON, CheckerPool, check
+from gradstep.encoding import Encoded, decompress
+from gradstep.runs import payload_for, served_fields
+from gradstep.schema import SERVER_FIELDS
+
+SMALL = "import torch\nx = torch.ones(3, requires_grad=True)\n(x * 2).sum().backward()\n"
+# a trace past INLINE_BYTES: it goes to the checker processes
+BIG = "import torch\nx = torch.ones(64, requires_grad=True)\nfor i in range(60):\n    (x * i).sum().backward()\n"
+FIELDS = served_fields(SMALL)
+NODE = shutil.which("node")
+
+
+def served_json(stored: bytes) -> dict:
+    encoded = Encoded.unpack(stored)
+    import brotli
+
+    assert encoded.br is not None and brotli.decompress(encoded.br) == decompress(stored)  # one JSON
+    return orjson.loads(decompress(stored))
+
+
+def test_the_childs_bytes_are_served_with_the_servers_fields_and_nothing_else_changed():
+    raw = jobs.run(payload_for(SMALL))
+    assert not set(orjson.loads(raw)) & set(SERVER_FIELDS)  # the child leaves them to the server
+    checked = check(raw, FIELDS)
+    assert checked.problem is None and not checked.proposed
+    assert served_json(checked.stored) == {**orjson.loads(raw), **FIELDS}
+    x = torch.ones(3, requires_grad=True)
+    (x * 2).sum().backward()
+    (last,) = [t for t in served_json(checked.stored)["steps"][-1]["tensors"] if t["name"] == "x"]
+    assert last["grad"]["values"] == x.grad.tolist()
+
+
+@pytest.mark.parametrize("field", SERVER_FIELDS)
+def test_a_server_field_the_child_wrote_is_overwritten(field):
+    forged = orjson.loads(jobs.run(payload_for(SMALL)))
+    forged[field] = 99 if field == "version" else "forged"
+    for raw in (
+        orjson.dumps(forged),
+        orjson.dumps({field: forged[field]})[:-1] + b"," + orjson.dumps(forged)[1:],
+    ):
+        served = served_json(check(raw, FIELDS).stored)
+        assert {k: served[k] for k in SERVER_FIELDS} == FIELDS
+
+
+@pytest.mark.parametrize(
+    "raw, problem",
+    [
+        (b"not json", NOT_JSON),
+        (b'{"status": "ok"} trailing', NOT_JSON),
+        (b'{"status": "ok", "stdout": "\\ud800"}', NOT_JSON),  # a lone surrogate: JSON.parse would take it
+        (b'{"status": "ok", "steps": [], "steps": "not a list"}', "not a trace"),  # the last one counts
+        (b'{"status": "ok", "nodes": [{"id": 1e999}]}', NOT_JSON),  # JSON.parse would read Infinity
+        (b'{"status": "sure"}', "not a trace"),
+        (b"[]", "not a trace"),
+    ],
+)
+def test_bytes_that_are_not_a_trace_are_refused_before_anything_is_served(raw, problem):
+    checked = check(raw, FIELDS)
+    assert checked.stored is None and problem in (checked.problem or "")
+
+
+def test_a_trace_that_proposes_diagnoses_is_left_to_the_server_to_verify():
+    raw = orjson.dumps({"status": "ok", "diagnoses": [{"kind": "k", "severity": "error", "message": "m"}]})
+    assert check(raw, FIELDS) == checker.Checked(proposed=True)
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_a_browser_parses_what_the_checker_validated():
+    """Duplicate keys, escapes, whitespace, numbers: JSON.parse reads the served text as the
+    checker's parse did, so what passed the check is what the page gets. (Integers past 2**53
+    read as the nearest double in any browser, as they did when the server re-serialized.)"""
+    tricky = [
+        b'{"status": "error", "status": "ok", "stdout": "a\\u0000b\\u2028\\"", "notes": ["\\ud83d\\ude00"]}',
+        b'{ "status":"ok" ,"truncated":[] , "truncated" : ["steps"], "limit": null}\n',
+        b'{"status": "ok", "error": {"type": "E", "message": "m", "line": 9007199254740991}}',
+        b'{"status": "ok", "warnings": [{"message": "w", "category": "UserWarning", "line": -0}]}',
+    ]
+    served, expected = [], []
+    for raw in tricky:
+        checked = check(raw, FIELDS)
+        assert checked.problem is None, (raw, checked.problem)
+        served.append(decompress(checked.stored).decode())
+        expected.append({**orjson.loads(raw), **FIELDS})
+    script = "const lines = require('fs').readFileSync(0, 'utf8').split('\\n\\u0000\\n');\n"
+    script += "process.stdout.write(JSON.stringify(lines.map((l) => JSON.parse(l))));\n"
+    out = subprocess.run(
+        [NODE, "-e", script], input="\n\0\n".join(served), capture_output=True, text=True, check=True
+    )
+    assert orjson.loads(out.stdout) == orjson.loads(orjson.dumps(expected))
+
+
+def test_a_big_trace_is_checked_in_a_checker_process_as_it_would_be_here():
+    raw = jobs.run(payload_for(BIG))
+    assert len(raw) > checker.INLINE_BYTES
+    pool = CheckerPool(1)
+    pool.start()
+    try:
+        pooled = pool.check(raw, served_fields(BIG))
+    finally:
+        pool.close()
+    assert pooled.problem is None
+    assert served_json(pooled.stored) == served_json(check(raw, served_fields(BIG)).stored)
+
+
+def test_a_checker_process_that_dies_fails_its_run_and_the_next_run_gets_a_new_one():
+    raw = jobs.run(payload_for(BIG))
+    pool = CheckerPool(1)
+    pool.start()
+    try:
+        for process in list(pool._idle.queue):  # killed as the OOM killer would
+            os.kill(process.proc.pid, signal.SIGKILL)
+        assert pool.check(raw, FIELDS) == checker.Checked(CHECKER_DIED)
+        again = pool.check(raw, served_fields(BIG))
+        assert again.problem is None and served_json(again.stored)["code"] == BIG
+    finally:
+        pool.close()
