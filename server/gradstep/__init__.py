@@ -12,8 +12,9 @@ def trace(code: str, diagnose: bool = True, limits=None) -> Trace:
     running it here as well (your own code, re-run unconfined).
     """
     from gradstep.pipeline import in_process
+    from gradstep.trace_dicts import typed
 
-    return Trace.model_validate(in_process(code, limits, diagnose=diagnose))
+    return typed(in_process(code, limits, diagnose=diagnose))
 
 
 def show(code: str, step: int = 0, theme: str = "auto", height: int | None = None):

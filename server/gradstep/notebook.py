@@ -20,6 +20,7 @@ from typing import Any
 
 from gradstep.export import FRAME_RESIZER_JS, ExportError, check_options, clamp_step, export_html
 from gradstep.schema import Trace
+from gradstep.trace_dicts import typed
 
 DEFAULT_HEIGHT = 760
 MARIMO_HEIGHT = 480  # marimo's iframe grows from here to its page's height (never shrinks)
@@ -57,7 +58,7 @@ class Stepper:
 
     @property
     def trace(self) -> Trace:
-        return Trace.model_validate(self.data)
+        return typed(self.data)
 
     def html(self) -> str:
         """The self-contained page (what ``gradstep export`` writes)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gradstep.schema import Trace
+from gradstep.trace_dicts import typed
 from gradstep.tracer.limits import Limits
 from gradstep.tracer.live import LiveRecorder
 
@@ -109,7 +110,7 @@ class Recording:
     @property
     def trace(self) -> Trace:
         """The typed trace (validated against the schema)."""
-        return Trace.model_validate(self.data)
+        return typed(self.data)
 
     def show(self, step: int = 0, theme: str = "auto", height: int | None = None):
         """The stepper for this recording (the last expression of a notebook cell displays it)."""

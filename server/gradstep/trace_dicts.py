@@ -19,7 +19,7 @@ from typing import Any, NotRequired
 from pydantic import ConfigDict, TypeAdapter, with_config
 from typing_extensions import TypedDict  # pydantic validates this one on Python 3.11, not typing's
 
-from gradstep.schema import Api, PrintMode, SavedKind, Severity, Status, StepKind
+from gradstep.schema import Api, PrintMode, SavedKind, Severity, Status, StepKind, Trace
 
 _strict_keys = with_config(ConfigDict(extra="forbid"))  # as the models: an unknown key is an error
 
@@ -201,6 +201,14 @@ def validate(trace: Any) -> None:
             adapter, size = _PIECES[key]
             for start in range(0, len(items), size):
                 adapter.validate_python(items[start : start + size])
+
+
+def typed(trace: TraceDict) -> Trace:
+    """The typed ``Trace`` of a trace's dicts. With the collector paused: building ~10^4 models
+    set off full collections that walk everything torch has made (~160 ms instead of ~50 for the
+    24-layer trace)."""
+    with collector_paused():
+        return Trace.model_validate(trace)
 
 
 _paused = 0  # validations under way with the collector paused (threads of one process share it)

@@ -124,6 +124,19 @@ def test_an_import_leaving_the_front_end_folder_is_refused(tmp_path):
         collect(["a.js"], tmp_path)
 
 
+def test_a_kept_bundle_is_made_again_once_a_file_it_inlines_changes(tmp_path):
+    (tmp_path / "a.js").write_text('import { b } from "./b.js";\nexport const a = b;\n')
+    (tmp_path / "b.js").write_text('export const b = "first";\n')
+    first = bundle("a.js", folder=tmp_path)
+    assert bundle("a.js", folder=tmp_path) is first  # kept: nothing changed
+    (tmp_path / "b.js").write_text('export const b = "second, and longer";\n')  # another size
+    second = bundle("a.js", folder=tmp_path)
+    assert "second, and longer" in second and "first" not in second
+    (tmp_path / "b.js").unlink()
+    with pytest.raises(ExportError, match="b.js"):
+        bundle("a.js", folder=tmp_path)
+
+
 def test_the_bundle_is_one_module_without_a_closing_script_tag():
     text = bundle("embed.js")
     assert "</script" not in text.lower()
