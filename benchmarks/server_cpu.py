@@ -1,7 +1,8 @@
 """Server CPU per request: what a run's bytes cost the server itself (not its sandboxed children).
 
 Through the real app in this process (its sandbox as `gradstep serve` has it), each request's CPU
-time of this process — routing, validating the child's trace, writing in the code, caching — for:
+time of this process and its checker processes — routing, validating the child's trace, writing in
+the code, compressing, caching — for:
 a trivial snippet (the baseline), a snippet that forges a trace of 8,500 lines and 2,000 non-leaf
 warnings (it cost the server 48 s when the server ran the diagnosis rules on a child's output),
 a genuine 55 KB snippet of `y.grad` reads (≈4 s then), and the 24-layer transformer (a 1 MB trace).
@@ -23,6 +24,7 @@ from fastapi.testclient import TestClient
 from gradstep.app import create_app
 from gradstep.diagnose import facts
 from gradstep.settings import Settings
+from harness import cpu_times, descendants, proc_table
 from tracer_overhead import SNIPPET as TRANSFORMER
 
 TRIVIAL = "import torch\nx = torch.ones(2, requires_grad=True)\n(x * 3).sum().backward()\n"
@@ -48,8 +50,18 @@ CASES = {
 
 
 def cpu() -> float:
+    """This process's CPU seconds and its checker processes' (gradstep.checker: the server's work
+    on a child's bytes, off its GIL), never the sandbox's."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    checkers = 0.0
+    for pid in descendants(os.getpid(), proc_table()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"gradstep.checker" in f.read():
+                    checkers += sum(cpu_times(pid))
+        except OSError:
+            continue
+    return usage.ru_utime + usage.ru_stime + checkers
 
 
 def main() -> None:
