@@ -3,12 +3,13 @@
 Checking a 1 MB trace (parse, then validate against the contract) holds the GIL for ~35 ms, and
 the server's event loop waited that long for it. A ``CheckerPool`` does it in processes of its
 own (``python -m gradstep.checker``: pydantic and the schema, no torch), one per worker, fed over
-pipes: the server's process only moves the bytes, so one replica uses both cores. Traces under ``INLINE_BYTES`` are checked in the caller's thread:
-a hand-off costs more than their check.
+pipes: the server's process only moves the bytes, so one replica uses both cores. Traces under
+``INLINE_BYTES`` are checked in the caller's thread: a hand-off costs more than their check.
 
 What is served is the child's own bytes once they passed the check, with the server's fields
-spliced in front (``SERVER_FIELDS``: the child leaves them out): compression starts as the bytes
-arrive, in threads, while this thread validates them, instead of after a re-serialization. The
+spliced in front (``SERVER_FIELDS``: the child leaves them out): compression starts as soon as
+the bytes arrive, in threads, while this thread validates them, instead of after a
+re-serialization. The
 browser parses the same text that was validated; orjson and ``JSON.parse`` agree on it (the last
 of duplicate keys wins in both; invalid UTF-8, lone surrogates and out-of-range numbers are
 refused here). A child that wrote a server field anyway, or proposed diagnoses (which the server
@@ -54,10 +55,13 @@ def check(raw: bytes, fields: dict, encode: bool = True) -> Checked:
     ``fields`` (the server's) written in."""
     spliced = None
     if encode and raw[:1] == b"{":
-        body = orjson.dumps(fields)[:-1] + b"," + raw[1:]
+        head = orjson.dumps(fields)[:-1] + b"," if fields else b"{"
+        body = head + raw[1:]
         # compressed while this thread validates; discarded if the bytes fail the check
         spliced = encoding.compress_later(body)
     try:
+        # parsed, then validated as Python data: as complete as validating the JSON text, and
+        # cheaper; against the TypedDicts, which check what the models check without a model per dict
         with collector_paused():  # parsing makes ~10^5 objects: no collection walks them
             trace = orjson.loads(raw)
             validate(trace)
@@ -160,6 +164,7 @@ class CheckerPool:
         self._idle: queue.LifoQueue[_Process | None] = queue.LifoQueue()
         self._started = False
         self._lock = threading.Lock()
+        self.died = 0  # processes that died under a check (each replaced by the next check)
 
     def start(self) -> None:
         with self._lock:
@@ -194,9 +199,13 @@ class CheckerPool:
                     process.proc.kill()
                     process.stop()
             process = None
+            self.died += 1
             return Checked(CHECKER_DIED)
         finally:
             self._idle.put(process)
+
+    def health(self) -> dict:
+        return {"processes": self.processes, "died": self.died}
 
     def check(self, raw: bytes, fields: dict, encode: bool = True) -> Checked:
         if not self._started or len(raw) <= INLINE_BYTES:

@@ -274,9 +274,7 @@ class TraceRunner:
 def served_fields(code: str) -> dict:
     """What the server writes into every trace it serves: never the child's to say (a snippet can
     write its own result, claiming other code or versions)."""
-    fields = {"code": code, "version": VERSION, "torch": torch.__version__}
-    assert tuple(fields) == SERVER_FIELDS
-    return fields
+    return dict(zip(SERVER_FIELDS, (code, VERSION, torch.__version__), strict=True))
 
 
 def payload_for(code: str, options: dict | None = None, *, cpu_seconds: int | None = None) -> str:

@@ -169,8 +169,10 @@ def test_healthz_gives_counts_of_sandbox_processes_never_their_ids(client):
     assert not any("pid" in key for key in sandbox)
     # everything else the sandbox reports is there (a new field must be declared public: SandboxHealth)
     assert set(sandbox) == set(internal) - {"zygote_pid", "spare_pids"}
+    ids |= {str(p.proc.pid) for p in client.app.state.runner.checker._idle.queue if p is not None}
     text = client.get("/healthz").text
     assert not any(f":{pid}" in text or f"[{pid}" in text or f",{pid}" in text for pid in ids)
+    assert client.get("/healthz").json()["checkers"] == {"processes": 2, "died": 0}
 
 
 def test_healthz_counts_runs_at_once_apart_from_the_sandbox_slots(client):

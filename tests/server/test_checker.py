@@ -125,6 +125,7 @@ def test_a_checker_process_that_dies_fails_its_run_and_the_next_run_gets_a_new_o
         for process in list(pool._idle.queue):  # killed as the OOM killer would
             os.kill(process.proc.pid, signal.SIGKILL)
         assert pool.check(raw, FIELDS) == checker.Checked(CHECKER_DIED)
+        assert pool.health() == {"processes": 1, "died": 1}  # what /healthz says
         again = pool.check(raw, served_fields(BIG))
         assert again.problem is None and served_json(again.stored)["code"] == BIG
     finally:

@@ -36,6 +36,13 @@ class SandboxHealth(BaseModel):
     zygote_huge_pages_mb: float | None = None
 
 
+class CheckerHealth(BaseModel):
+    """The checker processes (gradstep.checker): how many, and how many died (each replaced)."""
+
+    processes: int
+    died: int
+
+
 class Health(BaseModel):
     status: str
     version: int
@@ -44,6 +51,7 @@ class Health(BaseModel):
     running_or_queued: int
     cache: dict
     sandbox: SandboxHealth
+    checkers: CheckerHealth
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness, and which sandbox layers are active")
@@ -62,6 +70,7 @@ async def healthz(  # on the event loop: a thread hand-off would wait for the GI
         running_or_queued=service.admission.inside,
         cache=cache.stats(),
         sandbox=SandboxHealth.model_validate(sandbox),
+        checkers=CheckerHealth.model_validate(runner.checker.health()),
     )
 
 
