@@ -207,14 +207,17 @@ class CheckerPool:
     def health(self) -> dict:
         return {"processes": self.processes, "died": self.died}
 
+    def _inline(self, size: int) -> bool:
+        return not (self.processes and self._started) or size <= INLINE_BYTES
+
     def check(self, raw: bytes, fields: dict, encode: bool = True) -> Checked:
-        if not self._started or len(raw) <= INLINE_BYTES:
+        if self._inline(len(raw)):
             return check(raw, fields, encode)
         return self._call(_CHECK if encode else _CHECK_ONLY, fields, raw)
 
     def compress(self, body: bytes) -> bytes:
         """``encoding.compress`` of ``body`` (a trace re-serialized by the server), in a checker."""
-        if not self._started or len(body) <= INLINE_BYTES:
+        if self._inline(len(body)):
             return encoding.compress(body)
         stored = self._call(_ENCODE, {}, body).stored
         return encoding.compress(body) if stored is None else stored

@@ -117,6 +117,20 @@ def test_a_big_trace_is_checked_in_a_checker_process_as_it_would_be_here():
     assert served_json(pooled.stored) == served_json(check(raw, served_fields(BIG)).stored)
 
 
+def test_without_checker_processes_a_big_trace_is_checked_inline():
+    """What the CLI uses (one run, no server to keep responsive): no process, and no wait for one."""
+    raw = jobs.run(payload_for(BIG))
+    pool = CheckerPool(0)
+    pool.start()
+    try:
+        checked = pool.check(raw, served_fields(BIG))
+        assert served_json(checked.stored) == served_json(check(raw, served_fields(BIG)).stored)
+        padded = {"status": "ok", "stdout": "x" * 100_000}
+        assert served_json(pool.compress(orjson.dumps(padded))) == padded
+    finally:
+        pool.close()
+
+
 def test_a_checker_process_that_dies_fails_its_run_and_the_next_run_gets_a_new_one():
     raw = jobs.run(payload_for(BIG))
     pool = CheckerPool(1)
