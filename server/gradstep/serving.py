@@ -1,4 +1,5 @@
-"""`gradstep serve`: uvicorn, with limits on slow and idle clients.
+"""`gradstep serve`: uvicorn (httptools' HTTP parser, uvloop's event loop: the HTTP stack was what
+held the GIL most under load, with h11 and asyncio's loop), with limits on slow and idle clients.
 
 uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``, but waits forever for
 a request that never arrives whole: a connection that sends nothing, or its headers a byte a
@@ -14,12 +15,12 @@ from __future__ import annotations
 import asyncio
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gradstep.settings import Settings
 
 
-class SlowClientTimeout(H11Protocol):
+class SlowClientTimeout(HttpToolsProtocol):
     request_timeout = 10.0  # seconds; set per server by ``protocol``
 
     _request_timer: asyncio.TimerHandle | None = None
@@ -65,6 +66,7 @@ def config(app, settings: Settings, **extra) -> uvicorn.Config:
         host=settings.host,
         port=settings.port,
         http=protocol(settings.request_timeout),
+        loop="uvloop",
         timeout_keep_alive=settings.keep_alive,  # type: ignore[arg-type]  # a float works
         limit_concurrency=settings.max_connections,
         **extra,
