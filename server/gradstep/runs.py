@@ -167,7 +167,8 @@ class TraceRunner:
             if result.status != "ok":
                 failed = failed_trace(code, result.status, result.detail, result.limit)
                 return Traced(encoding.compress(failed), cacheable=False)
-            checked = self.checker.check(result.output, served_fields(code))
+            fields = served_fields(code)
+            checked = self.checker.check(result.output, fields)
             if checked.problem is not None:
                 return Traced(
                     encoding.compress(failed_trace(code, "crashed", checked.problem)), cacheable=False
@@ -175,7 +176,7 @@ class TraceRunner:
             if not checked.proposed:
                 assert checked.stored is not None
                 return Traced(checked.stored, cacheable=True)
-            trace = {**orjson.loads(result.output), **served_fields(code)}  # checked: it is a trace
+            trace = {**orjson.loads(result.output), **fields}  # checked: it is a trace
         proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
         trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
         complete, ran = True, {}

@@ -83,9 +83,8 @@ class TraceService:
             )
 
         traced = await anyio.to_thread.run_sync(run, limiter=self.threads)
-        out, cacheable, fix_runs = traced.stored, traced.cacheable, traced.fix_runs
-        if cacheable:
-            await self.cache.put(key, out)
-        for fix_code, fix_body in fix_runs.items():
+        if traced.cacheable:
+            await self.cache.put(key, traced.stored)
+        for fix_code, fix_body in traced.fix_runs.items():
             await self.cache.put(fix_run_key(fix_code, options), fix_body)
-        return out, "miss" if verified is None else "verified"
+        return traced.stored, "miss" if verified is None else "verified"

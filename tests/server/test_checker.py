@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 
+import brotli
 import orjson
 import pytest
 import torch
@@ -27,8 +28,6 @@ NODE = shutil.which("node")
 
 def served_json(stored: bytes) -> dict:
     encoded = Encoded.unpack(stored)
-    import brotli
-
     assert encoded.br is not None and brotli.decompress(encoded.br) == decompress(stored)  # one JSON
     return orjson.loads(decompress(stored))
 
