@@ -9,6 +9,7 @@ Across two runs (a snippet and its fix) float noise may move the last printed di
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 from gradstep.trace_dicts import GradDict
@@ -18,13 +19,22 @@ ACROSS_RUNS = 1.01e-3  # one unit of a 4th significant digit, relative to the va
 
 
 def flat_values(values: Any) -> list:
-    """A grad's nested ``values`` as one flat list."""
-    if isinstance(values, list):
-        out: list = []
-        for v in values:
-            out.extend(flat_values(v))
-        return out
-    return [values]
+    """A grad's nested ``values`` (JSON data) as one flat list."""
+    if not isinstance(values, list):
+        return [values]
+    out = values
+    while out and set(map(type, out)) == {list}:  # a whole level of lists: joined in C, not per value
+        out = list(chain.from_iterable(out))
+    if list in map(type, out):  # ragged (lists beside numbers): not a tensor's, but flattened all the same
+        return _flattened(out)
+    return list(out)
+
+
+def _flattened(values: list) -> list:
+    out: list = []
+    for v in values:
+        out.extend(_flattened(v) if isinstance(v, list) else [v])
+    return out
 
 
 def _number(v: Any) -> bool:
@@ -51,6 +61,8 @@ def same_grad(a: GradDict | None, b: GradDict | None, tolerance: float = SAME_RU
         xs, ys = flat_values(va), flat_values(vb)
         if len(xs) != len(ys):
             return False
+        if tolerance == 0:
+            return xs == ys  # what _close is at tolerance 0, for numbers and the non-finite strings alike
         scale = max((abs(v) for v in xs + ys if _number(v)), default=0.0)
         return all(_close(x, y, tolerance, scale) for x, y in zip(xs, ys, strict=True))
     na, nb = a["norm"], b["norm"]

@@ -11,6 +11,8 @@ import pytest
 import torch
 from gradstep import grad_equality
 from gradstep.tracer.grads import GradRecords
+from hypothesis import given
+from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = json.loads((ROOT / "tests" / "frontend" / "same_grad_cases.json").read_text())
@@ -42,3 +44,22 @@ def test_a_rerun_with_float_noise_is_the_same_and_a_one_percent_change_is_not():
     a, b, changed = GradRecords(max_values=64).records([noisy, rerun, noisy * 1.01])
     assert grad_equality.same_grad(a, b, grad_equality.ACROSS_RUNS)
     assert not grad_equality.same_grad(a, changed, grad_equality.ACROSS_RUNS)
+
+
+_JSON_VALUE = st.one_of(st.floats(allow_nan=False), st.integers(), st.sampled_from(["nan", "inf", "-inf"]))
+
+
+@given(st.recursive(_JSON_VALUE, lambda inner: st.lists(inner, max_size=4), max_leaves=40))
+def test_flat_values_reads_nested_lists_left_to_right_even_ragged_ones(values):
+    def reference(v):  # the plain recursive reading
+        return [x for item in v for x in reference(item)] if isinstance(v, list) else [v]
+
+    assert grad_equality.flat_values(values) == reference(values)
+
+
+@given(st.lists(st.lists(_JSON_VALUE, min_size=2, max_size=2), max_size=6), st.booleans())
+def test_within_one_run_the_same_means_each_value_equal(rows, change):
+    a = {"shape": [len(rows), 2], "has_grad_fn": False, "values": rows, "norm": 1.0}
+    b = {**a, "values": [[*r[:1], "nan" if change else r[1]] for r in rows]}
+    changed = change and any(r[1] != "nan" for r in rows)
+    assert grad_equality.same_grad(a, b, grad_equality.SAME_RUN) is not changed

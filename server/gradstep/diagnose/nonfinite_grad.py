@@ -38,6 +38,8 @@ _SINGULAR = {
 
 
 def _non_finite(grad: dict) -> bool:
+    if grad["norm"] is not None:
+        return False  # a finite norm: every value is finite (a nan or inf in them makes it null)
     values = facts.grad_values(grad)
     if values is not None:
         return any(isinstance(v, str) for v in values)
