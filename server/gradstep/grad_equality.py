@@ -63,7 +63,11 @@ def same_grad(a: GradDict | None, b: GradDict | None, tolerance: float = SAME_RU
             return False
         if tolerance == 0:
             return xs == ys  # what _close is at tolerance 0, for numbers and the non-finite strings alike
-        scale = max((abs(v) for v in xs + ys if _number(v)), default=0.0)
+        both = xs + ys
+        if set(map(type, both)) <= {float, int}:  # no "nan"/"inf" (nor a bool): the max in C
+            scale = max(map(abs, both), default=0.0)
+        else:
+            scale = max((abs(v) for v in both if _number(v)), default=0.0)
         return all(_close(x, y, tolerance, scale) for x, y in zip(xs, ys, strict=True))
     na, nb = a["norm"], b["norm"]
     if na is None or nb is None:
