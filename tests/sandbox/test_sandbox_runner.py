@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig
+from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig, runner
 from testkit import sandbox_guard
 from testkit.sandbox_guard import (
     Guard,
@@ -410,6 +410,35 @@ def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
         mounts = Path(f"/proc/{pid}/mountinfo").read_text()
         assert " /tmp " in mounts and "hidepid=invisible" in mounts
     assert slots == set(range(sandbox.slots))
+
+
+def _slot_freed(sb: Sandbox) -> dict:
+    end = time.monotonic() + 10
+    while sb.health()["busy"] and time.monotonic() < end:
+        time.sleep(0.005)
+    return sb.health()
+
+
+def test_a_freed_slot_gets_its_new_spare_once_spares_are_no_longer_held(sandbox):
+    settle(sandbox)
+    with sandbox.spares_held():  # as while the server checks a big trace
+        assert sandbox.run("echo held").status == "ok"
+        _slot_freed(sandbox)
+        time.sleep(runner.SPARE_HOLD_MAX / 2)  # a spare's fork and confinement take a few ms
+        h = sandbox.health()
+        assert (h["busy"], h["spares"]) == (0, sandbox.slots - 1), "the freed slot waits for its spare"
+        assert sandbox.run("echo meanwhile").status == "ok", "runs go on"
+        assert _slot_freed(sandbox)["spares"] <= sandbox.slots - 1
+    assert settle(sandbox)["spares"] == sandbox.slots
+
+
+def test_a_held_spare_is_made_after_at_most_spare_hold_max_even_while_held(sandbox):
+    settle(sandbox)
+    with sandbox.spares_held():
+        assert sandbox.run("echo held").status == "ok"
+        _slot_freed(sandbox)
+        time.sleep(runner.SPARE_HOLD_MAX)
+        assert settle(sandbox)["spares"] == sandbox.slots  # still inside the hold
 
 
 def test_a_spare_serves_one_run_only(sandbox):

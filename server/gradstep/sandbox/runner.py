@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import os
@@ -26,6 +27,7 @@ START_TIMEOUT = 180.0  # seconds for the zygote to import, warm and probe
 EXIT_GRACE = 5.0  # seconds a child gets to exit after its result (or a kill) before the cgroup kill
 LINGER_CHECK = 0.5  # seconds between the reader's checks for children that outstay EXIT_GRACE
 _CANCEL_CHECK = 0.05  # seconds between a cancellable run's looks at its cancel event
+SPARE_HOLD_MAX = 0.25  # seconds a new spare waits at most for ``spares_held`` sections to end
 _CANCELLED = "The run was cancelled: the request it belonged to was withdrawn."
 
 
@@ -142,6 +144,9 @@ class Sandbox:
         self._busy: set[int] = set()  # slots a run holds, until its child is gone
         self._children: dict[int, _Child] = {}  # every child not yet released: spares and runs
         self._spares: dict[int, _Child] = {}  # slot -> its spare, for free slots
+        self._holds = 0  # open spares_held sections
+        self._held: set[int] = set()  # freed slots whose spare waits for them
+        self._hold_timer: threading.Timer | None = None
         self._ids = itertools.count(1)
         self._zygote: _Zygote | None = None
         self._cgroups: Cgroups | None = None
@@ -291,6 +296,10 @@ class Sandbox:
             with self._state_lock:
                 spares = list(self._spares.values())
                 self._spares.clear()
+                self._held.clear()
+                if self._hold_timer is not None:
+                    self._hold_timer.cancel()
+                    self._hold_timer = None
                 for spare in spares:
                     self._drop_locked(spare)
             if self._cgroups is not None:
@@ -305,6 +314,42 @@ class Sandbox:
     def __enter__(self) -> Sandbox:
         self.start()
         return self
+
+    @contextlib.contextmanager
+    def spares_held(self):
+        """While the caller works on a run's result on its request's path (checking a big trace), a
+        freed slot's new spare waits (at most SPARE_HOLD_MAX): its fork and warm-up would take the
+        CPU that work needs. A run that takes the slot first forks its child itself, as without spares."""
+        with self._state_lock:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._state_lock:
+                self._holds -= 1
+                last = self._holds == 0
+            if last:
+                self._prepare_held()
+
+    def _prepare_unless_held(self, slot: int) -> None:
+        with self._state_lock:
+            if self._holds:
+                self._held.add(slot)
+                if self._hold_timer is None:
+                    self._hold_timer = threading.Timer(SPARE_HOLD_MAX, self._prepare_held)
+                    self._hold_timer.daemon = True
+                    self._hold_timer.start()
+                return
+        self._prepare(slot)
+
+    def _prepare_held(self) -> None:
+        with self._state_lock:
+            slots, self._held = self._held, set()
+            timer, self._hold_timer = self._hold_timer, None
+        if timer is not None:
+            timer.cancel()
+        for slot in sorted(slots):
+            self._prepare(slot)  # a no-op for a slot a run has taken since
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -538,7 +583,7 @@ class Sandbox:
             cg.empty(f"slot-{child.slot}")
         with self._state_lock:
             self._busy.discard(child.slot)
-        self._prepare(child.slot)
+        self._prepare_unless_held(child.slot)
         self._free.put(child.slot)
         self._permits.release()
 
