@@ -8,7 +8,7 @@ pipes: the server's process only moves the bytes, so one replica uses both cores
 
 What is served is the child's own bytes once they passed the check, with the server's fields
 spliced in front (``SERVER_FIELDS``: the child leaves them out): compression starts as soon as
-the bytes arrive, in threads, while this thread validates them, instead of after a
+the bytes arrive, in a thread, while this one validates them, instead of after a
 re-serialization. The
 browser parses the same text that was validated; orjson and ``JSON.parse`` agree on it (the last
 of duplicate keys wins in both; invalid UTF-8, lone surrogates and out-of-range numbers are

@@ -1,14 +1,16 @@
 """Traces are compressed once, when they are made (never on the event loop), kept compressed in the
 cache, and served as those bytes: a cached trace sent to thirty clients is compressed once.
 
-A stored trace holds two encodings of the same JSON, made at once in two threads (zlib and brotli
-release the GIL): brotli for the browsers that offer it (over HTTPS they all do), gzip for every
-other client. On the 24-layer trace (1 MB, ``benchmarks/e2e.py``): brotli quality 5 is 115 KB in
-15 ms (quality 7: 112 KB in 47 ms; 10: 95 KB in 550 ms); gzip level 7 is 147 KB in 17 ms with
-zlib-ng (29 ms with the standard library's zlib, for the same size).
+A stored trace is its brotli encoding (quality 5), made while the checker validates the trace:
+every browser offers brotli (over HTTPS, and on localhost). Its gzip encoding, for the clients
+that take gzip but not brotli, is made from it the first time one asks (in a worker thread) and
+kept beside it (``with_gzip``). On the 24-layer trace (1 MB, ``benchmarks/e2e.py``): brotli is
+115 KB in 15 ms (quality 7: 112 KB in 47 ms; 10: 95 KB in 550 ms); gzip level 7 147 KB in 17 ms
+with zlib-ng (29 ms with the standard library's zlib). Made together, beside the validation,
+the two took the checker 40 ms on 2 CPUs; brotli alone 24 ms.
 
-The stored form (``pack``): a gzip member alone, or ``BOTH`` + the gzip member's length (4 bytes)
-+ the gzip member + the brotli stream. Entries read from the shared cache hold gzip alone.
+The stored form (``pack``): ``BR`` + the brotli stream, or ``BOTH`` + the gzip member's length
+(4 bytes) + the gzip member + the brotli stream.
 """
 
 from __future__ import annotations
@@ -28,31 +30,32 @@ from zlib_ng import gzip_ng
 
 GZIP_LEVEL = 7
 BROTLI_QUALITY = 5
+BR = b"gradstep-br\n"
 BOTH = b"gradstep-gzip+br\n"
 _LENGTH = struct.Struct(">I")
-_GZIP_MAGIC = b"\x1f\x8b"
-_compressing = ThreadPoolExecutor(2, thread_name_prefix="gradstep-compress")
-PARALLEL_BYTES = 64 << 10  # smaller bodies are compressed in the caller's thread: a hand-off costs more
+_compressing = ThreadPoolExecutor(1, thread_name_prefix="gradstep-compress")
 
 
 @dataclass(frozen=True)
 class Encoded:
-    gzip: bytes
-    br: bytes | None = None
+    br: bytes
+    gzip: bytes | None = None  # made when a client first needs it (``with_gzip``)
 
     def pack(self) -> bytes:
-        if self.br is None:
-            return self.gzip
+        if self.gzip is None:
+            return BR + self.br
         return BOTH + _LENGTH.pack(len(self.gzip)) + self.gzip + self.br
 
     @staticmethod
     def unpack(stored: bytes) -> Encoded:
         """The encodings in ``stored`` (what ``pack`` made: the cache holds nothing else)."""
+        if stored.startswith(BR):
+            return Encoded(stored[len(BR) :])
         if not stored.startswith(BOTH):
-            return Encoded(stored)
+            raise ValueError("not a stored trace")
         start = len(BOTH) + _LENGTH.size
         (size,) = _LENGTH.unpack_from(stored, len(BOTH))
-        return Encoded(stored[start : start + size], stored[start + size :])
+        return Encoded(stored[start + size :], stored[start : start + size])
 
 
 def _gzip(body: bytes) -> bytes:
@@ -64,27 +67,28 @@ def _brotli(body: bytes) -> bytes:
 
 
 def compress_later(body: bytes) -> Callable[[], bytes]:
-    """Start compressing ``body``: the returned call waits for its stored form. (Two leaf tasks in
-    the compressing threads, never one waiting for another there: no deadlock however many wait.)"""
-    gz, br = _compressing.submit(_gzip, body), _compressing.submit(_brotli, body)
-    return lambda: Encoded(gz.result(), br.result()).pack()
+    """Start compressing ``body`` (in a thread: brotli releases the GIL); the returned call waits
+    for its stored form."""
+    br = _compressing.submit(_brotli, body)
+    return lambda: Encoded(br.result()).pack()
 
 
 def compress(body: bytes) -> bytes:
-    """``body`` (JSON) in its stored form: both encodings, made in parallel when it is big."""
-    if len(body) < PARALLEL_BYTES:
-        return Encoded(_gzip(body), _brotli(body)).pack()
-    return compress_later(body)()
+    """``body`` (JSON) in its stored form."""
+    return Encoded(_brotli(body)).pack()
 
 
 def decompress(stored: bytes) -> bytes:
     """The JSON a stored trace holds."""
-    return gzip_ng.decompress(Encoded.unpack(stored).gzip)
+    return brotli.decompress(Encoded.unpack(stored).br)
 
 
-def gzip_member(stored: bytes) -> bytes:
-    """The gzip encoding of a stored trace: what the shared cache keeps."""
-    return Encoded.unpack(stored).gzip
+def with_gzip(stored: bytes) -> bytes:
+    """``stored`` with its gzip encoding beside the brotli one (made from it if it has none)."""
+    encoded = Encoded.unpack(stored)
+    if encoded.gzip is not None:
+        return stored
+    return Encoded(encoded.br, _gzip(brotli.decompress(encoded.br))).pack()
 
 
 def accepted(accept_encoding: str, name: str) -> bool:
@@ -100,17 +104,31 @@ def accepted(accept_encoding: str, name: str) -> bool:
     return False
 
 
-async def json_response(stored: bytes, accept_encoding: str, headers: dict[str, str]) -> Response:
-    """A stored trace as the client can read it: brotli or gzip as stored, or inflated (in a worker
-    thread: a few ms for a big trace, not on the event loop) for a client that takes neither."""
+async def json_response(
+    stored: bytes,
+    accept_encoding: str,
+    headers: dict[str, str],
+    keep: Callable[[bytes], None] | None = None,
+) -> Response:
+    """A stored trace as the client can read it: brotli as stored; else gzip, made the first time
+    (``keep`` is given the stored form with it, for the cache); else the JSON. What takes more
+    than a slice of ``stored`` runs in a worker thread, not on the event loop."""
     headers = {**headers, "Vary": "Accept-Encoding"}
     encoded = Encoded.unpack(stored)
-    for name, body in (("br", encoded.br), ("gzip", encoded.gzip)):
-        if body is not None and accepted(accept_encoding, name):
-            return Response(
-                body, media_type="application/json", headers={**headers, "Content-Encoding": name}
-            )
-    body = await anyio.to_thread.run_sync(gzip_ng.decompress, encoded.gzip)
+    if accepted(accept_encoding, "br"):
+        return Response(
+            encoded.br, media_type="application/json", headers={**headers, "Content-Encoding": "br"}
+        )
+    if accepted(accept_encoding, "gzip"):
+        if encoded.gzip is None:
+            stored = await anyio.to_thread.run_sync(with_gzip, stored)
+            encoded = Encoded.unpack(stored)
+            if keep is not None:
+                keep(stored)
+        return Response(
+            encoded.gzip, media_type="application/json", headers={**headers, "Content-Encoding": "gzip"}
+        )
+    body = await anyio.to_thread.run_sync(brotli.decompress, encoded.br)
     return Response(body, media_type="application/json", headers=headers)
 
 

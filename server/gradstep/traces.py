@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from collections.abc import Callable
 
 import anyio
 from fastapi import HTTPException
@@ -66,6 +67,12 @@ class TraceService:
         finally:
             self.admission.leave()
             self.in_flight.pop(key, None)
+
+    def keep(self, code: str, options: dict) -> Callable[[bytes], None]:
+        """Where a new stored form of this trace goes (with gzip made for a client): into the
+        cache's entry, if this process still holds one."""
+        key = cache_key(code, options)
+        return lambda stored: self.cache.refresh(key, stored)
 
     async def _run(
         self, key: str, code: str, options: dict, client: str, gone: threading.Event

@@ -10,6 +10,7 @@ import gc
 import gzip
 import threading
 
+import brotli
 import httpx
 import orjson
 import pytest
@@ -17,6 +18,9 @@ import torch
 from fastapi.testclient import TestClient
 from gradstep import snippets
 from gradstep.app import create_app
+from gradstep.cache import cache_key
+from gradstep.encoding import Encoded
+from gradstep.routes.trace import TraceOptions
 from gradstep.runs import TraceRunner, sandbox_config
 from gradstep.sandbox import Sandbox
 from gradstep.schema import Trace, json_schema
@@ -278,7 +282,8 @@ def test_the_collector_is_paused_while_a_trace_is_validated_and_resumes_after():
 
 
 def test_a_trace_is_served_compressed_once_in_the_encoding_each_client_takes(client):
-    """The cache holds brotli and gzip; each client gets one it offered, or the JSON inflated."""
+    """The cache holds brotli, and gzip once a client needed it; each client gets one it offered,
+    or the JSON inflated."""
     code = "import torch\nx = torch.ones(200, requires_grad=True)\n(x * x).sum().backward()\n"
     zipped = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": "gzip"})
     assert zipped.headers["content-encoding"] == "gzip"
@@ -293,3 +298,18 @@ def test_a_trace_is_served_compressed_once_in_the_encoding_each_client_takes(cli
     (x * x).sum().backward()
     (traced,) = [t for t in zipped.json()["steps"][-1]["tensors"] if t["name"] == "x"]
     assert traced["grad"]["norm"] == pytest.approx(float(x.grad.norm()), rel=1e-6)
+
+
+def test_gzip_is_made_for_the_first_client_that_needs_it_and_kept(client):
+    code = "import torch\nx = torch.ones(300, requires_grad=True)\n(x * 3).sum().backward()\n"
+    browser = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": "gzip, br"})
+    assert browser.headers["content-encoding"] == "br"
+    key = cache_key(code, TraceOptions().model_dump())
+    cache = client.app.state.cache
+    assert Encoded.unpack(cache.get_now(key)).gzip is None  # no client needed gzip yet
+    first = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": "gzip"})
+    kept = Encoded.unpack(cache.get_now(key)).gzip
+    assert first.headers["content-encoding"] == "gzip" and kept is not None
+    assert gzip.decompress(kept) == brotli.decompress(Encoded.unpack(cache.get_now(key)).br)
+    again = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": "gzip"})
+    assert again.json() == first.json() == browser.json()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 
+import brotli
 import orjson
 import pytest
 import redis
@@ -17,7 +18,7 @@ from gradstep import trace as trace_in_process
 from gradstep.app import create_app
 from gradstep.cache import MemoryCache, RedisCache, TieredCache, cache_key, open_cache, shared
 from gradstep.cache.shared import MAGIC, MAX_TRACE_BYTES, PREFIX, encode_entry
-from gradstep.encoding import Encoded, compress, decompress
+from gradstep.encoding import Encoded, compress, decompress, with_gzip
 from gradstep.routes.trace import TraceOptions
 from gradstep.schema import Trace
 from gradstep.settings import Settings
@@ -81,11 +82,11 @@ async def _put_then_close(cache, key, body):
         await cache.close()
 
 
-def test_a_trace_put_in_redis_comes_back_as_its_gzip_encoding_byte_for_byte(store):
+def test_a_trace_put_in_redis_comes_back_as_its_brotli_encoding_byte_for_byte(store):
     body, key = trace_bytes(CODE), cache_key(CODE, {})
-    run(_put_then_close(store, key, body))
+    run(_put_then_close(store, key, with_gzip(body)))  # gzip made for a client stays local
     back = run(_get_then_close(store, key))
-    assert back == Encoded.unpack(body).gzip  # brotli is not kept there: every client takes gzip
+    assert back == body and Encoded.unpack(back).gzip is None
     assert final_grad(back, "x") == final_grad(body, "x") == plain_grad(CODE, "x")
 
 
@@ -93,7 +94,7 @@ def test_an_entry_past_the_off_loop_size_round_trips_through_a_worker_thread(sto
     monkeypatch.setattr(shared, "OFF_LOOP_BYTES", 0)  # every entry takes the large-entry path
     body, key = trace_bytes(CODE), cache_key(CODE + "# large\n", {})
     run(_put_then_close(store, key, body))
-    assert run(_get_then_close(store, key)) == Encoded.unpack(body).gzip
+    assert run(_get_then_close(store, key)) == body
 
 
 def test_an_absent_key_is_a_miss(store):
@@ -123,7 +124,7 @@ def test_garbage_under_the_key_is_a_miss(store, raw):
 
 def test_a_well_framed_entry_that_is_not_a_trace_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    raw.set(PREFIX + key, encode_entry(key, gzip.compress(orjson.dumps({"version": 1, "steps": "no"}))))
+    raw.set(PREFIX + key, encode_entry(key, compress(orjson.dumps({"version": 1, "steps": "no"}))))
     assert run(_get_then_close(store, key)) is None
     assert store.stats()["rejected"] == 1
 
@@ -136,8 +137,22 @@ def test_a_truncated_entry_is_a_miss(store, raw):
 
 def test_an_entry_that_inflates_past_the_cap_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    bomb = MAGIC + key.encode() + b"\n" + gzip.compress(b" " * (MAX_TRACE_BYTES + 1))
+    bomb = MAGIC + key.encode() + b"\n" + brotli.compress(b" " * (4 * MAX_TRACE_BYTES), quality=5)
+    assert len(bomb) < 1024
     raw.set(PREFIX + key, bomb)
+    assert run(_get_then_close(store, key)) is None
+
+
+def test_an_entry_with_bytes_after_its_brotli_stream_is_a_miss(store, raw):
+    key = cache_key(CODE, {})
+    raw.set(PREFIX + key, encode_entry(key, trace_bytes(CODE)) + b"{}")
+    assert run(_get_then_close(store, key)) is None
+
+
+def test_an_entry_of_the_gzip_format_before_is_a_miss(store, raw):
+    key = cache_key(CODE, {})
+    old = b"gradstep-trace/2\n" + key.encode() + b"\n" + gzip.compress(decompress(trace_bytes(CODE)))
+    raw.set(PREFIX + key, old)
     assert run(_get_then_close(store, key)) is None
 
 
@@ -183,9 +198,19 @@ def test_a_shared_hit_is_kept_in_the_local_tier(store):
     body, key = trace_bytes(CODE), cache_key(CODE, {})
     run(_put_then_close(store, key, body))
     tiered = TieredCache(MemoryCache(1 << 20, 60), store)
-    gzip_only = Encoded.unpack(body).gzip
-    assert run(_get_then_close(tiered, key)) == gzip_only
-    assert tiered.local.get_now(key) == gzip_only
+    assert run(_get_then_close(tiered, key)) == body
+    assert tiered.local.get_now(key) == body
+
+
+def test_a_refresh_replaces_a_local_entry_only_while_it_is_held(store):
+    body, key = trace_bytes(CODE), cache_key(CODE + "# refresh\n", {})
+    tiered = TieredCache(MemoryCache(1 << 20, 60), store)
+    tiered.refresh(key, with_gzip(body))
+    assert tiered.local.get_now(key) is None, "nothing to refresh: not added"
+    run(_put_then_close(tiered, key, body))
+    tiered.refresh(key, with_gzip(body))
+    assert tiered.local.get_now(key) == with_gzip(body)
+    assert tiered.local.stats()["bytes"] == len(with_gzip(body))
 
 
 def test_the_memory_cache_drops_entries_older_than_the_ttl():

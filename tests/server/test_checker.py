@@ -4,6 +4,7 @@ always win; a checker process that dies costs one run a clear failure, not the s
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import signal
@@ -15,7 +16,7 @@ import pytest
 import torch
 from gradstep import checker, jobs
 from gradstep.checker import CHECKER_DIED, NOT_JSON, CheckerPool, check
-from gradstep.encoding import Encoded, decompress
+from gradstep.encoding import Encoded, decompress, with_gzip
 from gradstep.runs import payload_for, served_fields
 from gradstep.schema import SERVER_FIELDS
 
@@ -27,8 +28,8 @@ NODE = shutil.which("node")
 
 
 def served_json(stored: bytes) -> dict:
-    encoded = Encoded.unpack(stored)
-    assert encoded.br is not None and brotli.decompress(encoded.br) == decompress(stored)  # one JSON
+    made = Encoded.unpack(with_gzip(stored))  # the gzip a gzip-only client gets: the same JSON
+    assert gzip.decompress(made.gzip) == brotli.decompress(made.br) == decompress(stored)
     return orjson.loads(decompress(stored))
 
 

@@ -6,9 +6,10 @@ of the moment. In-process by default (``MemoryCache``); with
 ``GRADSTEP_CACHE_URL=redis://…`` an in-process tier sits in front of a Redis
 shared by every replica (``TieredCache``), and a Redis outage is a miss.
 
-Entries are the traces as served, compressed (``gradstep.encoding``: gzip and brotli; the
-shared cache keeps the gzip encoding). Every cache has
-``await get(key) -> bytes | None``, ``await put(key, body)``,
+Entries are the traces as served, compressed (``gradstep.encoding``: brotli, and gzip once a
+client needed it; the shared cache keeps brotli). Every cache has
+``await get(key) -> bytes | None``, ``await put(key, body)``, ``refresh(key, body)`` (a new
+stored form of an entry this process holds, e.g. with gzip added; never the shared cache),
 ``await close()`` and ``stats() -> dict`` (for /healthz). The runs that verified a diagnosis's
 fixes are kept there too, under ``fix_run_key``.
 """
@@ -34,6 +35,8 @@ class TraceCache(Protocol):
 
     async def put(self, key: str, body: bytes) -> None: ...
 
+    def refresh(self, key: str, body: bytes) -> None: ...
+
     async def close(self) -> None: ...
 
     def stats(self) -> dict: ...
@@ -42,7 +45,7 @@ class TraceCache(Protocol):
 def cache_key(code: str, options: dict) -> str:
     blob = orjson.dumps(
         # "stored": what an entry holds (gradstep.encoding), so no server reads another's format
-        {"code": code, "options": options, "v": VERSION, "torch": torch.__version__, "stored": "gzip"},
+        {"code": code, "options": options, "v": VERSION, "torch": torch.__version__, "stored": "br"},
         option=orjson.OPT_SORT_KEYS,
     )
     return hashlib.sha256(blob).hexdigest()
@@ -75,6 +78,9 @@ class TieredCache:
         # replica takes it, finds the trace.
         self.local.put_now(key, body)
         await self.shared.put(key, body)
+
+    def refresh(self, key: str, body: bytes) -> None:
+        self.local.refresh(key, body)
 
     async def close(self) -> None:
         await self.shared.close()

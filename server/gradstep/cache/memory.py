@@ -42,6 +42,18 @@ class MemoryCache:
             while self._size > self.max_bytes:
                 self._remove(next(iter(self._items)))
 
+    def refresh(self, key: str, body: bytes) -> None:
+        """Replace an entry still held (keeping its age): one that was evicted stays out."""
+        if len(body) > self.max_bytes // 4:
+            return
+        with self._lock:
+            item = self._items.get(key)
+            if item is not None:
+                self._size += len(body) - len(item[1])
+                self._items[key] = (item[0], body)
+                while self._size > self.max_bytes:
+                    self._remove(next(iter(self._items)))
+
     async def get(self, key: str) -> bytes | None:
         return self.get_now(key)
 

@@ -1,6 +1,6 @@
 """The shared trace cache in Redis: what one replica computed, every replica serves.
 
-An entry is ``MAGIC + key + "\\n" + the trace gzipped as served`` (gradstep.encoding), stored
+An entry is ``MAGIC + key + "\\n" + the trace's brotli encoding`` (gradstep.encoding), stored
 with the cache's TTL under ``gradstep:trace:<key>``. Nothing read back is trusted: an entry
 with another magic or key, one that does not decompress within the size cap,
 or one that is not a valid trace is a miss (and counted as ``rejected``).
@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 
+import brotli
 import orjson
 import redis.asyncio as aioredis
 from pydantic import ValidationError
@@ -24,11 +24,11 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gradstep.encoding import gzip_member
+from gradstep.encoding import Encoded
 from gradstep.trace_dicts import validate
 
 PREFIX = "gradstep:trace:"
-MAGIC = b"gradstep-trace/2\n"  # 2: the trace gzipped as served (1: zlib of the JSON)
+MAGIC = b"gradstep-trace/3\n"  # 3: the trace's brotli encoding (2: gzip; 1: zlib of the JSON)
 MAX_TRACE_BYTES = 16 << 20  # decompressed; more than the sandbox ever returns (8 MB output cap)
 SCHEMES = ("redis://", "rediss://", "unix://")
 OFF_LOOP_BYTES = 64 << 10  # entries this large are inflated and validated in a worker thread
@@ -37,10 +37,9 @@ log = logging.getLogger("gradstep.cache")
 
 
 def encode_entry(key: str, stored: bytes) -> bytes:
-    """The entry for a stored trace: its gzip encoding alone (a brotli one read back would need
-    checking against it, and every client takes gzip: a replica serves a trace it read from here
-    as gzip only)."""
-    return MAGIC + key.encode() + b"\n" + gzip_member(stored)
+    """The entry for a stored trace: its brotli encoding (a gzip one read back would need checking
+    against it; a replica makes gzip again when a client needs it)."""
+    return MAGIC + key.encode() + b"\n" + Encoded.unpack(stored).br
 
 
 def decode_entry(key: str, raw: bytes) -> bytes | None:
@@ -48,19 +47,20 @@ def decode_entry(key: str, raw: bytes) -> bytes | None:
     head = MAGIC + key.encode() + b"\n"
     if not raw.startswith(head):
         return None
-    stored = raw[len(head) :]
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip
+    br = raw[len(head) :]
+    inflate = brotli.Decompressor()
     try:
-        body = inflate.decompress(stored, MAX_TRACE_BYTES)
-    except zlib.error:
+        # the limit bounds the output (to one decoder block past it): no decompression bomb
+        body = inflate.process(br, output_buffer_limit=MAX_TRACE_BYTES)
+    except brotli.error:  # not brotli, or more after its end
         return None
-    if inflate.unconsumed_tail or not inflate.eof or inflate.unused_data:  # over the cap, cut, or more
+    if not inflate.is_finished() or len(body) > MAX_TRACE_BYTES:  # cut short, or over the cap
         return None
     try:
         validate(orjson.loads(body))
     except (orjson.JSONDecodeError, ValidationError):
         return None
-    return stored
+    return Encoded(br).pack()
 
 
 class RedisCache:

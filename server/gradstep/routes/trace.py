@@ -69,4 +69,5 @@ async def trace(
         out, how = await service.trace(body.code, options, client, gone)
     except Cancelled:
         return Response(status_code=499)  # nobody is listening: nginx's "client closed request"
-    return await json_response(out, request.headers.get("accept-encoding", ""), {"X-Gradstep-Cache": how})
+    accept = request.headers.get("accept-encoding", "")
+    return await json_response(out, accept, {"X-Gradstep-Cache": how}, keep=service.keep(body.code, options))
