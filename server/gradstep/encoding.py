@@ -2,7 +2,7 @@
 cache, and served as those bytes: a cached trace sent to thirty clients is compressed once.
 
 A stored trace is its brotli encoding (quality 5), made while the checker validates the trace:
-every browser offers brotli (over HTTPS, and on localhost). Its gzip encoding, for the clients
+browsers offer brotli over HTTPS (Chromium on localhost too). Its gzip encoding, for the clients
 that take gzip but not brotli, is made from it the first time one asks (in a worker thread) and
 kept beside it (``with_gzip``). On the 24-layer trace (1 MB, ``benchmarks/e2e.py``): brotli is
 115 KB in 15 ms (quality 7: 112 KB in 47 ms; 10: 95 KB in 550 ms); gzip level 7 147 KB in 17 ms

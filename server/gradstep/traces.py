@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
-from collections.abc import Callable
 
 import anyio
 from fastapi import HTTPException
@@ -68,11 +67,10 @@ class TraceService:
             self.admission.leave()
             self.in_flight.pop(key, None)
 
-    def keep(self, code: str, options: dict) -> Callable[[bytes], None]:
-        """Where a new stored form of this trace goes (with gzip made for a client): into the
-        cache's entry, if this process still holds one."""
-        key = cache_key(code, options)
-        return lambda stored: self.cache.refresh(key, stored)
+    def keep(self, code: str, options: dict, stored: bytes) -> None:
+        """A new stored form of this trace (gzip made for a client) goes into the cache's entry, if
+        this process still holds one."""
+        self.cache.refresh(cache_key(code, options), stored)
 
     async def _run(
         self, key: str, code: str, options: dict, client: str, gone: threading.Event

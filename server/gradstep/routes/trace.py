@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Annotated
 
@@ -70,4 +71,5 @@ async def trace(
     except Cancelled:
         return Response(status_code=499)  # nobody is listening: nginx's "client closed request"
     accept = request.headers.get("accept-encoding", "")
-    return await json_response(out, accept, {"X-Gradstep-Cache": how}, keep=service.keep(body.code, options))
+    keep = functools.partial(service.keep, body.code, options)
+    return await json_response(out, accept, {"X-Gradstep-Cache": how}, keep=keep)

@@ -315,42 +315,6 @@ class Sandbox:
         self.start()
         return self
 
-    @contextlib.contextmanager
-    def spares_held(self):
-        """While the caller works on a run's result on its request's path (checking a big trace), a
-        freed slot's new spare waits (at most SPARE_HOLD_MAX): its fork and warm-up would take the
-        CPU that work needs. A run that takes the slot first forks its child itself, as without spares."""
-        with self._state_lock:
-            self._holds += 1
-        try:
-            yield
-        finally:
-            with self._state_lock:
-                self._holds -= 1
-                last = self._holds == 0
-            if last:
-                self._prepare_held()
-
-    def _prepare_unless_held(self, slot: int) -> None:
-        with self._state_lock:
-            if self._holds:
-                self._held.add(slot)
-                if self._hold_timer is None:
-                    self._hold_timer = threading.Timer(SPARE_HOLD_MAX, self._prepare_held)
-                    self._hold_timer.daemon = True
-                    self._hold_timer.start()
-                return
-        self._prepare(slot)
-
-    def _prepare_held(self) -> None:
-        with self._state_lock:
-            slots, self._held = self._held, set()
-            timer, self._hold_timer = self._hold_timer, None
-        if timer is not None:
-            timer.cancel()
-        for slot in sorted(slots):
-            self._prepare(slot)  # a no-op for a slot a run has taken since
-
     def __exit__(self, *exc) -> None:
         self.close()
 
@@ -544,6 +508,42 @@ class Sandbox:
                 return  # out of fds: a run will fork on request
             self._spares[slot] = child
         self._launch(child, code_r, result_w, empty=restart)
+
+    @contextlib.contextmanager
+    def spares_held(self):
+        """While the caller works on a run's result on its request's path (checking a big trace), a
+        freed slot's new spare waits (at most SPARE_HOLD_MAX): its fork and warm-up would take the
+        CPU that work needs. A run that takes the slot first forks its child itself, as without spares."""
+        with self._state_lock:
+            self._holds += 1
+        try:
+            yield
+        finally:
+            with self._state_lock:
+                self._holds -= 1
+                last = self._holds == 0
+            if last:
+                self._prepare_held()
+
+    def _prepare_unless_held(self, slot: int) -> None:
+        with self._state_lock:
+            if self._holds:
+                self._held.add(slot)
+                if self._hold_timer is None:
+                    self._hold_timer = threading.Timer(SPARE_HOLD_MAX, self._prepare_held)
+                    self._hold_timer.daemon = True
+                    self._hold_timer.start()
+                return
+        self._prepare(slot)
+
+    def _prepare_held(self) -> None:
+        with self._state_lock:
+            slots, self._held = self._held, set()
+            timer, self._hold_timer = self._hold_timer, None
+        if timer is not None:
+            timer.cancel()
+        for slot in sorted(slots):
+            self._prepare(slot)  # a no-op for a slot a run has taken since
 
     def _take(self, slot: int, z: _Zygote) -> _Child:
         """The child for a run that holds ``slot``: its spare, or a new one forked now."""
