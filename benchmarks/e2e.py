@@ -9,7 +9,8 @@ Starts ``gradstep serve`` (rate limit off), then interleaves, round after round:
   hit offering what a browser offers over plain HTTP (gzip), for its size;
 * the same code exec'd plainly in this warm process (torch imported, one thread like the
   sandbox's children): the baseline.
-Printed: medians and their ratio (goal <= 1.6x), the trace's size on the wire (goal <= 100 KB),
+Printed: medians and their ratio (goal <= 1.6x), what the server's own timings (Server-Timing)
+say the time went to, the trace's size on the wire (goal <= 100 KB),
 and the p50 of a small snippet end to end (goal <= 15 ms), back to back (each run's next spare
 child is still being made while the next run goes) and spaced 100 ms apart (as one person
 clicking Run). Targets are printed, never asserted.
@@ -32,16 +33,31 @@ SPACED = 0.1  # seconds between the spaced small snippets
 HTTPS_BROWSER = "gzip, deflate, br, zstd"  # what Chromium offers over HTTPS (over HTTP: no br, zstd)
 
 
+def server_timing(r: httpx.Response) -> dict[str, float]:
+    """The parts the server timed (Server-Timing), in seconds."""
+    parts = {}
+    for item in filter(None, r.headers.get("server-timing", "").split(",")):
+        name, *params = (p.strip() for p in item.split(";"))
+        parts[name] = next(float(p[4:]) / 1e3 for p in params if p.startswith("dur="))
+    return parts
+
+
 def post(
-    client: httpx.Client, code: str, offer: str = HTTPS_BROWSER, cache: str = "miss"
+    client: httpx.Client,
+    code: str,
+    offer: str = HTTPS_BROWSER,
+    cache: str = "miss",
+    parts: list | None = None,
 ) -> tuple[float, int]:
-    """(seconds to the whole decoded body, bytes on the wire)."""
+    """(seconds to the whole decoded body, bytes on the wire); the server's timed parts go to ``parts``."""
     t = time.perf_counter()
     r = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": offer})
     body = r.content
     seconds = time.perf_counter() - t
     if r.status_code != 200 or r.headers.get("x-gradstep-cache") != cache:
         raise RuntimeError(f"{r.status_code} cache={r.headers.get('x-gradstep-cache')}: {r.text[:300]}")
+    if parts is not None:
+        parts.append(server_timing(r))
     status = orjson.loads(body)["status"]
     if status != "ok":
         raise RuntimeError(f"the trace's status is {status!r}: {body[:300]!r}")
@@ -63,14 +79,14 @@ def main() -> int:
     torch.set_num_threads(1)  # as in the sandbox's children
 
     server = Server(args.workers).start()
-    served, plains, wire, gzip_wire, small, spaced = [], [], [], [], [], []
+    served, plains, wire, gzip_wire, small, spaced, parts = [], [], [], [], [], [], []
     try:
         with httpx.Client(base_url=server.url, trust_env=False, timeout=120) as client:
             post(client, SNIPPET + "# warm-up\n")
             plain(SNIPPET)
             for i in range(args.runs):
                 code = f"{SNIPPET}# run {i} {os.urandom(6).hex()}\n"
-                seconds, size = post(client, code)
+                seconds, size = post(client, code, parts=parts)
                 served.append(seconds)
                 wire.append(size)
                 plains.append(plain(SNIPPET))
@@ -88,6 +104,11 @@ def main() -> int:
     print(f"  end to end over HTTP (cache miss)  {s * 1e3:8.1f} ms median")
     print(f"  plain, warm process                {p * 1e3:8.1f} ms median")
     print(f"  ratio                              {s / p:8.2f}x   (goal <= 1.6x)")
+    run, check = (statistics.median(x.get(k, 0.0) for x in parts) for k in ("run", "check"))
+    print(
+        f"    of which (Server-Timing medians): sandboxed run {run * 1e3:.1f} ms ({run / p:.2f}x plain), "
+        f"check {check * 1e3:.1f} ms, the rest (HTTP, queue, decoding) {(s - run - check) * 1e3:.1f} ms"
+    )
     print(f"  on the wire (br, HTTPS browsers)   {statistics.median(wire) / 1024:8.1f} KB   (goal <= 100 KB)")
     print(f"  on the wire (gzip, HTTP browsers)  {statistics.median(gzip_wire) / 1024:8.1f} KB")
     print(

@@ -16,10 +16,11 @@ its output is data, never authority:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -108,6 +109,7 @@ class Traced:
     stored: bytes  # the trace (checked, the server's fields and verified diagnoses), encoding.compress'ed
     cacheable: bool  # False: a limit or the budget left something unchecked; run it again next time
     fix_runs: dict[str, bytes] = field(default_factory=dict)  # code -> each fix run made, stored so too
+    timings: dict[str, float] = field(default_factory=dict)  # ms of each part: run, check, diagnose
 
 
 def failed_trace(code: str, status: str, message: str, limit: str | None = None) -> bytes:
@@ -160,32 +162,36 @@ class TraceRunner:
         """
         options = options or {}
         budget = budget or RunBudget(seconds=self.fix_seconds)
+        timings: dict[str, float] = {}
         if verified is not None:
             trace = orjson.loads(verified)
         else:
-            result = self._run(payload_for(code, options), budget)
+            with _timed(timings, "run"):
+                result = self._run(payload_for(code, options), budget)
             if result.status != "ok":
                 failed = failed_trace(code, result.status, result.detail, result.limit)
-                return Traced(encoding.compress(failed), cacheable=False)
+                return Traced(encoding.compress(failed), cacheable=False, timings=timings)
             fields = served_fields(code)
-            checked = self._check_output(result.output, fields)
+            with _timed(timings, "check"):
+                checked = self._check_output(result.output, fields)
             if checked.problem is not None:
-                return Traced(
-                    encoding.compress(failed_trace(code, "crashed", checked.problem)), cacheable=False
-                )
+                failed = failed_trace(code, "crashed", checked.problem)
+                return Traced(encoding.compress(failed), cacheable=False, timings=timings)
             if not checked.proposed:
                 assert checked.stored is not None
-                return Traced(checked.stored, cacheable=True)
+                return Traced(checked.stored, cacheable=True, timings=timings)
             trace = {**orjson.loads(result.output), **fields}  # checked: it is a trace
         proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
         trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
         complete, ran = True, {}
-        if proposed:
-            trace["diagnoses"], complete, ran = self._diagnose(trace, proposed, options, budget)
-            if not complete and trace["diagnoses"]:
-                trace.setdefault("notes", []).append(NOT_CHECKED)
-        fix_runs = {code: self.checker.compress(orjson.dumps(t)) for code, t in ran.items()}
-        return Traced(self.checker.compress(orjson.dumps(trace)), complete, fix_runs)
+        with _timed(timings, "diagnose"):
+            if proposed:
+                trace["diagnoses"], complete, ran = self._diagnose(trace, proposed, options, budget)
+                if not complete and trace["diagnoses"]:
+                    trace.setdefault("notes", []).append(NOT_CHECKED)
+            fix_runs = {code: self.checker.compress(orjson.dumps(t)) for code, t in ran.items()}
+            stored = self.checker.compress(orjson.dumps(trace))
+        return Traced(stored, complete, fix_runs, timings)
 
     def _check_output(self, output: bytes, fields: dict, encode: bool = True) -> Checked:
         """``checker.check``, with new spares held back meanwhile: on 2 cores a spare's fork and
@@ -276,6 +282,15 @@ class TraceRunner:
         except ValidationError:
             return None
         return [d.model_dump(mode="json") for d in found[:MAX_DIAGNOSES]]
+
+
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], part: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[part] = (time.monotonic() - start) * 1e3
 
 
 def served_fields(code: str) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+from dataclasses import dataclass, field
 
 import anyio
 from fastapi import HTTPException
@@ -22,6 +23,21 @@ from gradstep.limits import Admission, RateLimiter, retry_after
 from gradstep.runs import Cancelled, RunBudget, Traced, TraceRunner
 from gradstep.settings import Settings
 
+DESCRIPTIONS = {"run": "sandboxed run", "check": "trace checked", "diagnose": "fixes run and checked"}
+
+
+@dataclass(frozen=True)
+class Answer:
+    stored: bytes  # the trace, as stored (gradstep.encoding)
+    how: str  # hit | shared | miss | verified
+    timings: dict[str, float] = field(default_factory=dict)  # ms of this request's run, check, diagnose
+
+    def server_timing(self) -> str:
+        """The timings as a Server-Timing header (the browser's developer tools show them)."""
+        return ", ".join(
+            f'{part};desc="{DESCRIPTIONS[part]}";dur={ms:.1f}' for part, ms in self.timings.items()
+        )
+
 
 class TraceService:
     def __init__(self, settings: Settings, runner: TraceRunner, cache: TraceCache):
@@ -31,19 +47,19 @@ class TraceService:
         self.threads = anyio.CapacityLimiter(settings.workers + settings.queue)
         self.in_flight: dict[str, asyncio.Future] = {}  # identical requests share one run
 
-    async def trace(self, code: str, options: dict, client: str, gone: threading.Event) -> tuple[bytes, str]:
-        """(the stored trace: gradstep.encoding; how it was answered: hit | shared | miss | verified). Raises ``Cancelled`` once
-        ``gone`` is set (every run of the request is stopped), HTTPException 429 / 503 when refused."""
+    async def trace(self, code: str, options: dict, client: str, gone: threading.Event) -> Answer:
+        """The trace for this request. Raises ``Cancelled`` once ``gone`` is set (every run of the
+        request is stopped), HTTPException 429 / 503 when refused."""
         key = cache_key(code, options)
         while True:
             cached = await self.cache.get(key)
             if cached is not None:
-                return cached, "hit"
+                return Answer(cached, "hit")
             shared = self.in_flight.get(key)
             if shared is None:
                 break
             try:
-                return await asyncio.shield(shared), "shared"
+                return Answer(await asyncio.shield(shared), "shared")
             except Cancelled:
                 continue  # its own client went away before it finished: run it for this one
         wait = self.rate.acquire(client)
@@ -56,9 +72,9 @@ class TraceService:
         future = asyncio.get_running_loop().create_future()
         self.in_flight[key] = future
         try:
-            out, how = await self._run(key, code, options, client, gone)
-            future.set_result(out)
-            return out, how
+            answer = await self._run(key, code, options, client, gone)
+            future.set_result(answer.stored)
+            return answer
         except BaseException as e:
             future.set_exception(e)
             future.exception()  # retrieved: waiters get it; no "never retrieved" warning
@@ -72,9 +88,7 @@ class TraceService:
         this process still holds one."""
         self.cache.refresh(cache_key(code, options), stored)
 
-    async def _run(
-        self, key: str, code: str, options: dict, client: str, gone: threading.Event
-    ) -> tuple[bytes, str]:
+    async def _run(self, key: str, code: str, options: dict, client: str, gone: threading.Event) -> Answer:
         # A fix that diagnoses verified, asked for by Apply fix: its run is in the cache
         # (shared by every replica) and needs no second run in the sandbox.
         verified = await self.cache.get(fix_run_key(code, options))
@@ -92,4 +106,4 @@ class TraceService:
             await self.cache.put(key, traced.stored)
         for fix_code, fix_body in traced.fix_runs.items():
             await self.cache.put(fix_run_key(fix_code, options), fix_body)
-        return traced.stored, "miss" if verified is None else "verified"
+        return Answer(traced.stored, "miss" if verified is None else "verified", traced.timings)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import gzip
 import threading
+import time
 
 import brotli
 import httpx
@@ -313,3 +314,18 @@ def test_gzip_is_made_for_the_first_client_that_needs_it_and_kept(client):
     assert gzip.decompress(kept) == brotli.decompress(Encoded.unpack(cache.get_now(key)).br)
     again = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": "gzip"})
     assert again.json() == first.json() == browser.json()
+
+
+def test_a_run_says_what_its_parts_took_in_server_timing_and_a_cache_hit_does_not(client):
+    code = "import torch\nx = torch.ones(5, requires_grad=True)\n(x * 4).sum().backward()\n"
+    start = time.monotonic()
+    miss = post(client, code)
+    elapsed_ms = (time.monotonic() - start) * 1e3
+    parts = {}
+    for item in miss.headers["server-timing"].split(","):
+        name, *params = (p.strip() for p in item.split(";"))
+        parts[name] = float(next(p for p in params if p.startswith("dur="))[4:])
+    assert set(parts) == {"run", "check"} and all(ms > 0 for ms in parts.values())
+    assert sum(parts.values()) <= elapsed_ms  # parts of this request's own time
+    hit = post(client, code)
+    assert hit.headers["x-gradstep-cache"] == "hit" and "server-timing" not in hit.headers

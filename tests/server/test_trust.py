@@ -223,10 +223,13 @@ def test_a_genuine_snippet_of_55_kb_of_grad_reads_is_diagnosed_in_the_sandbox(cl
 
 
 def test_diagnoses_with_verified_fixes_still_come_from_the_sandbox(client, rules_in_the_server):
-    body = post(client, FREED + "# rules-free server\n").json()
+    r = post(client, FREED + "# rules-free server\n")
+    body = r.json()
     assert [d["kind"] for d in body["diagnoses"]] == ["backward_through_freed_graph"]
     assert len(body["diagnoses"][0]["fixes"]) == 2
     assert rules_in_the_server == []
+    timed = [item.split(";")[0].strip() for item in r.headers["server-timing"].split(",")]
+    assert timed == ["run", "check", "diagnose"]  # the fix runs and their check are its own part
 
 
 # -- 2. a forged trace is served as the child's claim, never as the server's truth -------------

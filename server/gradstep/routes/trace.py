@@ -67,9 +67,12 @@ async def trace(
 ) -> Response:
     options = (body.options or TraceOptions()).model_dump()
     try:
-        out, how = await service.trace(body.code, options, client, gone)
+        answer = await service.trace(body.code, options, client, gone)
     except Cancelled:
         return Response(status_code=499)  # nobody is listening: nginx's "client closed request"
+    headers = {"X-Gradstep-Cache": answer.how}
+    if answer.timings:
+        headers["Server-Timing"] = answer.server_timing()
     accept = request.headers.get("accept-encoding", "")
     keep = functools.partial(service.keep, body.code, options)
-    return await json_response(out, accept, {"X-Gradstep-Cache": how}, keep=keep)
+    return await json_response(answer.stored, accept, headers, keep=keep)
