@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 from gradstep import snippets
+from gradstep.columns import pack
 from gradstep.export import collect, export_html
 from gradstep.pages import DEFAULT_SNIPPET
 from gradstep.pipeline import explained
@@ -42,7 +43,7 @@ def main() -> None:
         ("24-layer transformer", TRANSFORMER),
     ):
         data = explained(code)
-        trace = orjson.dumps(data)
+        trace = orjson.dumps(pack(data))  # as the page carries it
         page = export_html(data).encode()
         print(
             f"{name}: page {kb(len(page))} raw, {kb(gz(page))} gzip; "

@@ -14,6 +14,7 @@ import statistics
 import time
 
 import orjson
+from gradstep.columns import pack
 from gradstep.pipeline import explained
 from gradstep.schema import Trace
 from gradstep.trace_dicts import TRACE, collector_paused
@@ -32,7 +33,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=25)
     args = ap.parse_args()
-    raw = orjson.dumps(explained(SNIPPET))
+    raw = orjson.dumps(pack(explained(SNIPPET)))  # as a child writes it
     models, typed = [], []
     for _ in range(args.runs):
         models.append(timed(Trace.model_validate, raw))

@@ -21,6 +21,7 @@
 //      (by name) whose .grad differs; a node alive in one run whose match is
 //      not alive in the other ("only"); an error in one step and not the other.
 
+import { rowsOf } from "./columns.js";
 import { ACROSS_RUNS, sameGrad } from "./grad-equality.js";
 
 // ---------------------------------------------------------------- lines
@@ -170,8 +171,8 @@ function nodeKeys(trace, lineOf) {
 
 /** Matching nodes of the two runs: { aToB: Map(id → id), bToA }. */
 export function matchNodes(traceA, traceB, map) {
-  const ka = nodeKeys(traceA, (l) => map.aToB.get(l));
-  const kb = nodeKeys(traceB, (l) => l);
+  const ka = nodeKeys(rowsOf(traceA), (l) => map.aToB.get(l));
+  const kb = nodeKeys(rowsOf(traceB), (l) => l);
   const byKey = new Map([...kb].map(([id, k]) => [k, id]));
   const aToB = new Map();
   const bToA = new Map();
@@ -208,6 +209,9 @@ function addKind(m, id, kind) {
  * kinds: "freed", "stale", "failed", "grad", "only".
  */
 export function compareTraces(traceA, traceB, map) {
+  // any version: a version-4 trace's tables read as rows (columns.js; the page's come as rows)
+  traceA = rowsOf(traceA);
+  traceB = rowsOf(traceB);
   const rows = alignSteps(traceA, traceB, map);
   const nodes = matchNodes(traceA, traceB, map);
   const diffAt = (r) => {

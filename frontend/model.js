@@ -9,6 +9,7 @@
 //   diffSteps(model, from, to)   what changed (for animation)
 //   visibleGraph(model, expanded) the graph with collapsed modules folded into boxes
 
+import { rowsOf } from "./columns.js";
 import { sameGrad } from "./grad-equality.js";
 import { fmtNumber, fmtValues } from "./printing.js";
 
@@ -183,9 +184,12 @@ export function modulePath(module) {
 
 /**
  * The trace → the model every view reads. Cheap for 2000 nodes (one pass over
- * the table, step states built on demand and cached).
+ * the table, step states built on demand and cached). Any version: a version-4
+ * trace's columns are read as rows first (columns.js), here because every viewer
+ * (app, embed, widget, exported page) builds its model from what it was given.
  */
-export function buildModel(raw) {
+export function buildModel(input) {
+  const raw = rowsOf(input);
   const trace = {
     version: raw.version ?? 1,
     status: raw.status,

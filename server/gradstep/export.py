@@ -293,7 +293,11 @@ def clamp_step(trace: dict, step: int) -> int:
 
 
 def trace_json(trace: Trace | dict) -> dict:
-    return trace.model_dump(mode="json") if isinstance(trace, Trace) else trace
+    """The trace as the page reads it: version 4's columns, from a typed trace, the tracer's rows or
+    a trace already packed."""
+    from gradstep.columns import wire_of
+
+    return trace.model_dump(mode="json") if isinstance(trace, Trace) else wire_of(trace)
 
 
 def export_html(

@@ -25,6 +25,7 @@ from typing import Annotated, Any, TypeVar
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from gradstep.columns import pack, unpack
 from gradstep.diagnose import check, propose
 from gradstep.diagnose.service import may_need_diagnosis
 from gradstep.pipeline import explained
@@ -45,9 +46,9 @@ class Options(BaseModel):
 
 
 class CheckInput(BaseModel):
-    trace: dict[str, Any]
+    trace: dict[str, Any] = Field(description="The run's trace, as the wire has it (checked by the server)")
     fixes: list[tuple[str, dict[str, Any]]] = Field(
-        description="(code, trace) of each fix run the server made"
+        description="(code, trace) of each fix run the server made, as the wire has them"
     )
 
 
@@ -67,7 +68,8 @@ def run(payload: str) -> bytes:
     if job.cpu_seconds is not None:
         lower_cpu_limit(job.cpu_seconds)
     if job.check is not None:
-        return orjson.dumps(check(job.check.trace, dict(job.check.fixes)))
+        fixes = {code: unpack(fixed) for code, fixed in job.check.fixes}
+        return orjson.dumps(check(unpack(job.check.trace), fixes))
     limits = Limits.sandboxed(**job.options.model_dump(exclude_none=True))
     trace = explained(job.code, limits)
     body = _result(trace)
@@ -80,9 +82,9 @@ def run(payload: str) -> bytes:
 
 
 def _result(trace: dict) -> bytes:
-    """The trace as the child returns it: without the fields the server writes in (it would
-    overwrite them: gradstep.checker), the submitted code the largest of them."""
-    return orjson.dumps({k: v for k, v in trace.items() if k not in SERVER_FIELDS}, default=repr)
+    """The trace as the child returns it: its tables as columns, without the fields the server
+    writes in (it would overwrite them: gradstep.checker), the submitted code the largest of them."""
+    return orjson.dumps(pack({k: v for k, v in trace.items() if k not in SERVER_FIELDS}), default=repr)
 
 
 def cpu_used() -> float:

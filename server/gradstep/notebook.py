@@ -18,7 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gradstep.export import FRAME_RESIZER_JS, ExportError, check_options, clamp_step, export_html
+from gradstep.export import FRAME_RESIZER_JS, ExportError, check_options, clamp_step, export_html, trace_json
 from gradstep.schema import Trace
 from gradstep.trace_dicts import typed
 
@@ -47,7 +47,8 @@ def _check(step: int, theme: str, height: int | None) -> None:
 
 
 class Stepper:
-    """A traced snippet that displays as the stepper (``_repr_html_``); ``.trace`` is its typed trace."""
+    """A traced snippet that displays as the stepper (``_repr_html_``); ``.data`` is its trace as the
+    tracer's dicts (rows), ``.trace`` its typed trace."""
 
     def __init__(self, data: dict, *, step: int = 0, theme: str = "auto", height: int | None = None):
         _check(step, theme, height)
@@ -97,7 +98,7 @@ class Stepper:
     def widget(self) -> Any:
         """The same stepper as an anywidget (``pip install anywidget``); ``.step`` follows the page
         and moves it. In marimo: ``mo.ui.anywidget(gradstep.show(code).widget())``."""
-        return _widget_class()(trace=self.data, step=self.step, theme=self.theme)
+        return _widget_class()(trace=trace_json(self.data), step=self.step, theme=self.theme)
 
     def __repr__(self) -> str:
         steps = len(self.data.get("steps") or ())

@@ -61,9 +61,8 @@ class GradstepDirective(SphinxDirective):
             raise self.error("gradstep: the directive needs the code to trace as its body")
         from gradstep.notebook import record_dict
 
-        data = record_dict(code)
         page = export_html(
-            data,
+            record_dict(code),
             step=self.options.get("step", 0),
             theme=self.options.get("theme", "auto"),
             title=f"gradstep: {self.env.docname}",

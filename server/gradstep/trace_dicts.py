@@ -1,25 +1,29 @@
-"""The trace as the plain dicts the tracer builds and narrate and diagnose read.
+"""The trace as plain dicts: the rows the tracer builds and narrate and diagnose read, and the
+columns the wire carries (version 4), which the server validates.
 
-One ``TypedDict`` per model of ``gradstep.schema`` (the contract, validated on the server): the
-same keys, required where the model has no default. The tracer leaves out a key whose value is
-the default, so readers index the required keys and ``.get`` the rest. (No ``from __future__
-import annotations`` here: a TypedDict reads ``NotRequired`` from evaluated annotations.)
+One ``TypedDict`` per model of ``gradstep.schema``: the same keys, required where the model has no
+default. The tracer leaves out a key whose value is the default, so readers index the required keys
+and ``.get`` the rest. In memory a trace's tables are rows (``TraceDict``: a ``NodeDict`` per node, a
+``StepDict`` with its ``edges``); on the wire they are columns (``WireTraceDict``, made from the row
+dicts by ``_columns``; ``gradstep.columns`` converts). (No ``from __future__ import annotations``
+here: a TypedDict reads ``NotRequired`` from evaluated annotations.)
 ``tests/trace/test_trace_dicts.py`` holds each TypedDict to its model, type for type.
 
-They are also how the server validates a child's trace (``TRACE``): as complete as validating
-the models (the same keys and types, no extra key), without building a model object per dict
-(a third of the time on a 1 MB trace).
+The wire dicts are also how the server validates a child's trace (``TRACE``): as complete as
+validating the models (the same keys and types, no extra key, columns of one length), without
+building a model object per dict (a third of the time on a 1 MB trace).
 """
 
 import contextlib
 import gc
 import threading
-from typing import Any, NotRequired
+from typing import Annotated, Any, NotRequired, get_type_hints
 
-from pydantic import ConfigDict, TypeAdapter, with_config
+from pydantic import AfterValidator, ConfigDict, TypeAdapter, with_config
 from typing_extensions import TypedDict  # pydantic validates this one on Python 3.11, not typing's
 
-from gradstep.schema import Api, PrintMode, SavedKind, Severity, Status, StepKind, Trace
+from gradstep.columns import pack
+from gradstep.schema import Api, PrintMode, SavedKind, Severity, Status, StepKind, Trace, one_length
 
 _strict_keys = with_config(ConfigDict(extra="forbid"))  # as the models: an unknown key is an error
 
@@ -183,32 +187,67 @@ class TraceDict(TypedDict):
     diagnoses: NotRequired[list[DiagnosisDict]]
 
 
-TRACE = TypeAdapter(TraceDict)  # validates a child's trace (plain data) against the contract
-# A big trace's node table and steps are validated a slice at a time: one call over a 1 MB trace
-# holds the GIL for 15-60 ms, and the server's event loop waits that long for it.
-_PIECES = {"nodes": (TypeAdapter(list[NodeDict]), 256), "steps": (TypeAdapter(list[StepDict]), 1)}
+def _one_entry_per_row(table: dict) -> dict:
+    one_length(table.values())
+    return table
+
+
+def _columns(row: Any, name: str, implicit: str | None = None) -> Any:
+    """The wire's column table of the row dict ``row`` (``schema.columns_of``): a list per key,
+    required where the row requires the key, else absent or null; all of one length."""
+    hints = get_type_hints(row)
+    columns = {
+        key: list[hint] if key in row.__required_keys__ else NotRequired[list[hint] | None]
+        for key, hint in hints.items()
+        if key != implicit
+    }
+    return Annotated[_strict_keys(TypedDict(name, columns)), AfterValidator(_one_entry_per_row)]
+
+
+def _wire(row: Any, name: str, columns: dict[str, Any], drop: tuple[str, ...] = ()) -> Any:
+    """``row`` (a dict with tables as lists of rows) as the wire has it: ``columns`` for those
+    tables, without ``drop``."""
+    hints = get_type_hints(row)
+    fields = {
+        key: columns.get(key, hint) if key in row.__required_keys__ else NotRequired[columns.get(key, hint)]
+        for key, hint in hints.items()
+        if key not in drop
+    }
+    return _strict_keys(TypedDict(name, fields))
+
+
+NodeTableDict = _columns(NodeDict, "NodeTableDict", implicit="id")
+NodeStateTableDict = _columns(NodeStateDict, "NodeStateTableDict")
+TensorTableDict = _columns(TensorDict, "TensorTableDict")
+WireStepDict = _wire(
+    StepDict, "WireStepDict", {"nodes": NodeStateTableDict, "tensors": TensorTableDict}, ("edges",)
+)
+WireTraceDict = _wire(TraceDict, "WireTraceDict", {"nodes": NodeTableDict, "steps": list[WireStepDict]})
+
+TRACE = TypeAdapter(WireTraceDict)  # validates a child's trace (plain data) against the contract
+# A big trace's steps are validated one at a time: one call over a 1 MB trace holds the GIL for
+# 15-60 ms, and the server's event loop waits that long for it.
+_STEPS = TypeAdapter(list[WireStepDict])
 
 
 def validate(trace: Any) -> None:
     """Raises ``pydantic.ValidationError`` unless ``trace`` (parsed JSON) is a trace."""
     with collector_paused():
-        if not isinstance(trace, dict):
+        if not isinstance(trace, dict) or not isinstance(trace.get("steps"), list):
             TRACE.validate_python(trace)
             return
-        lists = {k: trace[k] for k in _PIECES if isinstance(trace.get(k), list)}
-        TRACE.validate_python({**trace, **dict.fromkeys(lists, [])})  # the rest, as a whole
-        for key, items in lists.items():
-            adapter, size = _PIECES[key]
-            for start in range(0, len(items), size):
-                adapter.validate_python(items[start : start + size])
+        TRACE.validate_python({**trace, "steps": []})  # the rest, as a whole
+        steps = trace["steps"]
+        for start in range(len(steps)):
+            _STEPS.validate_python(steps[start : start + 1])
 
 
 def typed(trace: TraceDict) -> Trace:
-    """The typed ``Trace`` of a trace's dicts. With the collector paused: building ~10^4 models
-    set off full collections that walk everything torch has made (~160 ms instead of ~50 for the
-    24-layer trace)."""
+    """The typed ``Trace`` of a trace's dicts (rows, as the tracer builds them). With the collector
+    paused: building ~10^4 models set off full collections that walk everything torch has made
+    (~160 ms instead of ~50 for the 24-layer trace)."""
     with collector_paused():
-        return Trace.model_validate(trace)
+        return Trace.model_validate(pack(trace))
 
 
 _paused = 0  # validations under way with the collector paused (threads of one process share it)

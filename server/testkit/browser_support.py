@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gradstep.columns import rows_of
 from gradstep.printing import fmt_number, fmt_values
 
 CHROMIUM = os.environ.get("GRADSTEP_CHROMIUM", "/usr/bin/chromium")
@@ -232,7 +233,7 @@ class Page:
         return self.trace_of(resp.value)
 
     def trace_of(self, response) -> dict:
-        """The trace a /api/trace response carried.
+        """The trace a /api/trace response carried, its tables as rows.
 
         Chromium sometimes no longer holds a finished response's body ("No data found for
         resource"); the same request then gets the same trace from the server's cache.
@@ -240,7 +241,7 @@ class Page:
         from playwright.sync_api import Error as PlaywrightError
 
         try:
-            return response.json()
+            return rows_of(response.json())
         except PlaywrightError:
             again = httpx.post(
                 response.url,
@@ -249,7 +250,7 @@ class Page:
                 timeout=60,
             )
             again.raise_for_status()
-            return again.json()
+            return rows_of(again.json())
 
     def press(self, key: str) -> None:
         self.page.evaluate("document.activeElement && document.activeElement.blur()")
@@ -291,6 +292,7 @@ def fmt_grad(grad) -> str:
 
 def expected_at(trace: dict, i: int) -> dict:
     """What the graph must show at step i, straight from the trace (defaults applied)."""
+    trace = rows_of(trace)
     step = trace["steps"][i]
     table = trace["nodes"]
     alive = {}

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from gradstep.columns import rows_of
 
 from testkit.torch_print import printed
 
@@ -671,6 +672,7 @@ def compare_freed(trace: dict, run: PlainRun) -> list[str]:
 def mismatches(trace: dict, run: PlainRun) -> list[str]:
     """Where a served trace disagrees with plain torch on its calls, their errors, the grads after
     each call and which nodes were freed."""
+    trace = rows_of(trace)
     return [
         m
         for compare in (compare_calls, compare_errors, compare_grads, compare_freed)

@@ -16,6 +16,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 from gradstep import snippets
+from gradstep.columns import rows_of
 from gradstep.permalink import MAX_ENCODED, encode_code
 from playwright.sync_api import expect
 from testkit.browser_support import Page, assert_step_matches, fmt_grad, needs_chromium, running_server
@@ -83,7 +84,7 @@ def tab(browser, server):
 def trace_of(server: str, code: str) -> dict:
     r = httpx.post(f"{server}/api/trace", json={"code": code}, timeout=60)
     r.raise_for_status()
-    return r.json()
+    return rows_of(r.json())
 
 
 def snippet_code(name: str) -> str:

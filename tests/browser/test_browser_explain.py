@@ -13,6 +13,7 @@ import json
 from collections import Counter
 
 import pytest
+from gradstep.columns import rows_of
 from testkit.browser_support import NODE_STATE, Page, assert_step_matches, fmt_grad, needs_chromium
 
 pytestmark = needs_chromium
@@ -34,7 +35,7 @@ def serve_with(page, *edits) -> None:
 
     def handle(route):
         response = route.fetch()
-        trace = response.json()
+        trace = rows_of(response.json())  # the edits read rows; the page reads either
         for edit in edits:
             edit(trace)
         route.fulfill(response=response, body=json.dumps(trace), headers={"content-type": "application/json"})
@@ -282,7 +283,7 @@ def apply_first_fix(app, trace: dict, kind: str) -> tuple[dict, dict]:
         app.page.locator(f'.gs-diag[data-kind="{kind}"] .gs-apply-fix').first.click()
     app.wait_runs(n + 1)
     app.page.wait_for_selector("#gs-compare[data-rows]")
-    return fix, resp.value.json()
+    return fix, rows_of(resp.value.json())
 
 
 def test_apply_fix_runs_the_fixed_code_and_steps_both_runs_side_by_side(app):

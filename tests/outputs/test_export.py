@@ -17,10 +17,13 @@ import textwrap
 from html.parser import HTMLParser
 from pathlib import Path
 
+import orjson
 import pytest
 import torch
+from gradstep.columns import pack, rows_of
 from gradstep.export import ExportError, bundle, collect, export_html, frontend_folder, write_export
 from gradstep.schema import Trace
+from gradstep.trace_dicts import typed
 from gradstep.tracer import record
 
 GRADSTEP = Path(sys.executable).with_name("gradstep")
@@ -154,17 +157,17 @@ def test_the_page_refers_to_no_other_file():
     assert any(t == "link" and a.get("rel") == "icon" for t, a in page.tags)  # inline: no favicon request
 
 
-def test_the_page_carries_the_trace_unchanged():
+def test_the_page_carries_the_trace_as_version_4_writes_it():
     data = record(POW)
     page = parse(export_html(data))
-    assert json.loads(page.scripts["gradstep-trace"]) == data
+    assert json.loads(page.scripts["gradstep-trace"]) == orjson.loads(orjson.dumps(pack(data)))
 
 
 def test_code_and_output_with_script_tags_cannot_break_out_of_the_page():
     code = 'import torch\nprint("</script><script>alert(1)</script>")\ns = "<!-- </style>"\n'
     data = record(code)
     page = parse(export_html(data))
-    assert json.loads(page.scripts["gradstep-trace"]) == data
+    assert json.loads(page.scripts["gradstep-trace"]) == orjson.loads(orjson.dumps(pack(data)))
     assert [t for t, _ in page.tags].count("script") == 3  # trace, options, the module
 
 
@@ -203,8 +206,8 @@ def test_a_fractional_step_is_refused():
 
 def test_a_typed_trace_exports_like_its_dict():
     data = record(POW)
-    page = parse(export_html(Trace.model_validate(data)))
-    assert Trace.model_validate(json.loads(page.scripts["gradstep-trace"])) == Trace.model_validate(data)
+    page = parse(export_html(typed(data)))
+    assert Trace.model_validate(json.loads(page.scripts["gradstep-trace"])) == typed(data)
 
 
 def test_the_theme_is_set_on_the_page():
@@ -228,7 +231,7 @@ def plain_grad_after_first_backward() -> float:
 
 def grads_in(trace: dict, name: str) -> list:
     out = []
-    for step in trace["steps"]:
+    for step in rows_of(trace)["steps"]:
         for t in step.get("tensors", []):
             if t["name"] == name and t.get("grad"):
                 out.append(t["grad"]["values"])
@@ -306,7 +309,11 @@ def test_widget_format_writes_one_module_carrying_the_trace(tmp_path):
     assert write_export(lambda: json.dumps(data).encode(), output=str(out), fmt="widget", step=9) == 0
     text = out.read_text()
     defaults = json.loads(re.search(r"^const DEFAULTS = (.*);$", text, re.M).group(1))
-    assert defaults == {"trace": data, "step": len(data["steps"]) - 1, "theme": "auto"}
+    assert defaults == {
+        "trace": orjson.loads(orjson.dumps(pack(data))),
+        "step": len(data["steps"]) - 1,
+        "theme": "auto",
+    }
     assert "export default" in text
 
 

@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 
 import gradstep
+import orjson
 import pytest
 import torch
+from gradstep.columns import pack
 from gradstep.notebook import Stepper, widget_esm
 from testkit.browser_support import GRAPH_STATE, assert_step_matches, fmt_values, needs_chromium
 
@@ -52,7 +54,7 @@ def test_trace_returns_a_typed_trace_whose_grads_match_plain_torch():
     t = gradstep.trace(CODE)
     assert isinstance(t, gradstep.Trace)
     calls = [s for s in t.steps if s.kind == "backward"]
-    got = [next(x.grad.values for x in s.tensors if x.name == "w") for s in calls]
+    got = [next(x.grad.values for x in s.tensors.rows() if x.name == "w") for s in calls]
     want = plain_grads()
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -98,7 +100,7 @@ def test_a_stepper_saves_the_same_page_gradstep_export_writes(tmp_path):
     shown = gradstep.show(CODE, step=1, theme="dark")
     path = shown.save(tmp_path / "s.html")
     assert path.read_text() == shown.html()
-    assert trace_in_page(path.read_text()) == shown.data
+    assert trace_in_page(path.read_text()) == orjson.loads(orjson.dumps(pack(shown.data)))
 
 
 # ---------------------------------------------------------------- %%gradstep
@@ -150,7 +152,7 @@ def test_stepper_widget_is_an_anywidget_carrying_the_trace():
     shown = gradstep.show(CODE, step=1)
     w = shown.widget()
     assert isinstance(w, anywidget.AnyWidget)
-    assert (w.trace, w.step, w.theme) == (shown.data, 1, "auto")
+    assert (w.trace, w.step, w.theme) == (pack(shown.data), 1, "auto")
     assert "export default" in w._esm
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 from gradstep import jobs
+from gradstep.columns import pack
 from gradstep.diagnose import diagnose, facts, run_locally
 from gradstep.diagnose import non_leaf_grad as non_leaf
 from gradstep.diagnose.source import Source
@@ -42,7 +43,7 @@ def test_a_trace_job_proposes_and_a_check_job_verifies_what_one_process_would(na
 
 def test_a_check_job_offers_no_fix_whose_run_it_was_not_given():
     code = (SNIPPETS / "shared_trunk_partial_grads.py").read_text()
-    trace = record(code)
+    trace = pack(record(code))  # as the server sends it: as the wire has it
     checked = orjson.loads(jobs.run(check_payload(trace, {})))
     assert [d["kind"] for d in checked] == ["backward_through_freed_graph"]
     assert checked[0]["fixes"] == []

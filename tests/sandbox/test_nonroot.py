@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gradstep.columns import rows_of
 from gradstep.sandbox import capabilities
 from testkit.container import (
     CAPS,
@@ -225,7 +226,7 @@ def test_a_snippet_traces_the_same_as_under_the_root_server(image_server, server
     assert ours == roots
     scope: dict = {}
     exec(compile(SNIPPET, "<plain>", "exec"), scope)  # plain torch, in this process
-    last = ours["steps"][-1]
+    last = rows_of(ours)["steps"][-1]
     grad = next(t["grad"]["values"] for t in last["tensors"] if t["name"] == "x")
     assert grad == pytest.approx(scope["x"].grad.tolist(), rel=1e-4)  # the trace rounds the values it shows
 

@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from gradstep import snippets
 from gradstep.app import create_app
 from gradstep.cache import cache_key
+from gradstep.columns import rows_of
 from gradstep.encoding import Encoded
 from gradstep.routes.trace import TraceOptions
 from gradstep.runs import TraceRunner, sandbox_config
@@ -55,7 +56,7 @@ def test_trace_returns_the_trace_of_the_snippet(client):
     assert trace.status == "ok"
     assert trace.stdout == local["stdout"]
     assert [(s.kind, s.line) for s in trace.steps] == [(s["kind"], s["line"]) for s in local["steps"]]
-    grads = {t.name: t.grad.values for t in trace.steps[-1].tensors if t.grad}
+    grads = {t.name: t.grad.values for t in trace.steps[-1].tensors.rows() if t.grad}
     assert grads == {t["name"]: t["grad"]["values"] for t in local["steps"][-1]["tensors"] if t["grad"]}
 
 
@@ -297,7 +298,7 @@ def test_a_trace_is_served_compressed_once_in_the_encoding_each_client_takes(cli
         assert served.json() == zipped.json()  # the client (httpx, with brotli) decoded it
     x = torch.ones(200, requires_grad=True)
     (x * x).sum().backward()
-    (traced,) = [t for t in zipped.json()["steps"][-1]["tensors"] if t["name"] == "x"]
+    (traced,) = [t for t in rows_of(zipped.json())["steps"][-1]["tensors"] if t["name"] == "x"]
     assert traced["grad"]["norm"] == pytest.approx(float(x.grad.norm()), rel=1e-6)
 
 

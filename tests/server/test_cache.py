@@ -37,7 +37,7 @@ def plain_grad(code: str, name: str) -> list[float]:
 def final_grad(body: bytes, name: str) -> list[float] | None:
     """The final .grad of ``name`` in a trace: JSON as a client reads it, or compressed as stored."""
     last = Trace.model_validate_json(body if body[:1] == b"{" else decompress(body)).steps[-1]
-    return next((t.grad.values for t in last.tensors if t.name == name and t.grad), None)
+    return next((t.grad.values for t in last.tensors.rows() if t.name == name and t.grad), None)
 
 
 def trace_bytes(code: str) -> bytes:

@@ -16,6 +16,7 @@ import pytest
 import torch
 from gradstep import checker, jobs
 from gradstep.checker import CHECKER_DIED, NOT_JSON, CheckerPool, check
+from gradstep.columns import rows_of
 from gradstep.encoding import Encoded, decompress, with_gzip
 from gradstep.runs import payload_for, served_fields
 from gradstep.schema import SERVER_FIELDS
@@ -28,9 +29,10 @@ NODE = shutil.which("node")
 
 
 def served_json(stored: bytes) -> dict:
+    """The stored trace as a reader reads it (its tables as rows)."""
     made = Encoded.unpack(with_gzip(stored))  # the gzip a gzip-only client gets: the same JSON
     assert gzip.decompress(made.gzip) == brotli.decompress(made.br) == decompress(stored)
-    return orjson.loads(decompress(stored))
+    return rows_of(orjson.loads(decompress(stored)))
 
 
 def test_the_childs_bytes_are_served_with_the_servers_fields_and_nothing_else_changed():
@@ -38,7 +40,7 @@ def test_the_childs_bytes_are_served_with_the_servers_fields_and_nothing_else_ch
     assert not set(orjson.loads(raw)) & set(SERVER_FIELDS)  # the child leaves them to the server
     checked = check(raw, FIELDS)
     assert checked.problem is None and not checked.proposed
-    assert served_json(checked.stored) == {**orjson.loads(raw), **FIELDS}
+    assert served_json(checked.stored) == rows_of({**orjson.loads(raw), **FIELDS})
     x = torch.ones(3, requires_grad=True)
     (x * 2).sum().backward()
     (last,) = [t for t in served_json(checked.stored)["steps"][-1]["tensors"] if t["name"] == "x"]

@@ -43,7 +43,7 @@ def plain_grad(code: str) -> list[float]:
 
 def final_grad(body: bytes) -> list[float] | None:
     last = Trace.model_validate_json(body).steps[-1]
-    return next((t.grad.values for t in last.tensors if t.name == "x" and t.grad), None)
+    return next((t.grad.values for t in last.tensors.rows() if t.name == "x" and t.grad), None)
 
 
 @dataclass

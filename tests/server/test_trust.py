@@ -252,7 +252,7 @@ def test_a_forged_result_frame_shows_the_code_that_ran_not_the_code_it_claims(cl
 def test_forged_verified_fixes_are_never_shown(client):
     # The child claims a failed second backward with a "verified" fix that does run cleanly.
     steps = [
-        {"index": 0, "kind": "backward", "line": 2, "nodes": []},
+        {"index": 0, "kind": "backward", "line": 2, "nodes": {"id": []}},
         {
             "index": 1,
             "kind": "backward",

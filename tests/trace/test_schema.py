@@ -21,6 +21,7 @@ import orjson
 import pytest
 import torch
 from gradstep import schema
+from gradstep.columns import pack
 from gradstep.runs import failed_trace
 from gradstep.tracer import Limits, record
 
@@ -80,10 +81,10 @@ RUNNER_FAILURES = {
 # Field names front ends key on; docs/trace-format.md promises they stay within a version.
 STABLE = {
     "Trace": {"version", "status", "error", "stdout", "steps"},
-    "Step": {"index", "kind", "line", "retain_graph", "create_graph", "error", "nodes", "edges", "tensors"},
-    "NodeInfo": {"id", "op", "saved"},
-    "NodeState": {"id", "freed", "stale", "executed", "order"},
-    "TensorState": {"name", "is_leaf", "grad"},
+    "Step": {"index", "kind", "line", "retain_graph", "create_graph", "error", "nodes", "tensors"},
+    "NodeInfoColumns": {"op", "saved"},
+    "NodeStateColumns": {"id", "freed", "stale", "executed", "order"},
+    "TensorStateColumns": {"name", "is_leaf", "grad"},
     "Grad": {"values", "shape", "has_grad_fn"},
     "TraceError": {"type", "message", "line"},
 }
@@ -94,8 +95,8 @@ def _shipped() -> dict:
 
 
 def _as_json(trace: dict) -> Any:
-    """The trace as a consumer reads it: through the JSON the CLI writes."""
-    return orjson.loads(orjson.dumps(trace))
+    """The trace (rows, as recorded) as a consumer reads it: through the JSON the CLI writes."""
+    return orjson.loads(orjson.dumps(pack(trace)))
 
 
 # ---------------------------------------------------------------- a small JSON Schema checker
@@ -200,7 +201,7 @@ def test_shipped_schema_title_names_the_version():
 def test_snippet_trace_validates(path: Path):
     torch.manual_seed(0)
     trace = record(path.read_text())
-    schema.Trace.model_validate(trace)  # the raw dicts, as gradstep.trace() reads them
+    schema.Trace.model_validate(pack(trace))  # the packed dicts, as gradstep.trace() reads them
     _validate(_as_json(trace))
 
 
@@ -208,7 +209,7 @@ def test_snippet_trace_validates(path: Path):
 def test_edge_case_trace_validates(name: str):
     code, limits = EXTRA_CODE[name]
     trace = record(code, limits)
-    schema.Trace.model_validate(trace)
+    schema.Trace.model_validate(pack(trace))
     _validate(_as_json(trace))
 
 
@@ -239,9 +240,11 @@ def test_checker_rejects_what_the_schema_forbids():
     bad = [
         {**good, "extra": 1},
         {**good, "status": "fine"},
-        {**good, "steps": [{**good["steps"][0], "nodes": [{"id": 0, "colour": "red"}]}]},
-        {**good, "steps": [{**good["steps"][0], "edges": [[0, 1, 2]]}]},
-        {**good, "nodes": [{k: v for k, v in good["nodes"][0].items() if k != "op"}]},
+        {**good, "steps": [{**good["steps"][0], "nodes": {"id": [0], "colour": ["red"]}}]},
+        {**good, "steps": [{**good["steps"][0], "nodes": [{"id": 0}]}]},  # rows: version 3's layout
+        {**good, "steps": [{**good["steps"][0], "edges": [[0, 1]]}]},  # left out since version 4
+        {**good, "nodes": {k: v for k, v in good["nodes"].items() if k != "op"}},
+        {**good, "nodes": {**good["nodes"], "next": [["1"]] * len(good["nodes"]["op"])}},
     ]
     for trace in bad:
         with pytest.raises(AssertionError):

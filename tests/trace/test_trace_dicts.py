@@ -1,5 +1,6 @@
-"""The TypedDicts that tracer, narrate and diagnose share describe the schema's models exactly,
-and a recorded trace's dicts have every required key (what readers index) and no other."""
+"""The TypedDicts that tracer, narrate and diagnose share (rows) and the server validates (the wire's
+columns) describe the schema's models exactly, and a recorded trace's dicts have every required key
+(what readers index) and no other."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import typing
 import orjson
 import pytest
 from gradstep import schema, trace_dicts
+from gradstep.columns import pack
 from gradstep.tracer import record
 
 PAIRS = {
@@ -23,12 +25,17 @@ PAIRS = {
     trace_dicts.TensorDict: schema.TensorState,
     trace_dicts.WarningDict: schema.Warning_,
     trace_dicts.LinkDict: schema.Link,
-    trace_dicts.StepDict: schema.Step,
     trace_dicts.FixDict: schema.Fix,
     trace_dicts.DiagnosisDict: schema.Diagnosis,
     trace_dicts.SourceFileDict: schema.SourceFile,
-    trace_dicts.TraceDict: schema.Trace,
+    # the wire's: tables as columns (a column table is a TypedDict with a length check)
+    typing.get_args(trace_dicts.NodeTableDict)[0]: schema.NodeTable,
+    typing.get_args(trace_dicts.NodeStateTableDict)[0]: schema.NodeStateTable,
+    typing.get_args(trace_dicts.TensorTableDict)[0]: schema.TensorTable,
+    trace_dicts.WireStepDict: schema.Step,
+    trace_dicts.WireTraceDict: schema.Trace,
 }
+ROWS = (schema.NodeInfo, schema.NodeState, schema.TensorState)  # the wire has them as columns only
 
 
 @pytest.mark.parametrize("typed, model", PAIRS.items(), ids=lambda x: x.__name__)
@@ -39,16 +46,47 @@ def test_each_typed_dict_has_its_models_keys_required_where_the_model_has_no_def
 
 
 def test_every_model_of_the_trace_has_its_typed_dict():
+    def inner(annotation):  # every type an annotation names, however deep
+        yield annotation
+        for arg in typing.get_args(annotation):
+            yield from inner(arg)
+
     def models(m, seen):
         for f in m.model_fields.values():
-            for arg in typing.get_args(f.annotation) or (f.annotation,):
-                for inner in typing.get_args(arg) or (arg,):
-                    if isinstance(inner, type) and issubclass(inner, schema.BaseModel) and inner not in seen:
-                        seen.add(inner)
-                        models(inner, seen)
+            for t in inner(f.annotation):
+                if isinstance(t, type) and issubclass(t, schema.BaseModel) and t not in seen:
+                    seen.add(t)
+                    models(t, seen)
         return seen
 
-    assert models(schema.Trace, {schema.Trace}) == set(PAIRS.values())
+    assert models(schema.Trace, {schema.Trace}) == set(PAIRS.values()) - set(ROWS)
+
+
+@pytest.mark.parametrize(
+    "rows, wire",
+    [(trace_dicts.StepDict, trace_dicts.WireStepDict), (trace_dicts.TraceDict, trace_dicts.WireTraceDict)],
+    ids=["step", "trace"],
+)
+def test_the_row_dicts_have_the_wires_keys_and_a_steps_edges(rows, wire):
+    extra = {"edges"} if rows is trace_dicts.StepDict else set()
+    assert set(typing.get_type_hints(rows)) == set(typing.get_type_hints(wire)) | extra
+    assert rows.__required_keys__ == wire.__required_keys__
+
+
+@pytest.mark.parametrize(
+    "columns, row",
+    [
+        (schema.NodeTable, schema.NodeInfo),
+        (schema.NodeStateTable, schema.NodeState),
+        (schema.TensorTable, schema.TensorState),
+    ],
+    ids=lambda m: m.__name__,
+)
+def test_each_column_table_has_a_column_per_row_field(columns, row):
+    fields = row.model_fields
+    assert set(columns.model_fields) == set(fields) - ({"id"} if row is schema.NodeInfo else set())
+    for name, f in columns.model_fields.items():
+        assert f.is_required() == fields[name].is_required(), name
 
 
 CODE = """
@@ -172,7 +210,7 @@ def test_the_adapter_that_validates_childrens_traces_accepts_and_refuses_exactly
     from gradstep.trace_dicts import validate
     from pydantic import ValidationError
 
-    trace = orjson.loads(orjson.dumps(record(CODE)))
+    trace = orjson.loads(orjson.dumps(pack(record(CODE))))
     trace["diagnoses"] = [
         {
             "kind": "x",
@@ -192,7 +230,7 @@ def test_the_adapter_that_validates_childrens_traces_accepts_and_refuses_exactly
         except ValidationError:
             model_ok = False
         try:
-            validate(bad)  # as the server does: the node table and the steps a slice at a time
+            validate(bad)  # as the server does: the steps a slice at a time
             typed_ok = True
         except ValidationError:
             typed_ok = False
@@ -202,21 +240,42 @@ def test_the_adapter_that_validates_childrens_traces_accepts_and_refuses_exactly
 
 
 def test_a_wrong_node_or_step_past_the_first_slices_is_refused():
-    """The server validates a big trace's nodes and steps a slice at a time: the last ones count."""
+    """The server validates a big trace's steps a slice at a time: the last ones count, and so does
+    the last entry of a node column."""
     from gradstep.trace_dicts import validate
     from pydantic import ValidationError
 
     code = "import torch\nx = torch.ones(2, requires_grad=True)\nfor i in range(300):\n    x = x * 1.5\nx.sum().backward()\n"
-    trace = orjson.loads(orjson.dumps(record(code)))
-    assert len(trace["nodes"]) > 300 and len(trace["steps"]) > 2
+    trace = orjson.loads(orjson.dumps(pack(record(code))))
+    assert len(trace["nodes"]["op"]) > 300 and len(trace["steps"]) > 2
     validate(trace)
-    for key, at, field, wrong in (("nodes", -1, "op", 3), ("steps", -1, "kind", "sideways")):
+    for wrong in (
+        lambda t: t["nodes"]["op"].__setitem__(-1, 3),
+        lambda t: t["steps"][-1].__setitem__("kind", "up"),
+    ):
         bad = orjson.loads(orjson.dumps(trace))
-        bad[key][at][field] = wrong
+        wrong(bad)
         with pytest.raises(ValidationError):
             validate(bad)
     for key in ("nodes", "steps"):
         bad = orjson.loads(orjson.dumps(trace))
-        bad[key] = {"0": trace[key][0]}  # not a list at all
+        bad[key] = [trace[key]] if key == "nodes" else {"0": trace[key][0]}  # not what it should be at all
         with pytest.raises(ValidationError):
             validate(bad)
+
+
+@pytest.mark.parametrize("where", ["nodes", "step nodes", "step tensors"])
+def test_a_table_whose_columns_differ_in_length_is_refused_by_the_models_and_the_server(where):
+    from gradstep.schema import Trace
+    from gradstep.trace_dicts import validate
+    from pydantic import ValidationError
+
+    trace = orjson.loads(orjson.dumps(pack(record(CODE))))
+    table = {"nodes": trace["nodes"], "step nodes": trace["steps"][-1]["nodes"]}.get(where)
+    table = table if table is not None else trace["steps"][-1]["tensors"]
+    column = next(name for name, values in table.items() if values and name != "op")
+    table[column] = table[column][:-1]
+    with pytest.raises(ValidationError, match="different lengths"):
+        Trace.model_validate(trace)
+    with pytest.raises(ValidationError, match="different lengths"):
+        validate(trace)

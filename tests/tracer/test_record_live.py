@@ -12,7 +12,7 @@ import pytest
 import record_live_code as user
 import torch
 from gradstep import record
-from gradstep.schema import Trace
+from gradstep.trace_dicts import typed
 from gradstep.tracer import Limits
 from testkit import truth
 
@@ -83,7 +83,7 @@ def test_the_error_that_left_the_recording_is_the_trace_error(runs):
 
 def test_the_recording_is_a_valid_trace(runs):
     trace, _ = runs
-    Trace.model_validate(trace)
+    typed(trace)
 
 
 # ---------------------------------------------------------------- lines across files
@@ -170,7 +170,7 @@ def test_two_recorded_iterations_add_to_one_trace_and_say_so():
             trainer.step(x, y)
     assert len(truth.call_steps(rec.data)) == 2
     assert any("2 separate blocks" in n for n in rec.data["notes"])
-    Trace.model_validate(rec.data)
+    typed(rec.data)
 
 
 def test_the_decorator_records_the_first_call():
