@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 #    own code across files; absent in snippet traces, whose lines are all in `code`).
 # 4: the tables as columns: Trace.nodes (a node's id is its position), Step.nodes and Step.tensors are
 #    objects with one list per field of NodeInfo / NodeState / TensorState; Step.edges is left out (the
-#    edges a step added are the `next` of the nodes whose `step` it is). The same facts, 26% smaller
-#    compressed (gradstep.columns).
+#    edges a step added are the `next` of the nodes whose `step` it is). The same facts, a quarter
+#    smaller compressed (gradstep.columns).
 VERSION = 4
 # Written by the server into every trace it serves, never taken from the sandboxed child's bytes.
 SERVER_FIELDS = ("code", "version", "torch")

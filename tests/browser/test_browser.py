@@ -531,16 +531,35 @@ def test_a_snippet_that_asks_for_too_much_memory_says_it_hit_the_memory_limit(li
     limited.shot("failure_memory_refused")
 
 
-def test_a_snippet_killed_for_its_memory_use_says_it_hit_the_memory_limit(limited):
+@pytest.fixture(scope="module")
+def memory_limited_server():
+    """512 MB per run and CPU to spare: in one CI run the 2 s CPU limit stopped the memory hog before
+    the memory cgroup's kill did (touching 512 MB of pages, likely slowed by the kernel's reclaim)."""
+    with running_server(
+        GRADSTEP_CPU_SECONDS="20", GRADSTEP_WALL_SECONDS="30", GRADSTEP_MEMORY_MB="512", GRADSTEP_WORKERS="1"
+    ) as base:
+        yield base
+
+
+@pytest.fixture
+def memory_limited(browser, memory_limited_server):
+    p = Page(browser, memory_limited_server, reduced_motion="reduce")
+    p.open("?snippet=retain_graph_accumulates")
+    yield p
+    p.close()
+
+
+def test_a_snippet_killed_for_its_memory_use_says_it_hit_the_memory_limit(memory_limited):
+    app = memory_limited
     # shared pages are not data: only the memory cgroup stops this one (SIGKILL)
-    trace = limited.run_code(
+    trace = app.run_code(
         "import mmap\nm = mmap.mmap(-1, 2**31)\nfor i in range(0, 2**31, 4096):\n    m[i] = 1\n"
     )
     assert (trace["status"], trace["limit"]) == ("limit", "memory")
-    assert "Run stopped by the memory limit." in limited.page.locator(".gs-banner").inner_text()
-    assert "memory limit" in limited.page.locator("#gs-run-status").inner_text()
-    assert "512 MB" in limited.page.locator(".gs-inline-error").inner_text()
-    assert_not_blank(limited)
+    assert "Run stopped by the memory limit." in app.page.locator(".gs-banner").inner_text()
+    assert "memory limit" in app.page.locator("#gs-run-status").inner_text()
+    assert "512 MB" in app.page.locator(".gs-inline-error").inner_text()
+    assert_not_blank(app)
 
 
 def test_a_snippet_that_prints_too_much_says_its_output_was_capped(limited):
