@@ -27,19 +27,11 @@ import httpx
 import orjson
 import torch
 from harness import SEED, Server, percentile, print_leftovers
+from testkit.server_timing import server_timing
 from tracer_overhead import SNIPPET
 
 SPACED = 0.1  # seconds between the spaced small snippets
 HTTPS_BROWSER = "gzip, deflate, br, zstd"  # what Chromium offers over HTTPS (over HTTP: no br, zstd)
-
-
-def server_timing(r: httpx.Response) -> dict[str, float]:
-    """The parts the server timed (Server-Timing), in seconds."""
-    parts = {}
-    for item in filter(None, r.headers.get("server-timing", "").split(",")):
-        name, *params = (p.strip() for p in item.split(";"))
-        parts[name] = next(float(p[4:]) / 1e3 for p in params if p.startswith("dur="))
-    return parts
 
 
 def post(
@@ -57,7 +49,7 @@ def post(
     if r.status_code != 200 or r.headers.get("x-gradstep-cache") != cache:
         raise RuntimeError(f"{r.status_code} cache={r.headers.get('x-gradstep-cache')}: {r.text[:300]}")
     if parts is not None:
-        parts.append(server_timing(r))
+        parts.append({name: ms / 1e3 for name, ms in server_timing(r.headers).items()})  # in seconds
     status = orjson.loads(body)["status"]
     if status != "ok":
         raise RuntimeError(f"the trace's status is {status!r}: {body[:300]!r}")

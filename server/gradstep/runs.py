@@ -184,7 +184,8 @@ class TraceRunner:
         proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
         trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
         complete, ran = True, {}
-        with _timed(timings, "diagnose"):
+        # Apply fix's answer (a kept run, nothing proposed) is only encoded again: not a diagnosis
+        with _timed(timings, "diagnose" if proposed else "encode"):
             if proposed:
                 trace["diagnoses"], complete, ran = self._diagnose(trace, proposed, options, budget)
                 if not complete and trace["diagnoses"]:

@@ -23,14 +23,19 @@ from gradstep.limits import Admission, RateLimiter, retry_after
 from gradstep.runs import Cancelled, RunBudget, Traced, TraceRunner
 from gradstep.settings import Settings
 
-DESCRIPTIONS = {"run": "sandboxed run", "check": "trace checked", "diagnose": "fixes run and checked"}
+DESCRIPTIONS = {
+    "run": "sandboxed run",
+    "check": "trace checked",
+    "diagnose": "fixes run and checked",
+    "encode": "kept run encoded again",
+}
 
 
 @dataclass(frozen=True)
 class Answer:
     stored: bytes  # the trace, as stored (gradstep.encoding)
     how: str  # hit | shared | miss | verified
-    timings: dict[str, float] = field(default_factory=dict)  # ms of this request's run, check, diagnose
+    timings: dict[str, float] = field(default_factory=dict)  # ms of this request's parts (DESCRIPTIONS)
 
     def server_timing(self) -> str:
         """The timings as a Server-Timing header (the browser's developer tools show them)."""

@@ -17,6 +17,7 @@ from gradstep.settings import Settings
 from gradstep.tracer import record
 from testkit import truth
 from testkit.sandbox_guard import uid_base
+from testkit.server_timing import server_timing
 from testkit.truth import run_plain
 
 SNIPPETS = Path(__file__).resolve().parents[2] / "snippets"
@@ -174,6 +175,7 @@ def test_apply_fix_gets_the_run_that_verified_the_fix_and_it_agrees_with_torch(c
         applied = client.post("/api/trace", json={"code": fix.code})  # ...what Apply fix sends
         assert ran == []  # ...and not run there a second time
     assert applied.headers["x-gradstep-cache"] == "verified"
+    assert list(server_timing(applied.headers)) == ["encode"]  # not run, not diagnosed: encoded again
     fixed, plain = orjson.loads(applied.content), truth.run_plain(fix.code)
     assert fixed["status"] == "ok" and plain.error is None
     assert truth.mismatches(fixed, plain) == []

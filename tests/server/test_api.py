@@ -31,6 +31,7 @@ from gradstep.trace_dicts import collector_paused
 from gradstep.tracer import record
 from gradstep.traces import TraceService
 from testkit.sandbox_guard import uid_base
+from testkit.server_timing import server_timing
 
 SMALL = (
     "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * 2).sum()\ny.backward()\nprint(x.grad)\n"
@@ -322,10 +323,7 @@ def test_a_run_says_what_its_parts_took_in_server_timing_and_a_cache_hit_does_no
     start = time.monotonic()
     miss = post(client, code)
     elapsed_ms = (time.monotonic() - start) * 1e3
-    parts = {}
-    for item in miss.headers["server-timing"].split(","):
-        name, *params = (p.strip() for p in item.split(";"))
-        parts[name] = float(next(p for p in params if p.startswith("dur="))[4:])
+    parts = server_timing(miss.headers)
     assert set(parts) == {"run", "check"} and all(ms > 0 for ms in parts.values())
     assert sum(parts.values()) <= elapsed_ms  # parts of this request's own time
     hit = post(client, code)
