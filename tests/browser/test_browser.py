@@ -485,19 +485,32 @@ def test_stepping_with_animations_settles_on_the_same_graph_as_a_jump(browser, s
 # ---------------------------------------------------------------- failure views, against real limits
 
 
+def limits_server(cpu_seconds: int, wall_seconds: int):
+    """A server with one worker, 512 MB per run and the given CPU and wall-clock limits."""
+    return running_server(
+        GRADSTEP_CPU_SECONDS=str(cpu_seconds),
+        GRADSTEP_WALL_SECONDS=str(wall_seconds),
+        GRADSTEP_MEMORY_MB="512",
+        GRADSTEP_WORKERS="1",
+    )
+
+
+def opened(browser, base: str) -> Page:
+    p = Page(browser, base, reduced_motion="reduce")
+    p.open("?snippet=retain_graph_accumulates")
+    return p
+
+
 @pytest.fixture(scope="module")
 def limited_server():
     """A server with short limits: 2 s of CPU, 8 s of wall clock, 512 MB per run."""
-    with running_server(
-        GRADSTEP_CPU_SECONDS="2", GRADSTEP_WALL_SECONDS="8", GRADSTEP_MEMORY_MB="512", GRADSTEP_WORKERS="1"
-    ) as base:
+    with limits_server(2, 8) as base:
         yield base
 
 
 @pytest.fixture
 def limited(browser, limited_server):
-    p = Page(browser, limited_server, reduced_motion="reduce")
-    p.open("?snippet=retain_graph_accumulates")
+    p = opened(browser, limited_server)
     yield p
     p.close()
 
@@ -535,16 +548,13 @@ def test_a_snippet_that_asks_for_too_much_memory_says_it_hit_the_memory_limit(li
 def memory_limited_server():
     """512 MB per run and CPU to spare: in one CI run the 2 s CPU limit stopped the memory hog before
     the memory cgroup's kill did (touching 512 MB of pages, likely slowed by the kernel's reclaim)."""
-    with running_server(
-        GRADSTEP_CPU_SECONDS="20", GRADSTEP_WALL_SECONDS="30", GRADSTEP_MEMORY_MB="512", GRADSTEP_WORKERS="1"
-    ) as base:
+    with limits_server(20, 30) as base:
         yield base
 
 
 @pytest.fixture
 def memory_limited(browser, memory_limited_server):
-    p = Page(browser, memory_limited_server, reduced_motion="reduce")
-    p.open("?snippet=retain_graph_accumulates")
+    p = opened(browser, memory_limited_server)
     yield p
     p.close()
 
