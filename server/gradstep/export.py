@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gradstep.columns import wire_of
 from gradstep.schema import Trace
 
 THEMES: tuple[str, ...] = ("light", "dark", "auto")
@@ -295,8 +296,6 @@ def clamp_step(trace: dict, step: int) -> int:
 def trace_json(trace: Trace | dict) -> dict:
     """The trace as the page reads it: version 4's columns, from a typed trace, the tracer's rows or
     a trace already packed."""
-    from gradstep.columns import wire_of
-
     return trace.model_dump(mode="json") if isinstance(trace, Trace) else wire_of(trace)
 
 
