@@ -696,16 +696,34 @@ def test_answering_early_and_running_on_does_not_free_a_worker(full, guard, moun
 # -- the zygote's memory ------------------------------------------------------------
 
 
-def test_the_zygote_is_backed_by_huge_pages(full):
-    # Huge pages make forks and exits cheap; they must not loosen a memory limit
-    # (the memory attacks above run against this same zygote).
+def skip_without_huge_pages() -> None:
     try:
         thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
     except OSError:
         pytest.skip("no transparent huge pages here")
     if "[never]" in thp:
         pytest.skip("transparent huge pages are off here")
+
+
+def test_the_zygote_is_backed_by_huge_pages(full):
+    # Huge pages make forks and exits cheap; they must not loosen a memory limit
+    # (the memory attacks above run against this same zygote).
+    skip_without_huge_pages()
     assert full.health()["zygote_huge_pages_mb"] >= 64
+
+
+HUGE_KB = "int(next(l.split()[1] for l in open('/proc/self/smaps_rollup') if l.startswith('AnonHugePages')))"
+
+
+def test_a_childs_new_heap_is_backed_by_huge_pages(full):
+    # A big model's run faults its tensors in 2 MB at a time instead of 4 KB (malloc's hugetlb
+    # tunable, set for the zygote and inherited): what a snippet allocates is huge-page backed.
+    skip_without_huge_pages()
+    code = f"import torch\nbefore = {HUGE_KB}\nt = torch.ones(16 << 20)\nprint({HUGE_KB} - before)\n"
+    result = full.run(payload_for(code))
+    assert result.status == "ok", result.detail
+    grown_kb = int(orjson.loads(result.output)["stdout"])
+    assert grown_kb >= 32 << 10, "most of the 64 MB tensor is in huge pages"
 
 
 def test_a_2_million_node_graph_ends_with_a_clear_result(full, guard, mounts_before):

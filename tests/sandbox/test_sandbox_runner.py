@@ -148,6 +148,7 @@ def test_the_zygote_has_a_minimal_environment(sandbox):
         "PYTHONDONTWRITEBYTECODE",
         "PYTHONPATH",
         "LC_CTYPE",
+        "GLIBC_TUNABLES",  # malloc's huge pages (SandboxConfig.huge_pages)
     }
     assert env["HOME"] == "/nonexistent" and env["OMP_NUM_THREADS"] == "1"
 
@@ -499,6 +500,7 @@ def test_huge_pages_can_be_turned_off(guard):
         guard.hold(sb.health()["zygote_pid"])
         assert sb.health()["zygote_huge_pages_mb"] == 0
         assert sb.run("echo x").output == b"echo x"
+        assert b"GLIBC_TUNABLES" not in sb.run("env").output, "malloc's huge pages are off too"
 
 
 def test_a_prewarm_runs_confined_in_each_child_before_its_code_and_its_failure_is_dropped(guard):

@@ -70,7 +70,8 @@ class SandboxConfig:
     # arrives (False: fork when a run asks, the same path otherwise; benchmarks, tests).
     prefork: bool = True
     # Back the zygote's heap with transparent huge pages (MADV_COLLAPSE, best effort):
-    # each fork and each child's exit then cost a fraction of the CPU.
+    # each fork and each child's exit then cost a fraction of the CPU; and have malloc ask
+    # for them on the heap it grows (a child's run takes a third of the page faults).
     huge_pages: bool = True
 
     @property

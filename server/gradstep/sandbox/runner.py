@@ -225,6 +225,10 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONPATH": os.pathsep.join([str(_package_root().parent), *c.pythonpath]),
         }
+        if c.huge_pages:
+            # malloc asks for transparent huge pages on the heap it grows (glibc >= 2.35; older
+            # ones ignore it): a child's new tensors and objects fault in 2 MB at a time
+            env["GLIBC_TUNABLES"] = "glibc.malloc.hugetlb=1"
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-s", "-P", "-m", "gradstep.sandbox.zygote", str(theirs.fileno())],
