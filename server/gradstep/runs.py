@@ -64,9 +64,9 @@ PRELOAD = [
     "encodings.idna",  # resolving a host name needs it: without it a network attempt is a LookupError
 ]
 
-# Run once in the zygote (a forward, a backward and optimizer steps: what the tracer imports lazily),
-# and by each child before its code arrives, to copy the pages a run writes to off the request's path.
-WARMUP = """\
+# Run by each child before its code arrives, to copy the pages a run writes to off the request's
+# path (a forward, a backward and optimizer steps: what the tracer imports lazily).
+PREWARM = """\
 import torch
 x = torch.randn(4, 3, requires_grad=True)
 layer = torch.nn.Linear(3, 2)
@@ -76,6 +76,29 @@ for opt in (torch.optim.SGD(layer.parameters(), lr=0.1), torch.optim.Adam(layer.
     opt.step()
     opt.zero_grad()
 print(x.grad)
+"""
+# Run once in the zygote, before it forks: the prewarm and, tiny, the layers real snippets use most.
+# A first call pays one-time work (lazy imports, caches, dispatch set-up) that every child would
+# otherwise pay again; after this the children inherit it done, as a warm process has it. It
+# must warn about nothing (a warning torch gives once per process would then never reach a
+# snippet) and leave no global setting changed.
+WARMUP = PREWARM + """\
+from torch import nn
+import torch.nn.functional as F
+image = torch.randn(2, 3, 8, 8)
+conv = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten())
+F.cross_entropy(conv(image)[:, :5], torch.tensor([1, 3])).backward()
+tokens = torch.tensor([[1, 2, 3], [4, 5, 6]])
+encoder = nn.TransformerEncoder(
+    nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, batch_first=True),
+    num_layers=2,
+    enable_nested_tensor=False,
+)
+hidden = encoder(nn.Embedding(8, 8)(tokens))
+for rnn in (nn.LSTM(8, 4, batch_first=True), nn.GRU(8, 4, batch_first=True)):
+    out, _ = rnn(hidden)
+    F.mse_loss(nn.LayerNorm(4)(out), torch.zeros_like(out)).backward(retain_graph=True)
+torch.softmax(hidden, -1).sum().backward()
 """
 NOT_CHECKED = (
     "Some fixes were not checked: this client has used its run budget for now. Run again in a few "
@@ -319,7 +342,7 @@ def sandbox_config(settings: Settings, **overrides) -> SandboxConfig:
         target=TARGET,
         preload=list(PRELOAD),
         warmup=payload_for(WARMUP),
-        prewarm=payload_for(WARMUP),  # again in each child, confined: see SandboxConfig.prewarm
+        prewarm=payload_for(PREWARM),  # in each child, confined: see SandboxConfig.prewarm
     )
     for name, value in overrides.items():
         setattr(config, name, value)

@@ -5,6 +5,8 @@ one process gives; the child's own work after the snippet is bounded."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -89,3 +91,34 @@ def test_the_non_leaf_rule_finds_the_assignment_before_each_read():
     (found,) = non_leaf.find(trace, Source(code))
     fixed = ast.parse(found.fixes[0].code).body
     assert ast.unparse(fixed[4]) == "h = x * 3" and ast.unparse(fixed[5]) == "h.retain_grad()"
+
+
+GLOBAL_SETTINGS = """
+import torch
+print([torch.get_default_dtype(), torch.is_grad_enabled(), torch.is_anomaly_enabled(),
+       torch.are_deterministic_algorithms_enabled(), torch.get_num_threads(), torch.initial_seed()])
+"""
+
+
+def test_the_zygotes_warm_up_warns_about_nothing_and_changes_no_setting():
+    # The zygote runs WARMUP once, before it forks: a warning torch gives once per process would
+    # never reach a snippet, and a setting it changed would be every snippet's. A fresh process,
+    # so that no warning was given before it.
+    script = f"""
+import orjson, sys, torch
+torch.set_num_threads(1)
+from gradstep import jobs
+from gradstep.runs import PREWARM, WARMUP, payload_for
+def settings():
+    exec({GLOBAL_SETTINGS!r}, {{}})
+settings()
+for code in (WARMUP, PREWARM):
+    trace = orjson.loads(jobs.run(payload_for(code)))
+    assert trace["status"] == "ok", trace["error"]
+    assert trace["warnings"] == [] and not [s["warnings"] for s in trace["steps"] if s.get("warnings")], trace["warnings"]
+settings()
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = out.stdout.splitlines()
+    assert before == after
