@@ -49,8 +49,9 @@ def _norm_rule_broken(got: float, exact: float) -> str | None:
         rounded = round(exact, places)
         if rounded != exact and printed_number(rounded) != printed_number(exact):
             return None  # rounded, it would print unlike torch: kept whole
-    # (the difference itself is off by an ulp of got; past 2**53 / 1e4 a double holds no 4 decimals)
-    if abs(got - exact) > max(unit / 2 * (1 + 1e-6), math.ulp(exact)):
+    # (got is the double nearest the rounded decimal: up to an ulp from it, which past 2**53 / 1e4
+    # is more than the 4 decimals themselves)
+    if abs(got - exact) > unit / 2 * (1 + 1e-6) + math.ulp(exact):
         return f"{got} is more than half of {unit} from {exact}"
     if places <= EXACT_POWERS and round(got, places) != got:  # round() is correctly rounded
         return f"{got} has more digits than {unit}"
