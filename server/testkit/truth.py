@@ -51,6 +51,7 @@ import math
 import re
 import sys
 import traceback
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,6 +101,7 @@ class PlainRun:
     error: dict | None  # the snippet's uncaught exception: {type, message, line}
     stdout: str
     seq_used: int = 0  # autograd sequence numbers consumed while the snippet ran
+    warnings: list[str] = field(default_factory=list)  # the messages of the warnings it gave
 
 
 # ---------------------------------------------------------------- naming
@@ -370,7 +372,8 @@ def run_plain(code: str, seed: int | None = 0) -> PlainRun:
     torch.autograd.backward = rec.wrap("torch.autograd.backward", real_backward)
     torch.autograd.grad = rec.wrap("torch.autograd.grad", real_grad)
     try:
-        with contextlib.redirect_stdout(stdout):
+        # the process's filters, each location's "already shown" forgotten: as a fresh script
+        with contextlib.redirect_stdout(stdout), warnings.catch_warnings(record=True) as given:
             try:
                 compiled = compile(code, SNIPPET, "exec")
                 rec.base = torch._C._autograd._get_sequence_nr()
@@ -380,7 +383,8 @@ def run_plain(code: str, seed: int | None = 0) -> PlainRun:
     finally:
         torch.autograd.backward, torch.autograd.grad = real_backward, real_grad
     seq_used = torch._C._autograd._get_sequence_nr() - rec.base
-    return PlainRun(calls=rec.calls, error=error, stdout=stdout.getvalue(), seq_used=seq_used)
+    shown = [str(w.message) for w in given]
+    return PlainRun(calls=rec.calls, error=error, stdout=stdout.getvalue(), seq_used=seq_used, warnings=shown)
 
 
 def run_plain_function(fn, scope, filename: str, seed: int | None = 0) -> PlainRun:

@@ -321,6 +321,24 @@ def test_warnings_are_recorded_and_still_shown():
     assert rec.data["files"][w["file"]]["path"].endswith("test_record_live.py")
 
 
+def test_anomaly_modes_forward_call_keeps_the_users_frames_in_the_trace_and_all_where_shown():
+    forward = "Traceback of forward call that caused the error:"
+    x = torch.tensor([0.0, 1.0], requires_grad=True)
+    with pytest.warns(UserWarning) as shown, record() as rec, pytest.raises(RuntimeError, match="nan"):
+        with torch.autograd.detect_anomaly():
+            (x.sqrt() * 0).sum().backward()
+    (seen,) = [str(w.message) for w in shown if forward in str(w.message)]
+    (kept,) = [w["message"] for w in rec.data["warnings"] if forward in w["message"]]
+    assert "pluggy" in seen, "the user's console gets the whole stack, as Python gives it"
+    (frame,) = [line for line in kept.splitlines() if line.startswith('  File "')]
+    assert frame.endswith(
+        ", in test_anomaly_modes_forward_call_keeps_the_users_frames_in_the_trace_and_all_where_shown"
+    )
+    line = frame.split(", line ")[1].split(",")[0]
+    assert f'test_record_live.py", line {line}, in test_anomaly' in seen and "test_record_live.py" in frame
+    assert "(x.sqrt() * 0).sum().backward()" in kept
+
+
 def test_nodes_built_before_the_recording_have_no_line_and_a_note_says_so():
     w = torch.ones(3, requires_grad=True)
     h = (w * 2).tanh()  # built before the recording: two nodes

@@ -7,6 +7,7 @@ record. Nodes built under saved-tensor hooks are shown as packed, never unpacked
 
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
@@ -302,3 +303,25 @@ loss.backward()
     assert not truth.mismatches(trace, plain)
     grad = next(t["grad"] for t in trace["steps"][-1]["tensors"] if t["name"] == "emb.weight")
     assert grad["shape"] == [100, 4] and "values" not in grad
+
+
+def test_anomaly_modes_forward_call_shows_the_snippets_frames_as_a_plain_run_does():
+    # Anomaly mode's warning quotes the stack of the forward call that made the failing node. A
+    # plain run's stack holds the script's frames; the recorded one has the runner above the
+    # snippet, whose frames (gradstep's files and lines) no user wrote. The trace keeps the same
+    # snippet frames a plain run's warning names, written as its tracebacks are, and nothing else.
+    code = "import torch\ndef f(x):\n    return x.sqrt() * 0\nx = torch.tensor([0.0, 1.0], requires_grad=True)\nwith torch.autograd.detect_anomaly():\n    f(x).sum().backward()\n"
+    trace = record(code)
+    plain = truth.run_plain(code, seed=0)
+    forward = "Traceback of forward call that caused the error:\n"
+    (plain_warning,) = [m for m in plain.warnings if forward in m]
+    (warning,) = [w["message"] for w in trace["warnings"] if forward in w["message"]]
+    plain_lines = [
+        (int(n), fn) for n, fn in re.findall(r'File "<snippet>", line (\d+), in (\S+)', plain_warning)
+    ]
+    assert plain_lines == [(6, "<module>"), (3, "f")]
+    assert [(int(n), fn) for n, fn in re.findall(r"^  line (\d+), in (\S+)$", warning, re.M)] == plain_lines
+    assert 'File "' not in warning and "gradstep" not in warning
+    assert "    return x.sqrt() * 0" in warning.splitlines()  # the line's source, as in a traceback
+    head, tail = plain_warning.split(forward)[0], plain_warning.rsplit("\n", 1)[-1]
+    assert warning.startswith(head + forward) and warning.endswith(tail)

@@ -44,9 +44,15 @@ class Output(io.TextIOBase):
 class Warnings:
     """Records warnings (with the snippet line they came from) instead of printing them."""
 
-    def __init__(self, line_of: Callable[[], int | None], cap: int = 200):
+    def __init__(
+        self,
+        line_of: Callable[[], int | None],
+        text_of: Callable[[str], str] = str,  # a message as the trace shows it (the user's frames only)
+        cap: int = 200,
+    ):
         self.items: list[dict] = []
         self._line_of = line_of
+        self._text_of = text_of
         self._cap = cap
         self._mark = 0
         self._ctx = warnings.catch_warnings()
@@ -65,13 +71,16 @@ class Warnings:
         self._ctx.__exit__(*exc)
 
     def close(self) -> None:
-        self._line_of = _no_line  # it points back at the recorder: no cycle left behind
+        self._line_of = _no_line  # they point back at the recorder: no cycle left behind
+        self._text_of = str
 
     def _show(self, message, category, filename, lineno, file=None, line=None) -> None:
         if len(self.items) >= self._cap:
             return
         where = lineno if filename == "<snippet>" else self._line_of()
-        self.items.append({"category": category.__name__, "message": str(message), "line": where})
+        self.items.append(
+            {"category": category.__name__, "message": self._text_of(str(message)), "line": where}
+        )
 
     def since_last_step(self) -> list[dict]:
         new = self.items[self._mark :]

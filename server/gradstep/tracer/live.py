@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import linecache
 import sys
-import traceback
 import types
 import warnings
 from typing import Any
 
 import torch
 
-from gradstep.tracer import patches
+from gradstep.tracer import errors, patches
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.limits import Limits
 from gradstep.tracer.locations import OUTSIDE, Locations, shown_path, source
@@ -81,6 +80,14 @@ class _EchoWarnings(Warnings):
         self._shown(message, category, filename, lineno, file, line)
 
 
+def _show_frame(filename: str, line: int, name: str) -> list[str]:
+    """A frame of the user's file as Python writes it (the path shortened as the trace's are)."""
+    text = [f'  File "{shown_path(filename)}", line {line}, in {name}']
+    if src := linecache.getline(filename, line).strip():
+        text.append(f"    {src}")
+    return text
+
+
 _NOT_NAMES = frozenset({"In", "Out"})  # IPython's input/output history
 
 
@@ -104,6 +111,7 @@ class LiveRecorder(Recorder):
         self.watched = watched  # name -> object the user asked to watch
         self.use_locals = use_locals
         self.locs = Locations()
+        self.frames = errors.Frames(self.locs.is_user, _show_frame, self.locs.of)
         # Nodes built outside the recorded code (before it began, between blocks, after it) are marked
         # with a location of their own: the graph would otherwise credit them to the step that found them.
         self.outside = self.locs.of(OUTSIDE, 0)
@@ -213,7 +221,7 @@ class LiveRecorder(Recorder):
             self.anchor.f_trace = self._prev_anchor_trace
         try:
             if error is not None and self.error is None and not isinstance(error, GeneratorExit):
-                self.error = self._error(error)
+                self.error = errors.exception(error, self.frames)
             self._finish()
             self.graph.lines.mark(_seq_nr(), self.outside)
         finally:
@@ -225,29 +233,6 @@ class LiveRecorder(Recorder):
             # Let go of every node until the next block, so untraced code keeps exactly the memory it
             # would keep: a later block finds the graphs still alive as new nodes.
             self.graph.drop_all()
-
-    def _error(self, e: BaseException) -> dict:
-        """The exception that left the recording, as the trace shows it: the user's frames only."""
-        tb = e.__traceback__
-        loc = None
-        text = ["Traceback (most recent call last):"]
-        while tb is not None:
-            code = tb.tb_frame.f_code
-            if self.locs.is_user(code.co_filename):
-                loc = self.locs.of(code.co_filename, tb.tb_lineno)
-                text.append(
-                    f'  File "{shown_path(code.co_filename)}", line {tb.tb_lineno}, in {code.co_name}'
-                )
-                if src := linecache.getline(code.co_filename, tb.tb_lineno).strip():
-                    text.append(f"    {src}")
-            tb = tb.tb_next
-        text.extend(traceback.format_exception_only(type(e), e))
-        return {
-            "type": type(e).__name__,
-            "message": str(e),
-            "line": loc,
-            "traceback": "\n".join(text).rstrip(),
-        }
 
     # -- the trace ---------------------------------------------------------------
 

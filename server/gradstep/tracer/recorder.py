@@ -52,7 +52,8 @@ class Recorder:
         self.steps: list[dict] = []
         self.guard = Guard(self.steps)
         self.out = self.output_type(limits.max_stdout)
-        self.warnings = self.warnings_type(self.current_line)
+        self.frames = errors.snippet_frames(code)  # which frames of a traceback the trace shows
+        self.warnings = self.warnings_type(self.current_line, self.own_stack)
         self.seq_base = _seq_nr()
         self.seq_last = self.seq_base
         self.graph = Graph(self.seq_base, limits.max_nodes, passes.chosen())
@@ -68,6 +69,9 @@ class Recorder:
         self.check_release = False
         self.callers: list[int | None] = []  # lines that called the snippet's functions
         self.module_index = ModuleIndex()
+
+    def own_stack(self, message: str) -> str:
+        return errors.own_stack(message, self.frames)
 
     # -- running -------------------------------------------------------------
 
