@@ -77,12 +77,12 @@ for opt in (torch.optim.SGD(layer.parameters(), lr=0.1), torch.optim.Adam(layer.
     opt.zero_grad()
 print(x.grad)
 """
-# Run once in the zygote, before it forks: the prewarm and, tiny, the layers real snippets use most.
-# A first call pays one-time work (lazy imports, caches, dispatch set-up) that every child would
-# otherwise pay again; after this the children inherit it done, as a warm process has it. It
-# must warn about nothing (a warning torch gives once per process would then never reach a
-# snippet) and leave no global setting changed.
-WARMUP = PREWARM + """\
+# Tiny, the layers real snippets use most: run once in the zygote (WARMUP), before it forks. A first
+# call pays one-time work (lazy imports, caches, dispatch set-up) that every child would otherwise
+# pay again; after this the children inherit it done, as a warm process has it. It must warn about
+# nothing (a warning torch gives once per process would then never reach a snippet) and leave no
+# global setting changed.
+COMMON_LAYERS = """\
 from torch import nn
 import torch.nn.functional as F
 image = torch.randn(2, 3, 8, 8)
@@ -100,6 +100,7 @@ for rnn in (nn.LSTM(8, 4, batch_first=True), nn.GRU(8, 4, batch_first=True)):
     F.mse_loss(nn.LayerNorm(4)(out), torch.zeros_like(out)).backward(retain_graph=True)
 torch.softmax(hidden, -1).sum().backward()
 """
+WARMUP = PREWARM + COMMON_LAYERS
 NOT_CHECKED = (
     "Some fixes were not checked: this client has used its run budget for now. Run again in a few "
     "seconds to have them checked."
