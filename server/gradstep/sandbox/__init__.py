@@ -92,7 +92,8 @@ Processes
   so malloc asks for transparent huge pages on the heap it grows: a child's new
   tensors and objects fault in 2 MB at a time, ~11,000 page faults of a 24-layer
   model's run become ~3,700 and its run takes ~10% less) — never a secret: the
-  exec-time environment stays readable in its memory. It calls ``torch.set_num_threads(1)`` before any torch op, imports
+  exec-time environment stays readable in its memory. It calls
+  ``torch.set_num_threads(1)`` before any torch op, imports
   ``preload``, runs the target once on ``warmup`` (the server's is a tiny
   forward, backward and optimizer steps through the layers snippets use most:
   the tracer's lazy imports and torch's first-call set-up are then done once,
