@@ -29,6 +29,8 @@ import pytest
 from gradstep.columns import rows_of
 from gradstep.printing import fmt_number, fmt_values
 
+from testkit.sandbox_guard import uid_base
+
 CHROMIUM = os.environ.get("GRADSTEP_CHROMIUM", "/usr/bin/chromium")
 LAUNCH_ARGS = [
     "--headless",
@@ -156,10 +158,14 @@ def running_server(**env: str) -> Iterator[str]:
         stop_server(proc)
 
 
-@pytest.fixture(scope="module")
+SHARED_UID_OFFSET = 2450  # see uid_base: the shared server lives on beside other tests' sandboxes
+
+
+@pytest.fixture(scope="session")
 def server() -> Iterator[str]:
-    """A real server shared by one test module, two sandbox workers."""
-    with running_server(GRADSTEP_WORKERS="2") as base:
+    """A real server shared by the page's tests, two sandbox workers: started once (each start
+    is ~10 s of the suite), on uids of its own. Tests that need other settings start their own."""
+    with running_server(GRADSTEP_WORKERS="2", GRADSTEP_UID_BASE=str(uid_base(SHARED_UID_OFFSET))) as base:
         yield base
 
 
