@@ -6,6 +6,8 @@ the side-by-side title); an embed without the code gives its width to the graph.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from gradstep import snippets
 from test_browser_explain import apply_first_fix
@@ -224,5 +226,30 @@ def test_on_a_phone_the_side_by_side_title_is_whole(browser, server):
         title = app.page.locator(".gs-cmp-title")
         assert title.evaluate("t => t.scrollWidth <= t.clientWidth + 1")
         assert app.page.evaluate("document.documentElement.scrollWidth <= innerWidth + 1")
+    finally:
+        app.close()
+
+
+ANOMALY = (Path(__file__).parents[1] / "cases" / "anomaly_nan_fails.py").read_text()
+
+
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1400", "390"])
+def test_a_warnings_quoted_stack_keeps_its_lines_and_nothing_runs_out_of_its_box(browser, server, viewport):
+    app = page(browser, server, viewport)
+    try:
+        app.open()
+        trace = app.run_code(ANOMALY)
+        last = len(trace["steps"]) - 1
+        (message,) = [
+            w["message"] for w in trace["steps"][last]["warnings"] if "forward call" in w["message"]
+        ]
+        app.page.evaluate(f"window.gradstep.viewer.setStep({last})")
+        app.page.locator(".gs-warnings").first.scroll_into_view_if_needed()  # off-screen panels wait
+        warning = app.page.locator(".gs-warning", has_text="forward call").first
+        warning.wait_for()
+        shown = warning.locator("span").inner_text()
+        assert shown.splitlines() == message.splitlines(), "each of the message's lines is a line"
+        assert warning.evaluate("w => w.scrollWidth <= w.clientWidth + 1"), "a long path runs out of the box"
+        assert app.errors == []
     finally:
         app.close()
