@@ -428,9 +428,9 @@ class _Narrator:
 
     def _failure(self, step: dict, failed: int | None, ran: list, states: dict, t: _Text) -> None:
         error = step["error"]
+        first = error["message"].split(". ")[0].rstrip(".")
         t.sentence_break()
         if failed is None:
-            first = error["message"].split(". ")[0].rstrip(".")
             t.add(f"It raised {error.get('type', 'an error')}: {first}.")
             return
         info = self.nodes[failed] if failed < len(self.nodes) else {}
@@ -440,8 +440,12 @@ class _Narrator:
             t.add(f" (built at line {self.at(info)})")
         st = states.get(failed, {})
         steps = self.trace.get("steps") or []
-        if st.get("freed"):
-            by = self.freed_at.get(failed)
+        by = self.freed_at.get(failed)
+        if st.get("freed") and by == step["index"]:
+            # freed by this failing call itself (anomaly mode's NaN check, a hook that raised): the
+            # release is not why it failed, the error is
+            t.add(f": {first}.")
+        elif st.get("freed"):
             if by is not None and by < step["index"] and steps[by]["kind"] != "forward":
                 t.add(
                     f": its saved tensors were freed by the {'autograd.grad' if steps[by]['kind'] == 'grad' else 'backward'}"

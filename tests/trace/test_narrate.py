@@ -193,6 +193,17 @@ def test_failed_second_backward_names_the_freed_node_and_the_line_that_freed_it(
     assert f"freed by the backward call at line {plain.calls[0].line}" in text
 
 
+def test_a_call_that_failed_for_another_reason_is_not_said_to_have_met_freed_tensors():
+    # Anomaly mode stops backward at a NaN; the failing call itself releases the buffers, which
+    # is not why it failed: the narration gives plain torch's reason, not "already freed".
+    code = (ROOT / "tests" / "cases" / "anomaly_nan_fails.py").read_text()
+    plain = run_plain(code)
+    (failing,) = _calls(_trace(code))
+    text = failing["explanation"]
+    assert plain.error is not None and plain.error["message"].split(". ")[0] in text
+    assert "freed" not in text.split("It failed at ")[1].split(".")[0]
+
+
 def test_failed_call_after_an_in_place_change_names_the_in_place_line():
     code = (ROOT / "snippets" / "inplace_modified_saved_tensor_fails.py").read_text()
     trace = _trace(code)
