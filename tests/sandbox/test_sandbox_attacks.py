@@ -28,6 +28,7 @@ import orjson
 import pytest
 from gradstep.runs import payload_for, sandbox_config
 from gradstep.sandbox import Sandbox
+from gradstep.sandbox.cgroups import CPU_SHARES
 from gradstep.settings import Settings
 from testkit.sandbox_guard import (
     Guard,
@@ -662,6 +663,52 @@ def test_the_child_has_no_privileges_left(both, guard, mounts_before):
     kind, sb = both
     _, trace = attack(sb, PRIVILEGES, guard, mounts_before)
     check_privileges(kind, trace)
+
+
+def test_a_run_cannot_raise_its_cpu_weight(both, guard, mounts_before):
+    # The children together weigh one server process (the sandbox's cpu cgroup): a snippet that
+    # would outweigh the server tries a lower nice value, a session (and autogroup) of its own,
+    # its autogroup's nice value and the cgroup files, then answers early and lives on while the
+    # test looks at it from outside.
+    _, sb = both
+    if sb.health()["cpu_group"] != "active":
+        pytest.skip(f"the cpu group is {sb.health()['cpu_group']} here")
+    code = (
+        "import os, time\n"
+        "tried = []\n"
+        "def attempt(name, call):\n"
+        "    try:\n"
+        "        call()\n"
+        "        tried.append(f'{name} done')\n"
+        "    except OSError as e:\n"
+        "        tried.append(f'{name} {type(e).__name__}')\n"
+        "attempt('nice', lambda: os.setpriority(os.PRIO_PROCESS, 0, -10))\n"
+        "attempt('setsid', os.setsid)\n"
+        "attempt('autogroup', lambda: open('/proc/self/autogroup', 'w').write('-10'))\n"
+        "attempt('cgroupfs', lambda: open('/sys/fs/cgroup/cpu/cgroup.procs', 'w').write(str(os.getpid())))\n"
+        "out = ' / '.join([str(os.getpid()), *tried]).encode()\n"
+        "os.write(3, b'R' + len(out).to_bytes(8, 'little') + out)\n"
+        "time.sleep(1.0)\n"
+    )
+    zygote = sb.health()["zygote_pid"]
+    result = sb.run(payload_for(code))
+    assert result.status == "ok", result.detail
+    pid, *tried = result.output.decode().split(" / ")
+    assert tried[:2] == ["nice PermissionError", "setsid PermissionError"]
+    assert tried[2] in ("autogroup PermissionError", "autogroup FileNotFoundError", "autogroup OSError")
+    assert tried[3] in ("cgroupfs FileNotFoundError", "cgroupfs PermissionError")
+    assert os.getpriority(os.PRIO_PROCESS, int(pid)) == 0
+    group = cpu_cgroup_of(zygote)
+    assert cpu_cgroup_of(int(pid)) == group != cpu_cgroup_of(os.getpid()), "still in the sandbox's cpu group"
+    assert int(Path("/sys/fs/cgroup/cpu", group.strip("/"), "cpu.shares").read_text()) == CPU_SHARES
+    attack(sb, "print('after')", guard, mounts_before)  # clean afterwards
+
+
+def cpu_cgroup_of(pid: int) -> str:
+    line = next(
+        x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if "cpu" in x.split(":")[1].split(",")
+    )
+    return line.split(":", 2)[2]
 
 
 # -- more at once than the workers -------------------------------------------------------

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig, runner
+from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig, cgroups, runner
+from gradstep.sandbox.cgroups import CPU_SHARES, own_cgroup
 from testkit import sandbox_guard
 from testkit.sandbox_guard import (
     Guard,
@@ -255,9 +256,11 @@ def test_a_child_whose_root_is_not_the_minimal_one_fails_its_root_layer():
 def test_close_leaves_no_process_and_no_cgroup(guard):
     cgroups = Path("/sys/fs/cgroup/memory", guard.name)
     before = {p for p in cgroups.iterdir() if p.is_dir()}
+    cpu_before = set(cpu_groups())
     sb = Sandbox(light(guard, workers=2, uid_base=uid_base(1500)))
     sb.start()
     assert {p for p in cgroups.iterdir() if p.is_dir()} != before
+    assert set(cpu_groups()) != cpu_before
     zygote = sb.health()["zygote_pid"]
     assert sb.run("echo x").status == "ok"
     spares = settle(sb)["spare_pids"]
@@ -268,6 +271,7 @@ def test_close_leaves_no_process_and_no_cgroup(guard):
         assert not Path(f"/proc/{pid}").exists(), "a spare outlived close()"
     assert sb.health()["spares"] == 0
     assert {p for p in cgroups.iterdir() if p.is_dir()} == before
+    assert set(cpu_groups()) == cpu_before
     assert sb.run("echo x").status == "crashed"
 
 
@@ -411,6 +415,44 @@ def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
         mounts = Path(f"/proc/{pid}/mountinfo").read_text()
         assert " /tmp " in mounts and "hidepid=invisible" in mounts
     assert slots == set(range(sandbox.slots))
+
+
+def cpu_groups() -> list[Path]:
+    """The cpu cgroups this process's sandboxes made (beside this process's own cpu cgroup)."""
+    return sorted(Path("/sys/fs/cgroup/cpu", own_cgroup("cpu").strip("/")).glob(f"gradstep-{os.getpid()}-*"))
+
+
+def cpu_cgroup_of(pid: int) -> str:
+    line = next(
+        x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if "cpu" in x.split(":")[1].split(",")
+    )
+    return line.split(":", 2)[2]
+
+
+def test_the_children_weigh_as_much_as_one_server_process_together(sandbox):
+    # Each child's setsid gives it a scheduler autogroup of its own, weighed like the server's
+    # whole session: the cpu cgroup around the zygote and all its children replaces that.
+    if sandbox.health()["cpu_group"] != "active":
+        pytest.skip(f"the cpu group is {sandbox.health()['cpu_group']} here")
+    h = settle(sandbox)
+    r = sandbox.run("early 1.0")  # answers, then lives on for a second: a running child
+    assert r.status == "ok"
+    child = int(r.output.split()[1])
+    group = cpu_cgroup_of(h["zygote_pid"])
+    assert group != cpu_cgroup_of(os.getpid()) and group.startswith(own_cgroup("cpu").rstrip("/") + "/")
+    assert {cpu_cgroup_of(pid) for pid in (child, *h["spare_pids"])} == {group}
+    assert int(Path("/sys/fs/cgroup/cpu", group.strip("/"), "cpu.shares").read_text()) == CPU_SHARES
+    assert os.getpriority(os.PRIO_PROCESS, child) == 0, "no other weight on top"
+
+
+def test_without_a_cpu_hierarchy_the_limits_hold_and_the_server_is_warned(guard, capfd, monkeypatch):
+    monkeypatch.setattr(cgroups, "CPU_HIERARCHY", Path("/nonexistent/cpu"))
+    with Sandbox(light(guard, workers=1, uid_base=uid_base(1400))) as sb:
+        guard.hold(sb.health()["zygote_pid"])
+        assert sb.health()["cpu_group"] == "unavailable: no cgroup v1 cpu hierarchy"
+        assert sb.health()["layers"]["cgroup"] == "active"
+        assert sb.run("echo x").status == "ok"
+    assert "the sandbox's cpu cgroup is unavailable" in capfd.readouterr().err
 
 
 def _slot_freed(sb: Sandbox) -> dict:

@@ -24,6 +24,8 @@ class SandboxHealth(BaseModel):
 
     zygote: bool
     layers: dict[str, str]
+    # the children's CPU weight: "active" (together one server's worth), else "unavailable: <why>"
+    cpu_group: str | None = None
     # what a child's root holds besides /dev's devices, /proc and /tmp ("root" layer)
     visible: list[str] | None = None
     workers: int  # runs at once

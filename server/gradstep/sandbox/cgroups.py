@@ -1,4 +1,5 @@
-"""The sandbox's cgroups (v1 memory + pids): one per slot, one for the zygote, one around them.
+"""The sandbox's cgroups (v1 memory + pids): one per slot, one for the zygote, one around them;
+and one cpu cgroup for all of them, where the host has a v1 cpu hierarchy.
 
 Layout, in each of the memory and pids hierarchies::
 
@@ -9,6 +10,16 @@ Layout, in each of the memory and pids hierarchies::
 The parent process (root) creates and removes them; a child writes its own
 pid into its slot's ``cgroup.procs`` before it drops privileges.
 cgroup v2 is not supported yet: there the layer reports itself unavailable.
+
+The cpu cgroup, ``<the server's cpu cgroup>/gradstep-<server pid>-<n>/`` with ``cpu.shares``
+``CPU_SHARES``, holds the zygote, so every child it forks (a child cannot leave it: it never sees
+cgroupfs again, and seccomp denies fork). Without it each child outranked the server: a child's
+``setsid`` gives it an autogroup of its own (``/proc/sys/kernel/sched_autogroup_enabled``), which
+the scheduler weighs like the server's whole session, so two runs took two thirds of the CPUs
+from the server's event loop and checkers (``benchmarks/stall.py``: /healthz p99 22-29 ms under
+load, 8-12 ms with the group). Its place is beside the server's own process whatever
+``cgroup_parent`` says, as the weight is relative to the server. Where it cannot be made the
+limits still hold: ``cpu_state`` says why, and the server warns.
 """
 
 from __future__ import annotations
@@ -20,7 +31,11 @@ import time
 from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
+CPU_HIERARCHY = ROOT / "cpu"
 CONTROLLERS = ("memory", "pids")
+# The sandbox's children together weigh as much as one nice-0 process (or session): under load
+# they share the CPUs with the server half and half, instead of each child weighing as much as it.
+CPU_SHARES = 1024
 _instances = itertools.count()
 
 
@@ -43,6 +58,8 @@ class Cgroups:
             c: ROOT / c / (parent if parent is not None else own_cgroup(c)).strip("/") / name
             for c in CONTROLLERS
         }
+        self.cpu = CPU_HIERARCHY / own_cgroup("cpu").strip("/") / name
+        self.cpu_state = "not created"
         self.created: list[Path] = []
 
     # -- paths ---------------------------------------------------------------
@@ -81,6 +98,21 @@ class Cgroups:
         except OSError:
             self.remove()
             raise
+        self.cpu_state = self._create_cpu()
+
+    def _create_cpu(self) -> str:
+        """ "active", or "unavailable: <why>" (no path in it: /healthz shows it)."""
+        if not (CPU_HIERARCHY / "cpu.shares").exists():
+            return "unavailable: no cgroup v1 cpu hierarchy"
+        try:
+            self._mkdir(self.cpu)
+            _write(self.cpu / "cpu.shares", CPU_SHARES)
+        except OSError as e:
+            if self.created and self.created[-1] == self.cpu:
+                self.created.pop()
+                self.cpu.rmdir()
+            return f"unavailable: {e.strerror}"
+        return "active"
 
     def _mkdir(self, path: Path) -> None:
         path.mkdir()
@@ -89,6 +121,8 @@ class Cgroups:
     def join_zygote(self, pid: int) -> None:
         for procs in self.zygote_procs():
             _write(Path(procs), pid)
+        if self.cpu_state == "active":
+            _write(self.cpu / "cgroup.procs", pid)  # its children are forked into it
 
     def oom_kills(self, slot: int) -> int:
         """How many times the OOM killer has killed a task in this slot's cgroup."""

@@ -209,6 +209,10 @@ class Sandbox:
                 cg.create()
                 self._cgroups = cg
                 self._cgroup_state = "active"
+                if cg.cpu_state != "active":
+                    _warn(
+                        f"the sandbox's cpu cgroup is {cg.cpu_state}; under load its runs outweigh the server"
+                    )
             except OSError as e:
                 self._cgroup_state = f"unavailable: {e}"
         if not self._atexit:
@@ -339,6 +343,8 @@ class Sandbox:
             # what a child's root holds besides /dev's devices, /proc and /tmp ("root" layer)
             "visible": z.info.get("visible") if alive and z else None,
             "layers": dict(self._layers) or {name: "not started" for name in LAYERS},
+            # the children's CPU weight, one server's worth together (cgroups.CPU_SHARES)
+            "cpu_group": self._cgroups.cpu_state if self._cgroups else self._cgroup_state or "not started",
             "workers": self.config.workers,  # runs at once
             "slots": self.slots,  # workers + extra_slots: a uid and a cgroup each
             "busy": self.slots - self._free.qsize(),  # runs holding a slot (<= workers)
