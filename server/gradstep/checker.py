@@ -8,8 +8,7 @@ pipes: the server's process only moves the bytes, so one replica uses both cores
 
 What is served is the child's own bytes once they passed the check, with the server's fields
 spliced in front (``SERVER_FIELDS``: the child leaves them out): compression starts as soon as
-the bytes arrive, in a thread, while this one validates them, instead of after a
-re-serialization. The
+the bytes arrive, while a thread validates them, instead of after a re-serialization. The
 browser parses the same text that was validated; orjson and ``JSON.parse`` agree on it (the last
 of duplicate keys wins in both; invalid UTF-8, lone surrogates and out-of-range numbers are
 refused here). A child that wrote a server field anyway, or proposed diagnoses (which the server
@@ -25,6 +24,7 @@ import struct
 import subprocess
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -37,6 +37,7 @@ from gradstep.trace_dicts import collector_paused, validate
 
 INLINE_BYTES = 64 << 10
 NOT_JSON = "The run returned something that is not JSON."
+_validating = ThreadPoolExecutor(1, thread_name_prefix="gradstep-validate")
 CHECKER_DIED = "The run's trace could not be checked: its checker process died."
 
 
@@ -53,12 +54,32 @@ class Checked:
 def check(raw: bytes, fields: dict, encode: bool = True) -> Checked:
     """Whether ``raw`` (a child's result) is a trace, and with ``encode`` the stored trace with
     ``fields`` (the server's) written in."""
-    spliced = None
-    if encode and raw[:1] == b"{":
+    stored = None
+    if encode and raw[:1] == b"{" and len(raw) > INLINE_BYTES:
         head = orjson.dumps(fields)[:-1] + b"," if fields else b"{"
-        body = head + raw[1:]
-        # compressed while this thread validates; discarded if the bytes fail the check
-        spliced = encoding.compress_later(body)
+        # Validated in a thread while this one compresses (discarded if the bytes fail the check).
+        # This way round the thread starts at once, as brotli releases the GIL; the other way the
+        # compressing thread waited for the GIL until the parse (one C call) was done, and the two
+        # ran one after the other: 13.5 ms for the 24-layer trace instead of 7.9.
+        parsing = _validating.submit(_parsed, raw)
+        stored = encoding.compress(head + raw[1:])
+        trace = parsing.result()
+    else:
+        trace = _parsed(raw)
+    if isinstance(trace, str):
+        return Checked(trace)
+    if trace.get("diagnoses"):
+        return Checked(proposed=True)
+    if not encode:
+        return Checked()
+    if stored is not None and not fields.keys() & trace.keys():
+        return Checked(stored=stored)
+    trace.update(fields)  # a server field the child wrote is not the child's to say
+    return Checked(stored=encoding.compress(orjson.dumps(trace)))
+
+
+def _parsed(raw: bytes) -> dict | str:
+    """The trace ``raw`` holds, or the sentence saying why it holds none."""
     try:
         # parsed, then validated as Python data: as complete as validating the JSON text, and
         # cheaper; against the TypedDicts, which check what the models check without a model per dict
@@ -66,17 +87,10 @@ def check(raw: bytes, fields: dict, encode: bool = True) -> Checked:
             trace = orjson.loads(raw)
             validate(trace)
     except orjson.JSONDecodeError:
-        return Checked(NOT_JSON)
+        return NOT_JSON
     except ValidationError as e:
-        return Checked(f"The run returned something that is not a trace ({e.error_count()} problems).")
-    if trace.get("diagnoses"):
-        return Checked(proposed=True)
-    if not encode:
-        return Checked()
-    if spliced is not None and not fields.keys() & trace.keys():
-        return Checked(stored=spliced())
-    trace.update(fields)  # a server field the child wrote is not the child's to say
-    return Checked(stored=encoding.compress(orjson.dumps(trace)))
+        return f"The run returned something that is not a trace ({e.error_count()} problems)."
+    return trace
 
 
 # A request: op, len(fields JSON), len(data); then both. A reply: kind, len(problem), len(stored); then both.

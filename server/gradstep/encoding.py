@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import anyio
@@ -33,7 +32,6 @@ BROTLI_QUALITY = 5
 BR = b"gradstep-br\n"
 BOTH = b"gradstep-gzip+br\n"
 _LENGTH = struct.Struct(">I")
-_compressing = ThreadPoolExecutor(1, thread_name_prefix="gradstep-compress")
 
 
 @dataclass(frozen=True)
@@ -64,13 +62,6 @@ def _gzip(body: bytes) -> bytes:
 
 def _brotli(body: bytes) -> bytes:
     return brotli.compress(body, quality=BROTLI_QUALITY)
-
-
-def compress_later(body: bytes) -> Callable[[], bytes]:
-    """Start compressing ``body`` (in a thread: brotli releases the GIL); the returned call waits
-    for its stored form."""
-    br = _compressing.submit(_brotli, body)
-    return lambda: Encoded(br.result()).pack()
 
 
 def compress(body: bytes) -> bytes:
