@@ -76,6 +76,24 @@ def test_bytes_that_are_not_a_trace_are_refused_before_anything_is_served(raw, p
     assert checked.stored is None and problem in (checked.problem or "")
 
 
+def test_a_big_trace_is_refused_or_mended_alike_though_compressed_while_it_is_validated():
+    # past INLINE_BYTES the bytes are compressed while a thread validates them: what fails the
+    # check is still never served, and a forged server field is still overwritten
+    trace = orjson.loads(jobs.run(payload_for(BIG)))
+    raw = orjson.dumps(trace)
+    assert len(raw) > checker.INLINE_BYTES
+    for bad, problem in (
+        (raw + b" trailing", NOT_JSON),
+        (orjson.dumps({**trace, "status": "sure"}), "not a trace"),
+        (raw[:-1] + b',"steps":"not a list"}', "not a trace"),
+    ):
+        checked = check(bad, FIELDS)
+        assert checked.stored is None and problem in (checked.problem or "")
+    served = served_json(check(orjson.dumps({**trace, "code": "forged"}), FIELDS).stored)
+    assert {k: served[k] for k in SERVER_FIELDS} == FIELDS
+    assert served_json(check(raw, FIELDS).stored) == rows_of({**trace, **FIELDS})
+
+
 def test_a_trace_that_proposes_diagnoses_is_left_to_the_server_to_verify():
     raw = orjson.dumps({"status": "ok", "diagnoses": [{"kind": "k", "severity": "error", "message": "m"}]})
     assert check(raw, FIELDS) == checker.Checked(proposed=True)
