@@ -33,6 +33,7 @@ from gradstep.settings import Settings
 from testkit.sandbox_guard import (
     Guard,
     at_once,
+    cpu_cgroup_of,
     files_owned_by,
     guard_fixture,
     guard_unavailable,
@@ -702,13 +703,6 @@ def test_a_run_cannot_raise_its_cpu_weight(both, guard, mounts_before):
     assert cpu_cgroup_of(int(pid)) == group != cpu_cgroup_of(os.getpid()), "still in the sandbox's cpu group"
     assert int(Path("/sys/fs/cgroup/cpu", group.strip("/"), "cpu.shares").read_text()) == CPU_SHARES
     attack(sb, "print('after')", guard, mounts_before)  # clean afterwards
-
-
-def cpu_cgroup_of(pid: int) -> str:
-    line = next(
-        x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if "cpu" in x.split(":")[1].split(",")
-    )
-    return line.split(":", 2)[2]
 
 
 # -- more at once than the workers -------------------------------------------------------

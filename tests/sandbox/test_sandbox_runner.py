@@ -22,6 +22,7 @@ from testkit import sandbox_guard
 from testkit.sandbox_guard import (
     Guard,
     at_once,
+    cpu_cgroup_of,
     guard_fixture,
     guard_unavailable,
     most_at_once,
@@ -420,13 +421,6 @@ def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
 def cpu_groups() -> list[Path]:
     """The cpu cgroups this process's sandboxes made (beside this process's own cpu cgroup)."""
     return sorted(Path("/sys/fs/cgroup/cpu", own_cgroup("cpu").strip("/")).glob(f"gradstep-{os.getpid()}-*"))
-
-
-def cpu_cgroup_of(pid: int) -> str:
-    line = next(
-        x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if "cpu" in x.split(":")[1].split(",")
-    )
-    return line.split(":", 2)[2]
 
 
 def test_the_children_weigh_as_much_as_one_server_process_together(sandbox):
