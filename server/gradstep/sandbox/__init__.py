@@ -148,8 +148,9 @@ a child stops that child before the target runs ("crashed", fail closed).
    bombs, fork/thread bombs. Beside them, a v1 cpu cgroup around the zygote and all
    its children gives them together the CPU weight of one server process: each
    child's ``setsid`` would otherwise make it a scheduler autogroup of its own,
-   weighed like the server's whole session (``health()["cpu_group"]``). Unavailable (read-only cgroupfs in an unprivileged
-   container, cgroup v2 — not supported yet): the container's ``--memory`` and
+   weighed like the server's whole session (``health()["cpu_group"]``).
+   Unavailable (read-only cgroupfs in an unprivileged container, cgroup v2 — not
+   supported yet): the container's ``--memory`` and
    ``--pids-limit`` must stand in. Cost: ~0.2 ms when migrations come back to
    back, ~7–12 ms after an idle spell (a v1 migration waits for an RCU grace
    period) — the most expensive layer; a spare pays it (and the fork) before

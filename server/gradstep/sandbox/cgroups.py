@@ -13,7 +13,7 @@ cgroup v2 is not supported yet: there the layer reports itself unavailable.
 
 The cpu cgroup, ``<the server's cpu cgroup>/gradstep-<server pid>-<n>/`` with ``cpu.shares``
 ``CPU_SHARES``, holds the zygote, so every child it forks (a child cannot leave it: it never sees
-cgroupfs again, and seccomp denies fork). Without it each child outranked the server: a child's
+cgroupfs again). Without it each child outranked the server: a child's
 ``setsid`` gives it an autogroup of its own (``/proc/sys/kernel/sched_autogroup_enabled``), which
 the scheduler weighs like the server's whole session, so two runs took two thirds of the CPUs
 from the server's event loop and checkers (``benchmarks/stall.py``: /healthz p99 22-29 ms under
@@ -101,17 +101,14 @@ class Cgroups:
         self.cpu_state = self._create_cpu()
 
     def _create_cpu(self) -> str:
-        """ "active", or "unavailable: <why>" (no path in it: /healthz shows it)."""
+        """The cpu cgroup's state: "active", or "unavailable: <why>" (no path: /healthz shows it)."""
         if not (CPU_HIERARCHY / "cpu.shares").exists():
             return "unavailable: no cgroup v1 cpu hierarchy"
         try:
             self._mkdir(self.cpu)
             _write(self.cpu / "cpu.shares", CPU_SHARES)
         except OSError as e:
-            if self.created and self.created[-1] == self.cpu:
-                self.created.pop()
-                self.cpu.rmdir()
-            return f"unavailable: {e.strerror}"
+            return f"unavailable: {e.strerror}"  # a directory it made is in ``created``: ``remove`` takes it
         return "active"
 
     def _mkdir(self, path: Path) -> None:

@@ -211,7 +211,7 @@ class Sandbox:
                 self._cgroup_state = "active"
                 if cg.cpu_state != "active":
                     _warn(
-                        f"the sandbox's cpu cgroup is {cg.cpu_state}; under load its runs outweigh the server"
+                        f"the sandbox's cpu cgroup is {cg.cpu_state}; under load its runs may outweigh the server"
                     )
             except OSError as e:
                 self._cgroup_state = f"unavailable: {e}"
