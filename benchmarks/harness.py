@@ -278,7 +278,7 @@ class Server:
         for line in cgroup_text(self.pid).splitlines():
             _, names, path = line.split(":", 2)
             for name in names.split(","):
-                if name in ("memory", "pids"):
+                if name in ("memory", "pids", "cpu"):  # the sandbox's cpu group sits beside the server
                     base = Path("/sys/fs/cgroup") / name / path.strip("/")
                     found += sorted(base.glob(f"gradstep-{self.pid}-*"))
         return found
