@@ -30,6 +30,7 @@ from gradstep.runs import payload_for, sandbox_config
 from gradstep.sandbox import Sandbox
 from gradstep.sandbox.cgroups import CPU_SHARES
 from gradstep.settings import Settings
+from testkit import truth
 from testkit.sandbox_guard import (
     Guard,
     at_once,
@@ -360,6 +361,27 @@ def test_modules_imported_after_the_uid_drop_are_found(full, guard, mounts_befor
     lazy, answer, value = trace["stdout"].splitlines()
     assert {"sqlite3", "numpy.polynomial"} <= set(ast.literal_eval(lazy))
     assert (answer, value) == ("42", "7.0")
+
+
+def test_a_dataloader_asking_for_worker_processes_loads_in_the_run_itself(full, guard, mounts_before):
+    # Workers are processes, which seccomp refuses: the run loads in its own process instead, with
+    # the batches plain torch's workers give (tests/tracer/test_real_code_offline.py has the rest).
+    code = (
+        "import torch\n"
+        "from torch.utils.data import DataLoader, TensorDataset\n"
+        "torch.manual_seed(0)\n"
+        "data = TensorDataset(torch.randn(8, 3), torch.randn(8, 1))\n"
+        "w = torch.zeros(3, 1, requires_grad=True)\n"
+        "for x, y in DataLoader(data, batch_size=4, shuffle=True, num_workers=2):\n"
+        "    ((x @ w - y) ** 2).mean().backward()\n"
+        "print(w.grad.flatten().tolist())\n"
+    )
+    _, trace = attack(full, code, guard, mounts_before)
+    assert trace["error"] is None, trace["error"]
+    assert trace["stdout"] == truth.run_plain(code).stdout
+    assert [
+        n for n in trace["notes"] if n.startswith("The DataLoader at line(s) 6 asked for worker processes")
+    ]
 
 
 # -- writing where it must not ------------------------------------------------------

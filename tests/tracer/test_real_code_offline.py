@@ -301,3 +301,54 @@ def test_a_library_probing_for_tqdm_during_the_run_finds_none():
     )
     trace = record(code, OFFLINE)
     assert trace["stdout"] == "absent\n[1, 2]\n"
+
+
+LOADER = _code(
+    """
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(12, 3), torch.randn(12, 1))
+    class Loader(DataLoader):  # a project's own loader passes its arguments on
+        def __init__(self, dataset, **kwargs):
+            super().__init__(dataset, **kwargs)
+    loaders = [
+        DataLoader(data, 4, True, None, None, 2, generator=torch.Generator().manual_seed(1)),
+        DataLoader(data, batch_size=4, shuffle=True, num_workers=2, persistent_workers=True, prefetch_factor=4,
+                   timeout=30, multiprocessing_context="fork"),
+        Loader(data, batch_size=6, num_workers=1),
+    ]
+    w = torch.zeros(3, 1, requires_grad=True)
+    for loader in loaders:
+        for x, y in loader:
+            ((x @ w - y) ** 2).mean().backward()
+        print(loader.num_workers, w.grad.sum().item())
+    """
+)
+
+
+def test_a_dataloader_with_worker_processes_loads_the_same_batches_in_the_main_process():
+    # A run here starts no processes (the sandbox's seccomp refuses fork): worker processes would
+    # end the run with a bare FileNotFoundError from multiprocessing's semaphores. Plain Python
+    # (real workers) and the trace see the same batches in the same order, so the same gradients.
+    trace = record(LOADER, OFFLINE)
+    plain = _plain(LOADER)
+    assert [line.split()[1] for line in trace["stdout"].splitlines()] == [
+        line.split()[1] for line in plain.stdout.splitlines()
+    ]
+    assert [line.split()[0] for line in trace["stdout"].splitlines()] == ["0", "0", "0"]  # what it did
+    assert not [*truth.compare_status(trace, plain), *truth.compare_grads(trace, plain)]
+    assert trace["status"] == "ok"
+    assert "line(s) 7, 9, 10 asked" in _note(
+        trace, "The DataLoader at line(s)"
+    )  # 7: the subclass's super call
+    assert torch.utils.data.DataLoader.__init__.__qualname__ == "DataLoader.__init__", "restored"
+
+
+def test_a_dataloader_in_the_main_process_or_outside_the_sandbox_is_left_as_it_is():
+    trace = record(LOADER)  # a notebook's own process: its workers start
+    assert [line.split()[0] for line in trace["stdout"].splitlines()] == ["2", "2", "1"]
+    assert not [n for n in trace["notes"] if "DataLoader" in n]
+    code = "from torch.utils.data import DataLoader\nprint(len(list(DataLoader(range(5), num_workers=0))))\n"
+    trace = record(code, OFFLINE)
+    assert trace["stdout"] == "5\n" and trace["notes"] == []

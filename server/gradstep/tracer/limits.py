@@ -19,8 +19,9 @@ class Limits:
     # A machine without a GPU can still run CUDA code as the same code on the CPU: the sandbox says
     # True, and the devices a snippet asks for become the CPU, with a note (see devices.py)
     cuda_on_cpu: bool = False
-    # No keyboard, network or files of its own (the sandbox): input() and downloads say so, missing
-    # tqdm/matplotlib get stand-ins, and notes say what a snippet can use instead (see offline.py)
+    # No keyboard, network, files or processes of its own (the sandbox): input() and downloads say so,
+    # a DataLoader loads in the run's process, missing tqdm/matplotlib get stand-ins, and notes say what
+    # a snippet can use instead (see offline.py)
     offline: bool = False
 
     @classmethod

@@ -1,4 +1,5 @@
-"""A run with no keyboard, no network and no files of its own (the sandbox): what pasted code gets.
+"""A run with no keyboard, no network, no files and no processes of its own (the sandbox): what
+pasted code gets.
 
 Code pasted from a project reads a value with ``input()``, opens its data files, downloads
 pretrained weights, imports libraries this server does not have, shows a progress bar and a plot.
@@ -10,6 +11,8 @@ In the sandbox each of these ends in an answer, not a bare traceback:
   (wherever the process's stdin points), and a note says why;
 * ``torch.hub`` downloads raise ``NoNetwork`` (a ``ConnectionError``) naming the call;
 * ``tqdm`` and ``matplotlib``, where missing, are stand-ins that show nothing (standins.py);
+* a ``DataLoader`` that asks for worker processes loads its batches in the main process instead
+  (a run here starts no processes), and a note says so;
 * a missing library, a missing file or a network failure ends the run as in plain Python, and a
   note says what a snippet has here and what to do instead.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
+import inspect
 import socket
 import sys
 import urllib.error
@@ -26,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch.hub
+import torch.utils.data
 
 from gradstep.tracer.lines import listed
 from gradstep.tracer.standins import StandInFinder
@@ -74,6 +79,7 @@ class OfflineUse:
     missing_file: str | None = None
     network: bool = False
     keyboard: set[int | None] = field(default_factory=set)  # lines that called input()
+    workers: set[int | None] = field(default_factory=set)  # lines whose DataLoader asked for worker processes
 
     def failed(self, e: BaseException) -> None:
         if isinstance(e, ModuleNotFoundError) and e.name:
@@ -108,6 +114,13 @@ class OfflineUse:
                 f"input() at line(s) {listed(self.keyboard)} waits for someone to type, and a run here has no "
                 "keyboard: it reads an empty input, so Python raises EOFError. Put the value in the code "
                 "(lr = 0.01)."
+            )
+        if self.workers:
+            out.append(
+                f"The DataLoader at line(s) {listed(self.workers)} asked for worker processes (num_workers), and "
+                "a run here starts no processes: it loaded the batches in the main process (num_workers=0). They "
+                "are the same batches in the same order; only random numbers a dataset draws per item differ, "
+                "as each worker seeds its own."
             )
         for package, line in sorted(self.standins.items()):
             what = (
@@ -156,10 +169,39 @@ def _no_download(fn: Callable, name: str, use: OfflineUse) -> Callable:
     return offline_download
 
 
+_LOADER_INIT = torch.utils.data.DataLoader.__init__
+_LOADER_PARAMS = inspect.signature(_LOADER_INIT)
+# What only loading in worker processes takes: torch refuses each of them with num_workers=0
+_WORKERS_ONLY = {
+    "prefetch_factor": None,
+    "persistent_workers": False,
+    "multiprocessing_context": None,
+    "timeout": 0,
+}
+
+
+def _in_process_loading(use: OfflineUse, line_now: Callable[[], int | None]) -> Callable:
+    """``DataLoader.__init__`` that loads in the main process where worker processes were asked for."""
+
+    @functools.wraps(_LOADER_INIT)
+    def init(self, *args: object, **kwargs: object) -> None:
+        try:
+            bound = _LOADER_PARAMS.bind(self, *args, **kwargs)
+        except TypeError:
+            return _LOADER_INIT(self, *args, **kwargs)  # torch says what is wrong with the call
+        workers = bound.arguments.get("num_workers", 0)
+        if isinstance(workers, int) and workers > 0:
+            use.workers.add(line_now())
+            bound.arguments.update(num_workers=0, **_WORKERS_ONLY)
+        return _LOADER_INIT(*bound.args, **bound.kwargs)
+
+    return init
+
+
 @contextlib.contextmanager
 def offline(use: OfflineUse, line_now: Callable[[], int | None]) -> Iterator[None]:
-    """Run the body without keyboard or downloads, with stand-ins for missing tqdm/matplotlib;
-    everything changed is restored after."""
+    """Run the body without keyboard, downloads or worker processes, with stand-ins for missing
+    tqdm/matplotlib; everything changed is restored after."""
     hub = torch.hub
     saved = {name: getattr(hub, name) for name in _DOWNLOADS}
     for name in _DOWNLOADS:
@@ -167,12 +209,14 @@ def offline(use: OfflineUse, line_now: Callable[[], int | None]) -> Iterator[Non
     orig_input, orig_argv = builtins.input, sys.argv
     builtins.input = _no_keyboard(use, line_now)
     sys.argv = [SCRIPT]
+    torch.utils.data.DataLoader.__init__ = _in_process_loading(use, line_now)
     finder = StandInFinder(lambda package: use.standins.setdefault(package, line_now()))
     sys.meta_path.append(finder)
     try:
         yield
     finally:
         finder.remove()
+        torch.utils.data.DataLoader.__init__ = _LOADER_INIT
         builtins.input, sys.argv = orig_input, orig_argv
         zoo = sys.modules.get("torch.utils.model_zoo")  # imported in the run: it took hub's function
         if zoo is not None and getattr(zoo, "load_url", None) is hub.load_state_dict_from_url:

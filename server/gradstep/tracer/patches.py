@@ -13,8 +13,8 @@
 * where ``Limits.cuda_on_cpu`` is on and the snippet names CUDA: the devices it asks for become the
   CPU (torch's factories, the Tensor methods that take a device, ``torch.Generator``, torch.device
   contexts, a few ``torch.cuda`` functions: devices.py);
-* where ``Limits.offline`` is on: ``input()``, ``torch.hub``'s downloads, and stand-ins for missing
-  ``tqdm``/``matplotlib`` on ``sys.meta_path`` (offline.py);
+* where ``Limits.offline`` is on: ``input()``, ``torch.hub``'s downloads, ``DataLoader``'s worker
+  processes, and stand-ins for missing ``tqdm``/``matplotlib`` on ``sys.meta_path`` (offline.py);
 * ``sys.stdout`` / ``sys.stderr``: the snippet's output is captured.
 """
 
