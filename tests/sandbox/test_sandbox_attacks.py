@@ -441,9 +441,28 @@ def test_fork_bomb_fails(both, guard, mounts_before):
         assert error_of(trace) == ("BlockingIOError", "[Errno 11] Resource temporarily unavailable")
 
 
+PROCESSES_NOTE = "A run here starts no processes"
+
+
 def test_subprocess_run_fails(full, guard, mounts_before):
     _, trace = attack(full, "import subprocess\nsubprocess.run(['/bin/true'])", guard, mounts_before)
     assert error_of(trace) == ("PermissionError", "[Errno 1] Operation not permitted")
+    assert [n for n in trace["notes"] if n.startswith(PROCESSES_NOTE)], trace["notes"]
+
+
+def test_a_process_pool_fails_and_the_note_says_to_do_the_work_in_the_run(full, guard, mounts_before):
+    code = (
+        "import multiprocessing as mp\n"
+        "def square(v):\n"
+        "    return v * v\n"
+        "if __name__ == '__main__':\n"
+        "    with mp.Pool(2) as pool:\n"
+        "        print(pool.map(square, [1, 2, 3]))\n"
+    )
+    _, trace = attack(full, code, guard, mounts_before)
+    assert trace["error"] is not None and trace["error"]["line"] == 5
+    assert [n for n in trace["notes"] if n.startswith(PROCESSES_NOTE)], trace["notes"]
+    assert not [n for n in trace["notes"] if "is not here" in n], "no missing-file note for a semaphore"
 
 
 def test_os_system_and_libc_system_fail(both, guard, mounts_before):

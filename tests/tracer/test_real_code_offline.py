@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import io
 import socket
+import subprocess
 import sys
 import textwrap
 
@@ -352,3 +353,27 @@ def test_a_dataloader_in_the_main_process_or_outside_the_sandbox_is_left_as_it_i
     code = "from torch.utils.data import DataLoader\nprint(len(list(DataLoader(range(5), num_workers=0))))\n"
     trace = record(code, OFFLINE)
     assert trace["stdout"] == "5\n" and trace["notes"] == []
+
+
+def test_a_script_that_finds_its_folder_with_file_runs_as_python_snippet_py_would(tmp_path, monkeypatch):
+    # Scripts find their data next to themselves: the run is "python snippet.py" (sys.argv too)
+    code = _code(
+        """
+        import os
+        import torch
+        here = os.path.dirname(os.path.abspath(__file__))
+        print(os.path.basename(__file__), here == os.getcwd())
+        x = torch.ones(2, requires_grad=True)
+        (x * 3).sum().backward()
+        print(x.grad)
+        """
+    )
+    monkeypatch.chdir(tmp_path)
+    trace = record(code, OFFLINE)
+    (tmp_path / "snippet.py").write_text(code)
+    plain = subprocess.run(
+        [sys.executable, "snippet.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert trace["error"] is None and trace["stdout"] == plain.stdout
+    assert record("print(__file__)\n")["error"]["type"] == "NameError"  # as in a notebook's own code

@@ -6,13 +6,15 @@ pretrained weights, imports libraries this server does not have, shows a progres
 In the sandbox each of these ends in an answer, not a bare traceback:
 
 * ``sys.argv`` is ``["snippet.py"]``, as for ``python snippet.py``: ``argparse`` takes its defaults
-  (not the arguments of the process that runs the snippet);
+  (not the arguments of the process that runs the snippet); ``__file__`` is ``snippet.py`` too
+  (set by the recorder, with the snippet's globals);
 * ``input()`` shows its prompt and raises ``EOFError``, as Python does when its input is empty
   (wherever the process's stdin points), and a note says why;
 * ``torch.hub`` downloads raise ``NoNetwork`` (a ``ConnectionError``) naming the call;
 * ``tqdm`` and ``matplotlib``, where missing, are stand-ins that show nothing (standins.py);
 * a ``DataLoader`` that asks for worker processes loads its batches in the main process instead
-  (a run here starts no processes), and a note says so;
+  (a run here starts no processes), and a note says so; other ways of starting a process fail as
+  they do, and a note says to do the work in the run's own process;
 * a missing library, a missing file or a network failure ends the run as in plain Python, and a
   note says what a snippet has here and what to do instead.
 """
@@ -80,9 +82,12 @@ class OfflineUse:
     network: bool = False
     keyboard: set[int | None] = field(default_factory=set)  # lines that called input()
     workers: set[int | None] = field(default_factory=set)  # lines whose DataLoader asked for worker processes
+    processes: bool = False  # it failed starting a process (multiprocessing, subprocess)
 
     def failed(self, e: BaseException) -> None:
-        if isinstance(e, ModuleNotFoundError) and e.name:
+        if _in_process_modules(e):
+            self.processes = True  # before the file case: a semaphore's FileNotFoundError names no file
+        elif isinstance(e, ModuleNotFoundError) and e.name:
             self.missing_module = e.name
         elif isinstance(e, FileNotFoundError) and e.filename is not None:
             self.missing_file = str(e.filename)
@@ -115,6 +120,12 @@ class OfflineUse:
                 "keyboard: it reads an empty input, so Python raises EOFError. Put the value in the code "
                 "(lr = 0.01)."
             )
+        if self.processes:
+            out.append(
+                "A run here starts no processes (multiprocessing, subprocess, process pools), so the call that "
+                "tried failed. Do the work in the snippet's own process: a plain loop instead of Pool.map, the "
+                "function called directly instead of a subprocess."
+            )
         if self.workers:
             out.append(
                 f"The DataLoader at line(s) {listed(self.workers)} asked for worker processes (num_workers), and "
@@ -130,6 +141,20 @@ class OfflineUse:
             )
             out.append(f"{package} (imported at line {line}) is not installed here; the run used {what}.")
         return out
+
+
+# Where starting a process fails in a run here (seccomp refuses fork and exec; no /dev/shm)
+_PROCESS_MODULES = ("/multiprocessing/", "/subprocess.py", "/concurrent/futures/process.py")
+
+
+def _in_process_modules(e: BaseException) -> bool:
+    """Whether ``e`` was raised from inside the standard library's process machinery."""
+    tb = e.__traceback__
+    while tb is not None:
+        if any(part in tb.tb_frame.f_code.co_filename for part in _PROCESS_MODULES):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _network_error(e: BaseException | None) -> bool:

@@ -22,7 +22,7 @@ import torch
 
 from gradstep.schema import VERSION
 from gradstep.trace_dicts import TraceDict
-from gradstep.tracer import errors, lines, passes, patches
+from gradstep.tracer import errors, lines, offline, passes, patches
 from gradstep.tracer.calls import Calls
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.graph import Graph
@@ -49,6 +49,8 @@ class Recorder:
         self.code = code
         self.limits = limits
         self.snippet = Snippet(code)
+        if limits.offline:  # the sandbox runs it as ``python snippet.py`` would (sys.argv too: offline.py)
+            self.snippet.globals["__file__"] = offline.SCRIPT
         self.steps: list[dict] = []
         self.guard = Guard(self.steps)
         self.out = self.output_type(limits.max_stdout)
