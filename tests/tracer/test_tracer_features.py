@@ -19,6 +19,7 @@ import contextlib
 import gc
 import io
 import json
+import linecache
 import re
 import subprocess
 import sys
@@ -33,6 +34,7 @@ import torch
 from gradstep import trace
 from gradstep.schema import Trace
 from gradstep.tracer import Limits, record
+from gradstep.tracer.names import SNIPPET_FILENAME
 from testkit import truth
 from testkit.torch_print import printed
 
@@ -1150,3 +1152,37 @@ def test_compile_without_inductor_runs_aot_eager_and_says_so():
     (x.sin() * x).sum().backward()
     (traced,) = [t for t in trace["steps"][-1]["tensors"] if t["name"] == "x"]
     assert truth.grad_mismatch(x.grad, traced["grad"]) is None
+
+
+SCRIPTED = textwrap.dedent(
+    """
+    import inspect
+    import torch
+
+    @torch.jit.script
+    def scaled(x, k: float):
+        return x * x * k
+
+    def shifted(x):
+        return x + 1
+
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    scaled(shifted(x), 3.0).sum().backward()
+    print(x.grad)
+    print(inspect.getsource(shifted).strip())
+    """
+).lstrip()
+
+
+def test_code_that_reads_its_own_source_gets_it_as_from_a_file(tmp_path):
+    # torch.jit.script compiles a function from its source (inspect): it failed with "Can't get
+    # source" here, while `python snippet.py` runs it
+    (tmp_path / "snippet.py").write_text(SCRIPTED)
+    plain = subprocess.run(
+        [sys.executable, "snippet.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert plain.returncode == 0, plain.stderr
+    for limits in (Limits(), Limits.sandboxed()):
+        trace = record(SCRIPTED, limits)
+        assert trace["error"] is None and trace["stdout"] == plain.stdout
+    assert SNIPPET_FILENAME not in linecache.cache, "the source is not left behind"

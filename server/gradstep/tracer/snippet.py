@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import linecache
 import types
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,13 @@ class Snippet:
         """Run ``compiled``, its markers calling ``on_*``: its error as the trace shows it, if any
         (``failed`` is told the exception; a ``sys.exit(0)`` is no error)."""
         self.globals.update({lines.LINE: on_line, lines.ENTER: on_enter, lines.EXIT: on_exit})
+        # Its source where inspect looks (torch.jit.script, inspect.getsource), as a file's would be
+        linecache.cache[SNIPPET_FILENAME] = (
+            len(self.code),
+            None,
+            self.code.splitlines(True),
+            SNIPPET_FILENAME,
+        )
         try:
             exec(compiled, self.globals)
         except SystemExit as e:
@@ -43,6 +51,8 @@ class Snippet:
             error = errors.snippet_error(e, self.code)
             failed(e)
             return error
+        finally:
+            linecache.cache.pop(SNIPPET_FILENAME, None)
         return None
 
     def let_go(self) -> None:
