@@ -72,6 +72,11 @@ def _absent(module: str) -> None:
             "import torch\nfrom transformers import AutoModel\nm = AutoModel.from_pretrained('bert-base-uncased')\n",
         ),
         ("lightning", "import torch\nimport lightning as L\n"),
+        ("wandb", "import torch\nimport wandb\nwandb.init(project='demo')\n"),
+        (
+            "tensorboard",
+            "import torch\nfrom torch.utils.tensorboard import SummaryWriter\nwriter = SummaryWriter()\n",
+        ),
     ],
 )
 def test_a_library_that_is_not_here_fails_as_in_plain_python_and_the_note_says_what_to_use(module, code):
@@ -80,6 +85,7 @@ def test_a_library_that_is_not_here_fails_as_in_plain_python_and_the_note_says_w
     _same_end(trace, _plain(code))
     note = _note(trace, f"{module} is not installed here")
     assert "numpy" in note and "torch.nn" in note and "Instead," in note
+    assert "use what torch and numpy offer" not in note, "what to write instead of this one"
 
 
 def test_a_library_imported_under_try_gets_no_note():

@@ -58,6 +58,10 @@ _INSTEAD = {
     "pytorch_lightning": "write the training step as a plain loop: loss = …; optimizer.zero_grad(); "
     "loss.backward(); optimizer.step()",
     "accelerate": "leave it out: it places models and batches on devices, and here everything runs on the CPU",
+    "wandb": "leave the logging out and print what you would log (print(loss.item())): the trace shows every "
+    "step's values and gradients",
+    "tensorboard": "leave the SummaryWriter out and print what you would log (print(loss.item())): the trace "
+    "shows every step's values and gradients",
     "sklearn": "make the data with torch (torch.randn, torch.randint) or numpy",
     "pandas": "build the data as tensors (torch.tensor([...])) or numpy arrays",
     "scipy": "use torch or numpy for the computation",
