@@ -383,3 +383,44 @@ def test_a_script_that_finds_its_folder_with_file_runs_as_python_snippet_py_woul
     assert plain.returncode == 0, plain.stderr
     assert trace["error"] is None and trace["stdout"] == plain.stdout
     assert record("print(__file__)\n")["error"]["type"] == "NameError"  # as in a notebook's own code
+
+
+def test_a_notebook_cell_pasted_with_its_magics_and_shell_commands_runs_without_them():
+    cell = _code(
+        """
+        %%time
+        %matplotlib inline
+        !pip install torch
+        import torch
+        x = torch.ones(3, requires_grad=True)
+        for i in range(2):
+            !echo step
+            (x * i).sum().backward()
+        print(x.grad)
+        """
+    )
+    # the same cell as Python, its line numbers kept: what IPython runs, less the magics' effects
+    python = "\n\n\n" + _code(
+        """
+        import torch
+        x = torch.ones(3, requires_grad=True)
+        for i in range(2):
+            pass
+            (x * i).sum().backward()
+        print(x.grad)
+        """
+    )
+    trace = record(cell, OFFLINE)
+    _same_end(trace, _plain(python))
+    assert "Line(s) 1, 2, 3, 7 are IPython's own" in _note(trace, "Line(s)")
+
+
+def test_a_syntax_error_past_a_magic_is_the_codes_own_and_valid_python_is_never_touched():
+    trace = record("%matplotlib inline\nimport torch\nx = torch.ones(2, requires_grad=True\n", OFFLINE)
+    assert (trace["error"]["type"], trace["error"]["line"]) == ("SyntaxError", 3)
+    assert "was never closed" in trace["error"]["message"]
+    assert _note(trace, "Line(s) 1 are IPython's own")
+    code = 'text = """\n% not a magic\n!nor a shell command\n"""\nprint(text, 7 % 4)\n'
+    trace = record(code, OFFLINE)
+    _same_end(trace, _plain(code))
+    assert trace["notes"] == []

@@ -16,6 +16,7 @@ class Uses:
     """What the code used that a note speaks of (the recorder and patches.py fill it in)."""
 
     def __init__(self) -> None:
+        self.ipython: list[int] = []  # lines skipped as IPython's own (magics, shell commands)
         self.transformed: set[int | None] = set()  # lines that ran inside a torch.func transform
         self.forward_ad: set[int | None] = set()  # lines that entered forward_ad.dual_level
         self.compiled: set[int | None] = set()  # lines whose torch.compile ran with aot_eager
@@ -36,6 +37,12 @@ class Uses:
             notes.append(
                 "This machine has no GPU, so CUDA code cannot run here. Run the snippet on the CPU "
                 "(drop .cuda() and device='cuda'): autograd behaves the same."
+            )
+        if self.ipython:
+            notes.append(
+                f"Line(s) {listed(set(self.ipython))} are IPython's own (a notebook's %magics and !shell "
+                "commands), which Python cannot run, so the run skipped them. torch and numpy are installed "
+                "here already, and plots show nothing."
             )
         if self.transformed:
             where = listed(self.transformed)

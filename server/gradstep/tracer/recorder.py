@@ -81,7 +81,9 @@ class Recorder:
         try:
             compiled = self.snippet.compile()
         except SyntaxError as e:
+            self.uses.ipython = self.snippet.ipython_lines
             return self._result("error", errors.syntax_error(e))
+        self.uses.ipython = self.snippet.ipython_lines
         with patches.patched(self):
             error = self.snippet.run(compiled, self._on_line, self._on_enter, self._on_exit, self.uses.failed)
             self._finish()

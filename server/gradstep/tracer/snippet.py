@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import builtins
 import linecache
+import re
 import types
 from collections.abc import Callable
 from typing import Any
@@ -13,15 +14,29 @@ from typing import Any
 from gradstep.tracer import errors, lines
 from gradstep.tracer.names import SNIPPET_FILENAME
 
+# A line of IPython's own (a notebook cell pasted as it is): a %magic, a %%cell magic or a !shell command
+_IPYTHON_LINE = re.compile(r"^([ \t]*)[%!]")
+
 
 class Snippet:
     def __init__(self, code: str) -> None:
         self.code = code
         self.globals: dict[str, Any] = {"__name__": "__main__", "__builtins__": builtins}
+        self.ipython_lines: list[int] = []  # lines skipped as IPython's own (``compile``)
 
     def compile(self) -> types.CodeType:
-        """The snippet with its markers (SyntaxError where it is not Python)."""
-        tree = ast.parse(self.code, SNIPPET_FILENAME)
+        """The snippet with its markers (SyntaxError where it is not Python), IPython's own lines
+        skipped where it has any (``ipython_lines``)."""
+        try:
+            tree = ast.parse(self.code, SNIPPET_FILENAME)
+        except SyntaxError:
+            python, skipped = _without_ipython_lines(self.code)
+            if not skipped:
+                raise
+            self.ipython_lines = skipped
+            tree = ast.parse(
+                python, SNIPPET_FILENAME
+            )  # a SyntaxError now is the code's own, past those lines
         return compile(lines.instrument(tree), SNIPPET_FILENAME, "exec", dont_inherit=True)
 
     def run(
@@ -58,3 +73,16 @@ class Snippet:
     def let_go(self) -> None:
         """Its globals go, as a plain run's do at its end (see Recorder._let_go)."""
         self.globals.clear()
+
+
+def _without_ipython_lines(code: str) -> tuple[str, list[int]]:
+    """``code`` with each line of IPython's own made ``pass`` (same indent, same line numbers), and
+    their numbers."""
+    out, skipped = [], []
+    for number, line in enumerate(code.splitlines(keepends=True), 1):
+        match = _IPYTHON_LINE.match(line)
+        if match:
+            skipped.append(number)
+            line = f"{match.group(1)}pass\n"
+        out.append(line)
+    return "".join(out), skipped
