@@ -17,6 +17,7 @@ import ast
 import math
 from collections import Counter
 
+from gradstep import cells
 from gradstep.grad_equality import same_grad
 from gradstep.printing import fmt_bytes, fmt_number, fmt_values
 from gradstep.trace_dicts import GradDict, NodeDict, StepDict, TensorDict, TraceDict
@@ -542,7 +543,7 @@ _CALL_NAMES = frozenset({"backward", "grad"})
 
 def _calls_by_line(code: str) -> dict[int, list[str]]:
     try:
-        tree = ast.parse(code)
+        tree, _ = cells.parse(code)
     except (SyntaxError, ValueError):
         return {}
     out: dict[int, list[str]] = {}

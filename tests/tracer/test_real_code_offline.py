@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import orjson
 import pytest
@@ -24,6 +25,7 @@ from gradstep.tracer import Limits, record
 from testkit import truth
 
 OFFLINE = Limits(offline=True)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _code(text: str) -> str:
@@ -424,3 +426,12 @@ def test_a_syntax_error_past_a_magic_is_the_codes_own_and_valid_python_is_never_
     trace = record(code, OFFLINE)
     _same_end(trace, _plain(code))
     assert trace["notes"] == []
+
+
+def test_the_narration_and_the_rules_read_a_pasted_cell_as_the_run_did():
+    code = (REPO / "snippets" / "backward_twice_fails.py").read_text()
+    cell = "%matplotlib inline\n" + code
+    plain_job, cell_job = (orjson.loads(jobs.run(payload_for(c))) for c in (code, cell))
+    assert [d["kind"] for d in cell_job["diagnoses"]] == [d["kind"] for d in plain_job["diagnoses"]] != []
+    last = cell_job["steps"][-1]["explanation"]
+    assert last.startswith("`y.backward()` (line 21"), last  # the call's own text, one line down

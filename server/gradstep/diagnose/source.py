@@ -13,6 +13,8 @@ import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from gradstep import cells
+
 
 @dataclass(frozen=True)
 class Edit:
@@ -26,7 +28,7 @@ class Edit:
 class Source:
     def __init__(self, code: str):
         self.code = code
-        self.tree = ast.parse(code)
+        self.tree, _ = cells.parse(code)  # a notebook cell's IPython lines skipped, as the run skipped them
         self.lines = code.splitlines(keepends=True)
         self.parents: dict[ast.AST, ast.AST] = {}
         for parent in ast.walk(self.tree):

@@ -3,19 +3,15 @@ globals of its own, its failure caught as the trace reports it."""
 
 from __future__ import annotations
 
-import ast
 import builtins
 import linecache
-import re
 import types
 from collections.abc import Callable
 from typing import Any
 
+from gradstep import cells
 from gradstep.tracer import errors, lines
 from gradstep.tracer.names import SNIPPET_FILENAME
-
-# A line of IPython's own (a notebook cell pasted as it is): a %magic, a %%cell magic or a !shell command
-_IPYTHON_LINE = re.compile(r"^([ \t]*)[%!]")
 
 
 class Snippet:
@@ -26,17 +22,12 @@ class Snippet:
 
     def compile(self) -> types.CodeType:
         """The snippet with its markers (SyntaxError where it is not Python), IPython's own lines
-        skipped where it has any (``ipython_lines``)."""
+        skipped where it has any (``ipython_lines``; gradstep.cells)."""
         try:
-            tree = ast.parse(self.code, SNIPPET_FILENAME)
-        except SyntaxError:
-            python, skipped = _without_ipython_lines(self.code)
-            if not skipped:
-                raise
-            self.ipython_lines = skipped
-            tree = ast.parse(
-                python, SNIPPET_FILENAME
-            )  # a SyntaxError now is the code's own, past those lines
+            tree, self.ipython_lines = cells.parse(self.code, SNIPPET_FILENAME)
+        except SyntaxError as e:
+            self.ipython_lines = getattr(e, "ipython_lines", [])
+            raise
         return compile(lines.instrument(tree), SNIPPET_FILENAME, "exec", dont_inherit=True)
 
     def run(
@@ -73,16 +64,3 @@ class Snippet:
     def let_go(self) -> None:
         """Its globals go, as a plain run's do at its end (see Recorder._let_go)."""
         self.globals.clear()
-
-
-def _without_ipython_lines(code: str) -> tuple[str, list[int]]:
-    """``code`` with each line of IPython's own made ``pass`` (same indent, same line numbers), and
-    their numbers."""
-    out, skipped = [], []
-    for number, line in enumerate(code.splitlines(keepends=True), 1):
-        match = _IPYTHON_LINE.match(line)
-        if match:
-            skipped.append(number)
-            line = f"{match.group(1)}pass\n"
-        out.append(line)
-    return "".join(out), skipped
