@@ -435,3 +435,23 @@ def test_the_narration_and_the_rules_read_a_pasted_cell_as_the_run_did():
     assert [d["kind"] for d in cell_job["diagnoses"]] == [d["kind"] for d in plain_job["diagnoses"]] != []
     last = cell_job["steps"][-1]["explanation"]
     assert last.startswith("`y.backward()` (line 21"), last  # the call's own text, one line down
+
+
+def test_a_script_that_requires_arguments_ends_as_python_snippet_py_does_and_the_note_says_how(tmp_path):
+    code = _code(
+        """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--data", required=True)
+        args = parser.parse_args()
+        """
+    )
+    trace = record(code, OFFLINE)
+    (tmp_path / "snippet.py").write_text(code)
+    plain = subprocess.run(
+        [sys.executable, "snippet.py"], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert (trace["error"]["type"], plain.returncode) == ("SystemExit", 2)
+    assert trace["stdout"] == plain.stdout + plain.stderr  # the usage, as the script's own output
+    assert "parser.parse_args([" in _note(trace, "The script wants command-line arguments")
+    assert record("import sys\nsys.exit(3)\n", OFFLINE)["notes"] == []  # an exit of its own is not argparse's

@@ -87,9 +87,12 @@ class OfflineUse:
     keyboard: set[int | None] = field(default_factory=set)  # lines that called input()
     workers: set[int | None] = field(default_factory=set)  # lines whose DataLoader asked for worker processes
     processes: bool = False  # it failed starting a process (multiprocessing, subprocess)
+    arguments: bool = False  # argparse ended the run: it wanted command-line arguments
 
     def failed(self, e: BaseException) -> None:
-        if _in_process_modules(e):
+        if isinstance(e, SystemExit):
+            self.arguments = _raised_in(e, _ARGPARSE)
+        elif _raised_in(e, _PROCESS_MODULES):
             self.processes = True  # before the file case: a semaphore's FileNotFoundError names no file
         elif isinstance(e, ModuleNotFoundError) and e.name:
             self.missing_module = e.name
@@ -124,6 +127,12 @@ class OfflineUse:
                 "keyboard: it reads an empty input, so Python raises EOFError. Put the value in the code "
                 "(lr = 0.01)."
             )
+        if self.arguments:
+            out.append(
+                "The script wants command-line arguments (argparse), and a run here is python snippet.py with "
+                'none. Give each argument a default (parser.add_argument("--lr", default=0.01)), or pass '
+                'them in the code: parser.parse_args(["--lr", "0.01"]).'
+            )
         if self.processes:
             out.append(
                 "A run here starts no processes (multiprocessing, subprocess, process pools), so the call that "
@@ -149,13 +158,14 @@ class OfflineUse:
 
 # Where starting a process fails in a run here (seccomp refuses fork and exec; no /dev/shm)
 _PROCESS_MODULES = ("/multiprocessing/", "/subprocess.py", "/concurrent/futures/process.py")
+_ARGPARSE = ("/argparse.py",)
 
 
-def _in_process_modules(e: BaseException) -> bool:
-    """Whether ``e`` was raised from inside the standard library's process machinery."""
+def _raised_in(e: BaseException, modules: tuple[str, ...]) -> bool:
+    """Whether ``e`` was raised from inside one of the standard library's ``modules`` (by path)."""
     tb = e.__traceback__
     while tb is not None:
-        if any(part in tb.tb_frame.f_code.co_filename for part in _PROCESS_MODULES):
+        if any(part in tb.tb_frame.f_code.co_filename for part in modules):
             return True
         tb = tb.tb_next
     return False

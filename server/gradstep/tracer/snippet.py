@@ -52,6 +52,7 @@ class Snippet:
             exec(compiled, self.globals)
         except SystemExit as e:
             if e.code not in (None, 0):
+                failed(e)
                 return errors.snippet_error(e, self.code)
         except BaseException as e:  # the snippet's own failure is part of the trace
             error = errors.snippet_error(e, self.code)
