@@ -28,7 +28,7 @@ const api = createApi(config.api || "");
 installThemeButton($("#gs-theme"));
 
 // ------------------------------------------------------------------ editor + viewer
-const status = createRunStatus($("#gs-run-status"));
+const status = createRunStatus($("#gs-run-status"), { showNotes: () => viewer.showNotes() });
 const runBtn = $("#gs-run");
 let lastRunCode = null;
 let pickedCode = null; // the code of the example last picked

@@ -19,8 +19,10 @@ export function runSummary(trace, ms) {
   return ["error", `The run crashed. ${more}`];
 }
 
-/** The status line in `el`: set(kind, text, extra) with kind idle / running / ok / error. */
-export function createRunStatus(el) {
+/** The status line in `el`: set(kind, text, extra) with kind idle / running / ok / error. A finished
+ * run's notes (what ran otherwise here) get a button that shows them (`showNotes`): they follow the
+ * step's narration in its box, below what a phone shows of it. */
+export function createRunStatus(el, { showNotes = null } = {}) {
   const set = (kind, text, extra) => {
     el.className = `gs-run-status gs-status-${kind}`;
     el.replaceChildren(...[
@@ -33,6 +35,12 @@ export function createRunStatus(el) {
     set,
     /** A run in progress, `seconds` after its click. */
     running: (seconds = null) => set("running", `Running in the sandbox…${seconds === null ? "" : ` ${seconds.toFixed(1)} s`}`),
-    finished: (trace, ms) => set(...runSummary(trace, ms)),
+    finished: (trace, ms) => {
+      const n = (trace.notes || []).length;
+      const notes = n > 0 && showNotes
+        ? h("button", { type: "button", class: "gs-link gs-notes-link", text: `${n} note${n === 1 ? "" : "s"}`, onclick: showNotes })
+        : null;
+      set(...runSummary(trace, ms), notes);
+    },
   };
 }

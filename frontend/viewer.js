@@ -192,6 +192,11 @@ export function createViewer(el, options = {}) {
       graph.fit(); // after the banner and panels took their height
     },
     setStep: (i) => go(i, { animate: false }),
+    /** Bring the run's notes into view: they follow the step's narration in the banner. */
+    showNotes() {
+      const note = banner.querySelector(".gs-note");
+      if (note) note.scrollIntoView({ block: "nearest" });
+    },
     next: () => go(index + 1),
     prev: () => go(index - 1),
     play: () => !playing && togglePlay(),

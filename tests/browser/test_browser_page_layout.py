@@ -253,3 +253,42 @@ def test_a_warnings_quoted_stack_keeps_its_lines_and_nothing_runs_out_of_its_box
         assert app.errors == []
     finally:
         app.close()
+
+
+NOTED = """%matplotlib inline
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+data = TensorDataset(torch.randn(8, 3), torch.randn(8, 1))
+w = torch.zeros(3, 1, requires_grad=True)
+for x, y in DataLoader(data, batch_size=4, num_workers=2):
+    loss = ((x @ w - y) ** 2).mean()
+    loss.backward()
+print(w.grad)
+"""
+
+
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["1400", "390"])
+def test_the_run_status_offers_the_runs_notes_and_shows_them(browser, server, viewport):
+    # The notes follow the step's narration in its box: on a phone, below what the box shows
+    app = page(browser, server, viewport)
+    try:
+        app.open()
+        trace = app.run_code(NOTED)
+        assert len(trace["notes"]) == 2
+        button = app.page.locator("#gs-run-status .gs-notes-link")
+        assert button.inner_text() == "2 notes"
+        button.click()
+        first = app.page.locator(".gs-banner .gs-note").first
+        shown = first.evaluate(
+            """n => { const b = n.closest('.gs-banner').getBoundingClientRect(), r = n.getBoundingClientRect();
+                      return r.top >= b.top - 1 && r.top < b.bottom && r.bottom > b.top; }"""
+        )
+        assert shown, "the first note is in the box's view"
+        assert first.inner_text() == trace["notes"][0]
+        app.run_code("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 2).sum().backward()\n")
+        assert app.page.locator("#gs-run-status .gs-notes-link").count() == 0, (
+            "a run without notes offers none"
+        )
+        assert app.errors == []
+    finally:
+        app.close()
