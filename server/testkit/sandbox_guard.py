@@ -232,15 +232,6 @@ def files_owned_by(uids: range, dirs, prefix: str | None = None) -> list[str]:
     return found
 
 
-def cpu_cgroup_of(pid: int) -> str:
-    """The path of ``pid``'s cgroup in the v1 cpu hierarchy."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, names, path = line.split(":", 2)
-        if "cpu" in names.split(","):
-            return path
-    raise LookupError(f"process {pid} is in no v1 cpu cgroup")
-
-
 def mount_points() -> set[str]:
     return {line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()}
 

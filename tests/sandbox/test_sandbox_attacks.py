@@ -28,13 +28,12 @@ import orjson
 import pytest
 from gradstep.runs import payload_for, sandbox_config
 from gradstep.sandbox import Sandbox
-from gradstep.sandbox.cgroups import CPU_SHARES
+from gradstep.sandbox.cgroups import CPU_SHARES, cgroup_of
 from gradstep.settings import Settings
 from testkit import truth
 from testkit.sandbox_guard import (
     Guard,
     at_once,
-    cpu_cgroup_of,
     files_owned_by,
     guard_fixture,
     guard_unavailable,
@@ -740,8 +739,10 @@ def test_a_run_cannot_raise_its_cpu_weight(both, guard, mounts_before):
     assert tried[2] in ("autogroup PermissionError", "autogroup FileNotFoundError", "autogroup OSError")
     assert tried[3] in ("cgroupfs FileNotFoundError", "cgroupfs PermissionError")
     assert os.getpriority(os.PRIO_PROCESS, int(pid)) == 0
-    group = cpu_cgroup_of(zygote)
-    assert cpu_cgroup_of(int(pid)) == group != cpu_cgroup_of(os.getpid()), "still in the sandbox's cpu group"
+    group = cgroup_of("cpu", zygote)
+    assert cgroup_of("cpu", int(pid)) == group != cgroup_of("cpu", os.getpid()), (
+        "still in the sandbox's cpu group"
+    )
     assert int(Path("/sys/fs/cgroup/cpu", group.strip("/"), "cpu.shares").read_text()) == CPU_SHARES
     attack(sb, "print('after')", guard, mounts_before)  # clean afterwards
 

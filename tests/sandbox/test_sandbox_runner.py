@@ -17,12 +17,11 @@ from pathlib import Path
 
 import pytest
 from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig, cgroups, runner
-from gradstep.sandbox.cgroups import CPU_SHARES, own_cgroup
+from gradstep.sandbox.cgroups import CPU_SHARES, cgroup_of
 from testkit import sandbox_guard
 from testkit.sandbox_guard import (
     Guard,
     at_once,
-    cpu_cgroup_of,
     guard_fixture,
     guard_unavailable,
     most_at_once,
@@ -420,7 +419,7 @@ def test_a_spare_is_confined_before_any_code_arrives(sandbox, guard):
 
 def cpu_groups() -> list[Path]:
     """The cpu cgroups this process's sandboxes made (beside this process's own cpu cgroup)."""
-    return sorted(Path("/sys/fs/cgroup/cpu", own_cgroup("cpu").strip("/")).glob(f"gradstep-{os.getpid()}-*"))
+    return sorted(Path("/sys/fs/cgroup/cpu", cgroup_of("cpu").strip("/")).glob(f"gradstep-{os.getpid()}-*"))
 
 
 def test_the_children_weigh_as_much_as_one_server_process_together(sandbox):
@@ -432,9 +431,9 @@ def test_the_children_weigh_as_much_as_one_server_process_together(sandbox):
     r = sandbox.run("early 1.0")  # answers, then lives on for a second: a running child
     assert r.status == "ok"
     child = int(r.output.split()[1])
-    group = cpu_cgroup_of(h["zygote_pid"])
-    assert group != cpu_cgroup_of(os.getpid()) and group.startswith(own_cgroup("cpu").rstrip("/") + "/")
-    assert {cpu_cgroup_of(pid) for pid in (child, *h["spare_pids"])} == {group}
+    group = cgroup_of("cpu", h["zygote_pid"])
+    assert group != cgroup_of("cpu", os.getpid()) and group.startswith(cgroup_of("cpu").rstrip("/") + "/")
+    assert {cgroup_of("cpu", pid) for pid in (child, *h["spare_pids"])} == {group}
     assert int(Path("/sys/fs/cgroup/cpu", group.strip("/"), "cpu.shares").read_text()) == CPU_SHARES
     assert os.getpriority(os.PRIO_PROCESS, child) == 0, "no other weight on top"
 

@@ -39,9 +39,9 @@ CPU_SHARES = 1024
 _instances = itertools.count()
 
 
-def own_cgroup(controller: str) -> str:
-    """The path of this process's cgroup in a v1 hierarchy ("/" if it can't tell)."""
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
+def cgroup_of(controller: str, pid: int | str = "self") -> str:
+    """The path of a process's cgroup (this one's by default) in a v1 hierarchy ("/" if it can't tell)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
         _, names, path = line.split(":", 2)
         if controller in names.split(","):
             return path
@@ -55,10 +55,10 @@ class Cgroups:
         self.max_tasks = max_tasks
         name = f"gradstep-{os.getpid()}-{next(_instances)}"
         self.tops = {
-            c: ROOT / c / (parent if parent is not None else own_cgroup(c)).strip("/") / name
+            c: ROOT / c / (parent if parent is not None else cgroup_of(c)).strip("/") / name
             for c in CONTROLLERS
         }
-        self.cpu = CPU_HIERARCHY / own_cgroup("cpu").strip("/") / name
+        self.cpu = CPU_HIERARCHY / cgroup_of("cpu").strip("/") / name
         self.cpu_state = "not created"
         self.created: list[Path] = []
 
