@@ -69,6 +69,9 @@ def config(app, settings: Settings, **extra) -> uvicorn.Config:
         loop="uvloop",
         timeout_keep_alive=settings.keep_alive,  # type: ignore[arg-type]  # a float works
         limit_concurrency=settings.max_connections,
+        # uvicorn's own proxy_headers would take the client from X-Forwarded-For of any request
+        # from 127.0.0.1, whatever trust_proxy says: only routes/deps.client_of reads it.
+        proxy_headers=False,
         **extra,
     )
 

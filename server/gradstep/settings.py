@@ -20,7 +20,7 @@ class Settings:
     max_body: int = 64 * 1024  # bytes of a request body; beyond that: 413
     rate: float = 2.0  # runs per second per client, sustained (0 disables the limit)
     burst: int = 20  # runs a client may make at once before the rate applies
-    trust_proxy: bool = False  # take the client address from X-Forwarded-For (behind nginx)
+    trust_proxy: bool = False  # behind nginx: the client is X-Forwarded-For's last entry (routes/deps.py)
     cache_bytes: int = 64 << 20  # in-process trace cache budget
     cache_ttl: float = 3600.0  # seconds a cached trace is served
     # redis://host:6379/0 (or rediss://, unix://): a trace cache shared by every replica, behind

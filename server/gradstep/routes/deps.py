@@ -36,11 +36,14 @@ async def cache(request: Request) -> TraceCache:
 
 
 async def client_of(request: Request) -> str:
-    """Whom a request's runs are charged to: its address (X-Forwarded-For's first behind a trusted proxy)."""
+    """Whom a request's runs are charged to: the address that connected, or behind a trusted
+    proxy the address that proxy saw: the *last* X-Forwarded-For entry, the one it appended
+    (nginx's ``$proxy_add_x_forwarded_for``). Entries before it are whatever the client sent, so
+    taking the first would give every request a budget of its own choosing."""
     if request.app.state.settings.trust_proxy:
-        forwarded = request.headers.get("x-forwarded-for")
-        if forwarded:
-            return forwarded.split(",")[0].strip()
+        entries = [e.strip() for h in request.headers.getlist("x-forwarded-for") for e in h.split(",")]
+        if entries and entries[-1]:
+            return entries[-1]
     return request.client.host if request.client else "?"
 
 

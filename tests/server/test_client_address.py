@@ -1,0 +1,42 @@
+"""Whom a request is charged to, on a real server: the connecting address, or behind a trusted
+proxy the address that proxy appended to X-Forwarded-For (its last entry), never an entry the
+client chose. Each attack spends a one-run budget under a forged header and shows the next run
+refused."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from testkit.browser_support import running_server
+from testkit.sandbox_guard import guard_unavailable, uid_base
+
+pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
+
+ONE_RUN = {"GRADSTEP_RATE": "0.001", "GRADSTEP_BURST": "1", "GRADSTEP_WORKERS": "1"}
+
+
+def run(base: str, code: str, forwarded: str | list[str] | None) -> int:
+    headers = (
+        []
+        if forwarded is None
+        else [("x-forwarded-for", v) for v in ([forwarded] if isinstance(forwarded, str) else forwarded)]
+    )
+    r = httpx.post(f"{base}/api/trace", json={"code": code}, headers=headers, timeout=60)
+    return r.status_code
+
+
+def test_forwarded_header_is_ignored_without_a_trusted_proxy():
+    # uvicorn's own proxy_headers would rewrite the client of a request from 127.0.0.1
+    with running_server(**ONE_RUN, GRADSTEP_UID_BASE=str(uid_base(1900))) as base:
+        assert run(base, "x = 1\n", "203.0.113.1") == 200
+        assert run(base, "x = 2\n", "203.0.113.2") == 429  # the same client: this address
+
+
+def test_trusted_proxy_charges_the_address_it_appended_not_the_clients_first_entry():
+    with running_server(**ONE_RUN, GRADSTEP_TRUST_PROXY="1", GRADSTEP_UID_BASE=str(uid_base(1900))) as base:
+        # nginx appends the address it saw; the entries before it are the client's to choose
+        assert run(base, "x = 1\n", "1.1.1.1, 203.0.113.5") == 200
+        assert run(base, "x = 2\n", "2.2.2.2, 203.0.113.5") == 429
+        # two X-Forwarded-For headers read as one list: the proxy's entry is still the last
+        assert run(base, "x = 3\n", ["3.3.3.3", "203.0.113.5"]) == 429
+        assert run(base, "x = 4\n", "1.1.1.1, 203.0.113.6") == 200  # another client behind the proxy
