@@ -7,33 +7,47 @@ from dataclasses import dataclass, field, fields
 
 from gradstep.sandbox.config import EXTRA_SLOTS
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+class SettingsError(ValueError):
+    """A setting out of its range, or an environment value that is not of its kind: the server
+    does not start (it would otherwise start and fail every run)."""
+
+
+def _in(default, low, high):
+    """A numeric setting's default and the range it must lie in (inclusive)."""
+    if callable(default):
+        return field(default_factory=default, metadata={"range": (low, high)})
+    return field(default=default, metadata={"range": (low, high)})
+
 
 @dataclass
 class Settings:
     host: str = "127.0.0.1"
-    port: int = 8000
-    workers: int = field(default_factory=lambda: os.cpu_count() or 1)  # sandboxed runs at once
+    port: int = _in(8000, 0, 65535)
+    workers: int = _in(lambda: os.cpu_count() or 1, 1, 256)  # sandboxed runs at once
     # sandbox slots beyond `workers`, each keeping a prewarmed spare child (never more runs at
     # once): a run then rarely waits for its slot's next spare (SandboxConfig.extra_slots)
-    extra_slots: int = EXTRA_SLOTS
-    queue: int = 32  # runs that may wait for a worker; beyond that: 503 + Retry-After
-    max_body: int = 64 * 1024  # bytes of a request body; beyond that: 413
-    rate: float = 2.0  # runs per second per client, sustained (0 disables the limit)
-    burst: int = 20  # runs a client may make at once before the rate applies
+    extra_slots: int = _in(EXTRA_SLOTS, 0, 64)
+    queue: int = _in(32, 0, 100_000)  # runs that may wait for a worker; beyond that: 503 + Retry-After
+    max_body: int = _in(64 * 1024, 1024, 16 << 20)  # bytes of a request body; beyond that: 413
+    rate: float = _in(2.0, 0, 1e6)  # runs per second per client, sustained (0 disables the limit)
+    burst: int = _in(20, 1, 1_000_000)  # runs a client may make at once before the rate applies
     trust_proxy: bool = False  # behind nginx: the client is X-Forwarded-For's last entry (routes/deps.py)
-    cache_bytes: int = 64 << 20  # in-process trace cache budget
-    cache_ttl: float = 3600.0  # seconds a cached trace is served
+    cache_bytes: int = _in(64 << 20, 0, 1 << 40)  # in-process trace cache budget
+    cache_ttl: float = _in(3600.0, 0, 1e7)  # seconds a cached trace is served
     # redis://host:6379/0 (or rediss://, unix://): a trace cache shared by every replica, behind
     # the in-process one; an outage is a miss. Empty: in-process only.
     cache_url: str = ""
-    cache_entry_bytes: int = 4 << 20  # largest entry (compressed) put in the shared cache
-    cache_timeout: float = 0.5  # seconds per shared-cache call before it counts as down
-    wall_seconds: float = 15.0  # per run
-    cpu_seconds: int = 10  # per run
-    memory_mb: int = 1024  # per run
+    cache_entry_bytes: int = _in(4 << 20, 1024, 1 << 30)  # largest entry (compressed) put in the shared cache
+    cache_timeout: float = _in(0.5, 0.001, 60)  # seconds per shared-cache call before it counts as down
+    wall_seconds: float = _in(15.0, 0.1, 3600)  # per run
+    cpu_seconds: int = _in(10, 1, 3600)  # per run
+    memory_mb: int = _in(1024, 128, 1 << 20)  # per run
     # Seconds of wall time, and of CPU, that the fix runs one request causes may take together
     # (each fix run also costs the client one run of its rate budget).
-    fix_budget: float = 10.0
+    fix_budget: float = _in(10.0, 0, 3600)
     # Where the public reaches this server ("https://gradstep.example.edu"): the base of the URLs
     # it writes into oEmbed answers and discovery links. Empty: http://<host>:<port> of these
     # settings, never the request's Host header (anyone can send any Host).
@@ -42,26 +56,85 @@ class Settings:
     # Slow clients (uvicorn, `gradstep serve`): a request must arrive whole (headers and body)
     # within request_timeout seconds; an idle keep-alive connection is closed after keep_alive
     # seconds; past max_connections open connections, new requests get 503.
-    request_timeout: float = 10.0
-    keep_alive: float = 5.0
-    max_connections: int = 1000
+    request_timeout: float = _in(10.0, 0.1, 3600)
+    keep_alive: float = _in(5.0, 0, 3600)
+    max_connections: int = _in(1000, 1, 1_000_000)
     # Pages that may frame /embed: a CSP frame-ancestors source list ("*", "'self'",
     # "https://*.example.edu https://lms.example.org"); the app's own pages only allow 'self'.
     frame_ancestors: str = "*"
     # sandbox slot i runs as uid uid_base + i, i < workers + extra_slots: replicas on one host
     # need disjoint ranges of that size
-    uid_base: int = 61000
+    uid_base: int = _in(61000, 1000, 2**31 - 1 - 2**16)  # never root, nor past uid_t
     # Confinement layers that must be active, or the server refuses to start: "all", "none"
     # (warnings only, for development on a machine without root) or a comma-separated list.
     require_layers: str = "all"
 
+    # Caps that change what a run's trace says (where it stops, which fixes were verified): part of
+    # the cache key, so replicas sharing a cache with other caps never serve each other's traces.
+    RESULT_CAPS = ("wall_seconds", "cpu_seconds", "memory_mb", "fix_budget")
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            bounds = f.metadata.get("range")
+            value = getattr(self, f.name)
+            if bounds is None:
+                continue
+            low, high = bounds
+            whole = f.type in (int, "int")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or (whole and not float(value).is_integer())
+            ):
+                raise SettingsError(f"{_var(f.name)}={value}: {_kind(whole, low, high)}")
+            if not low <= value <= high or value != value:  # nan is in no range
+                raise SettingsError(f"{_var(f.name)}={value}: out of range, {_kind(whole, low, high)}")
+
+    def result_caps(self) -> dict:
+        return {name: getattr(self, name) for name in self.RESULT_CAPS}
+
     @classmethod
     def from_env(cls, **overrides) -> Settings:
+        """The settings of ``GRADSTEP_<NAME>`` variables, then ``overrides``; raises SettingsError
+        naming the variable and what it takes when one is malformed or out of range."""
         values = {}
+        defaults = cls()
         for f in fields(cls):
-            raw = os.environ.get(f"GRADSTEP_{f.name.upper()}")
-            if raw is not None:
-                kind = type(getattr(cls(), f.name))
-                values[f.name] = raw.lower() in ("1", "true", "yes") if kind is bool else kind(raw)
+            raw = os.environ.get(_var(f.name))
+            if raw is None:
+                continue
+            kind = type(getattr(defaults, f.name))
+            values[f.name] = _parse(f.name, raw, kind, f.metadata.get("range"))
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
+
+
+def _var(name: str) -> str:
+    return f"GRADSTEP_{name.upper()}"
+
+
+def _kind(whole: bool, low: float, high: float) -> str:
+    def num(v: float) -> str:
+        return str(int(v)) if float(v).is_integer() else str(v)
+
+    return f"{'a whole number' if whole else 'a number'} from {num(low)} to {num(high)}"
+
+
+def _parse(name: str, raw: str, kind: type, bounds: tuple | None):
+    text = raw.strip()
+    if kind is bool:
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise SettingsError(f"{_var(name)}={raw}: takes 1/true/yes/on or 0/false/no/off")
+    if kind is str:
+        return raw
+    low, high = bounds or (float("-inf"), float("inf"))
+    try:
+        value = kind(text)
+    except ValueError:
+        raise SettingsError(f"{_var(name)}={raw}: not {_kind(kind is int, low, high)}") from None
+    if not low <= value <= high:  # said here, with the text as written (__post_init__ checks again)
+        raise SettingsError(f"{_var(name)}={raw}: out of range, {_kind(kind is int, low, high)}")
+    return value

@@ -51,11 +51,12 @@ class TraceService:
         self.admission = Admission(settings.workers + settings.queue)
         self.threads = anyio.CapacityLimiter(settings.workers + settings.queue)
         self.in_flight: dict[str, asyncio.Future] = {}  # identical requests share one run
+        self.caps = settings.result_caps()  # in every key: see Settings.RESULT_CAPS
 
     async def trace(self, code: str, options: dict, client: str, gone: threading.Event) -> Answer:
         """The trace for this request. Raises ``Cancelled`` once ``gone`` is set (every run of the
         request is stopped), HTTPException 429 / 503 when refused."""
-        key = cache_key(code, options)
+        key = cache_key(code, options, self.caps)
         while True:
             cached = await self.cache.get(key)
             if cached is not None:
@@ -91,12 +92,12 @@ class TraceService:
     def keep(self, code: str, options: dict, stored: bytes) -> None:
         """A new stored form of this trace (gzip made for a client) goes into the cache's entry, if
         this process still holds one."""
-        self.cache.refresh(cache_key(code, options), stored)
+        self.cache.refresh(cache_key(code, options, self.caps), stored)
 
     async def _run(self, key: str, code: str, options: dict, client: str, gone: threading.Event) -> Answer:
         # A fix that diagnoses verified, asked for by Apply fix: its run is in the cache
         # (shared by every replica) and needs no second run in the sandbox.
-        verified = await self.cache.get(fix_run_key(code, options))
+        verified = await self.cache.get(fix_run_key(code, options, self.caps))
         budget = RunBudget(
             take=functools.partial(self.rate.take, client), seconds=self.settings.fix_budget, cancel=gone
         )
@@ -110,5 +111,5 @@ class TraceService:
         if traced.cacheable:
             await self.cache.put(key, traced.stored)
         for fix_code, fix_body in traced.fix_runs.items():
-            await self.cache.put(fix_run_key(fix_code, options), fix_body)
+            await self.cache.put(fix_run_key(fix_code, options, self.caps), fix_body)
         return Answer(traced.stored, "miss" if verified is None else "verified", traced.timings)

@@ -307,7 +307,7 @@ def test_gzip_is_made_for_the_first_client_that_needs_it_and_kept(client):
     code = "import torch\nx = torch.ones(300, requires_grad=True)\n(x * 3).sum().backward()\n"
     browser = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": "gzip, br"})
     assert browser.headers["content-encoding"] == "br"
-    key = cache_key(code, TraceOptions().model_dump())
+    key = cache_key(code, TraceOptions().model_dump(), client.app.state.settings.result_caps())
     cache = client.app.state.cache
     assert Encoded.unpack(cache.get_now(key)).gzip is None  # no client needed gzip yet
     first = client.post("/api/trace", json={"code": code}, headers={"accept-encoding": "gzip"})

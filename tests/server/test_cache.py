@@ -240,10 +240,11 @@ def shared_client(redis_server):
 
 def test_a_trace_another_process_computed_is_served_from_redis(shared_client, redis_server):
     code = CODE + "# computed elsewhere\n"
+    caps = shared_client.app.state.settings.result_caps()
     with redis.Redis.from_url(redis_server.url) as client:
         client.set(
-            PREFIX + cache_key(code, _default_options()),
-            encode_entry(cache_key(code, _default_options()), trace_bytes(code)),
+            PREFIX + cache_key(code, _default_options(), caps),
+            encode_entry(cache_key(code, _default_options(), caps), trace_bytes(code)),
         )
     r = shared_client.post("/api/trace", json={"code": code})
     assert r.headers["x-gradstep-cache"] == "hit"
@@ -254,7 +255,7 @@ def test_a_run_is_stored_in_redis_for_the_other_replicas(shared_client, redis_se
     code = CODE + "# stored for others\n"
     r = shared_client.post("/api/trace", json={"code": code})
     assert r.headers["x-gradstep-cache"] == "miss"
-    key = cache_key(code, _default_options())
+    key = cache_key(code, _default_options(), shared_client.app.state.settings.result_caps())
     other_replica = RedisCache(redis_server.url, ttl=60, max_entry_bytes=1 << 20)
     assert decompress(run(_get_then_close(other_replica, key))) == r.content
 

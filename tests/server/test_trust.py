@@ -78,6 +78,10 @@ def proposal(*codes: str, message: str = "FORGED") -> dict:
     }
 
 
+def caps(client: TestClient) -> dict:
+    return client.app.state.settings.result_caps()
+
+
 def guarded_app(guard: Guard, uid_base: int, **overrides) -> FastAPI:
     settings = Settings(
         workers=2, queue=4, rate=0, wall_seconds=30, cpu_seconds=10, fix_budget=10, uid_base=uid_base
@@ -320,7 +324,7 @@ def test_a_client_short_of_budget_gets_its_diagnosis_with_the_fixes_it_could_pay
     assert [f["code"] for f in diagnosis["fixes"]] == [trace_jobs(runs)[1]["job"]["code"]]
     assert NOT_CHECKED in body["notes"]
     # not cached: whoever asks next (with budget) gets both fixes checked
-    assert stingy.app.state.cache.get_now(cache_key(code, TraceOptions().model_dump())) is None
+    assert stingy.app.state.cache.get_now(cache_key(code, TraceOptions().model_dump(), caps(stingy))) is None
 
 
 def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy):
@@ -330,7 +334,9 @@ def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy):
     options = TraceOptions().model_dump()
     for fix in fixes:
         soft, hard = ast.literal_eval(
-            orjson.loads(decompress(stingy.app.state.cache.get_now(fix_run_key(fix, options))))["stdout"]
+            orjson.loads(decompress(stingy.app.state.cache.get_now(fix_run_key(fix, options, caps(stingy)))))[
+                "stdout"
+            ]
         )
         # 6 s of CPU for 3 fixes: 2 s each (the sandbox's limit is 10), on top of the little the child
         # used before the snippet

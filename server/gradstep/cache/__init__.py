@@ -42,19 +42,28 @@ class TraceCache(Protocol):
     def stats(self) -> dict: ...
 
 
-def cache_key(code: str, options: dict) -> str:
+def cache_key(code: str, options: dict, caps: dict | None = None) -> str:
+    """An entry's key: the run's code and options, the server's caps that change what a run says
+    (``Settings.result_caps``), and what makes another gradstep or torch read it otherwise."""
     blob = orjson.dumps(
         # "stored": what an entry holds (gradstep.encoding), so no server reads another's format
-        {"code": code, "options": options, "v": VERSION, "torch": torch.__version__, "stored": "br"},
+        {
+            "code": code,
+            "options": options,
+            "caps": caps or {},
+            "v": VERSION,
+            "torch": torch.__version__,
+            "stored": "br",
+        },
         option=orjson.OPT_SORT_KEYS,
     )
     return hashlib.sha256(blob).hexdigest()
 
 
-def fix_run_key(code: str, options: dict) -> str:
+def fix_run_key(code: str, options: dict, caps: dict | None = None) -> str:
     """Where the run that verified a fix (without its own diagnoses) is kept: Apply fix asks for
     exactly that run next, and whichever replica takes it need not run the fix again."""
-    return "fix-run:" + cache_key(code, options)
+    return "fix-run:" + cache_key(code, options, caps)
 
 
 class TieredCache:
