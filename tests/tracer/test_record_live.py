@@ -234,6 +234,57 @@ def test_output_is_recorded_and_still_printed(capsys):
     assert rec.data["stdout"] == "hello from the user\n"
 
 
+def _what_the_program_sees() -> dict:
+    import sys
+
+    return {
+        "stdout fileno": sys.stdout.fileno(),
+        "stderr fileno": sys.stderr.fileno(),
+        "encoding": sys.stdout.encoding,
+        "errors": sys.stdout.errors,
+        "binary buffer": sys.stdout.buffer.fileno(),
+        "a tty": sys.stdout.isatty(),
+        "stderr is stdout": sys.stderr is sys.stdout,
+    }
+
+
+def test_the_program_sees_its_own_streams_inside_a_recording():
+    plain = _what_the_program_sees()
+    with record():
+        recorded = _what_the_program_sees()
+    assert recorded == plain
+
+
+def test_stderr_still_goes_to_stderr_and_into_the_trace(capsys):
+    import sys
+
+    with record() as rec:
+        print("to stderr", file=sys.stderr)
+        print("to stdout")
+    shown = capsys.readouterr()
+    assert (shown.out, shown.err) == ("to stdout\n", "to stderr\n")
+    assert rec.data["stdout"] == "to stderr\nto stdout\n"
+
+
+def test_a_warning_filter_set_inside_a_recording_stays_set():
+    import warnings
+
+    with warnings.catch_warnings():  # the test's own process is left as it was
+        with record():
+            warnings.filterwarnings("ignore", message="set inside the block")
+        assert any(f[1] is not None and f[1].pattern == "set inside the block" for f in warnings.filters)
+
+
+def test_the_streams_and_warning_display_are_restored_after_an_exception():
+    import sys
+    import warnings
+
+    before = (sys.stdout, sys.stderr, warnings.showwarning)
+    with pytest.raises(ZeroDivisionError), record():
+        1 / 0  # noqa: B018
+    assert (sys.stdout, sys.stderr, warnings.showwarning) == before
+
+
 # ---------------------------------------------------------------- caps and outputs
 
 

@@ -52,28 +52,39 @@ except (ImportError, AttributeError):  # a torch without dynamo: nothing to keep
         return fn
 
 
-class _Echo(Output):
-    """Output kept for the trace and still shown where the user prints (their own process)."""
+class _Tee:
+    """The user's own stream, as their program sees it (``fileno``, ``buffer``, ``encoding``...: all
+    the real stream's), with what is written to it also kept for the trace."""
 
-    def __init__(self, cap: int):
-        super().__init__(cap)
-        self.echo = sys.stdout
+    def __init__(self, kept: Output, real):
+        self._kept, self._real = kept, real
 
     def write(self, s: str) -> int:
-        n = super().write(s)
-        self.echo.write(s)
+        n = self._real.write(s)
+        self._kept.write(s)
         return n
 
-    def flush(self) -> None:
-        self.echo.flush()
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):
+        return getattr(self._real, name)
 
 
 class _EchoWarnings(Warnings):
-    """Warnings kept for the trace and still shown as Python would show them."""
+    """Warnings kept for the trace and still shown as Python shows them, under the program's own
+    filters and "already shown" registries: the block neither resets nor restores them (a filter the
+    code sets inside the block stays set, as it would unrecorded)."""
 
     def __enter__(self) -> Warnings:
         self._shown = warnings.showwarning
-        return super().__enter__()
+        warnings.showwarning = self._show
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if warnings.showwarning == self._show:  # unless the code installed its own meanwhile
+            warnings.showwarning = self._shown
 
     def _show(self, message, category, filename, lineno, file=None, line=None) -> None:
         super()._show(message, category, filename, lineno, file, line)
@@ -103,7 +114,6 @@ def _namespace(frame: types.FrameType) -> dict:
 class LiveRecorder(Recorder):
     """One recording of the caller's code: ``start`` / ``stop`` around each recorded block."""
 
-    output_type = _Echo
     warnings_type = _EchoWarnings
 
     def __init__(self, limits: Limits, watched: dict[str, Any], use_locals: bool = True):
@@ -123,6 +133,11 @@ class LiveRecorder(Recorder):
         self._prev_trace: Any = None
         self._prev_anchor_trace: Any = None
         self.paused_tracer = False  # a debugger's or coverage tool's sys.settrace was paused
+
+    def streams(self) -> tuple[Any, Any]:
+        """The user's stdout and stderr stay theirs (a file descriptor, an encoding, stderr apart from
+        stdout); what they print is also kept for the trace."""
+        return _Tee(self.out, sys.stdout), _Tee(self.out, sys.stderr)
 
     # -- the seam --------------------------------------------------------------
 

@@ -15,7 +15,8 @@
   contexts, a few ``torch.cuda`` functions: devices.py);
 * where ``Limits.offline`` is on: ``input()``, ``torch.hub``'s downloads, ``DataLoader``'s worker
   processes, and stand-ins for missing ``tqdm``/``matplotlib`` on ``sys.meta_path`` (offline.py);
-* ``sys.stdout`` / ``sys.stderr``: the snippet's output is captured.
+* ``sys.stdout`` / ``sys.stderr``: the snippet's output is captured (a live recording's still
+  reaches the user's own streams: ``Recorder.streams``).
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def patched(rec: Recorder):
     if not rec.limits.inductor:
         torch.compile = _without_inductor(orig_compile, rec.uses.compiled, rec.current_line)
     on_cpu = rec.limits.cuda_on_cpu and devices.mentions_cuda(rec.code)
-    sys.stdout = sys.stderr = rec.out
+    sys.stdout, sys.stderr = rec.streams()
     try:
         with (
             rec.warnings,

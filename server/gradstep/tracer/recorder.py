@@ -41,8 +41,7 @@ _transform_level = torch._C._functorch.maybe_current_level  # not None inside a 
 class Recorder:
     """One recording: of a snippet (``run``), or the base of a live one (live.py)."""
 
-    # what the code's output and warnings go to (a live recording's also show where the user looks)
-    output_type: type[Output] = Output
+    # what the code's warnings go to (a live recording's also show where the user looks)
     warnings_type: type[Warnings] = Warnings
 
     def __init__(self, code: str, limits: Limits):
@@ -53,7 +52,7 @@ class Recorder:
             self.snippet.globals["__file__"] = offline.SCRIPT
         self.steps: list[dict] = []
         self.guard = Guard(self.steps)
-        self.out = self.output_type(limits.max_stdout)
+        self.out = Output(limits.max_stdout)
         self.frames = errors.snippet_frames(code)  # which frames of a traceback the trace shows
         self.warnings = self.warnings_type(self.current_line, self.own_stack)
         self.seq_base = _seq_nr()
@@ -172,6 +171,11 @@ class Recorder:
         if not self.calls.running and not tensor.is_leaf and not torch.compiler.is_compiling():
             self.built = True
             self.built_line = self.line
+
+    def streams(self) -> tuple:
+        """What ``sys.stdout`` and ``sys.stderr`` are while the code runs: both captured, as one
+        output (live.py keeps the user's own streams)."""
+        return self.out, self.out
 
     def current_line(self) -> int | None:
         return self.line_at(sys._getframe(1))
