@@ -8,25 +8,50 @@ whose request (headers and body) has not arrived whole ``request_timeout`` secon
 connection opened, or after its first byte when it is kept alive between requests. In a
 deployment, nginx in front does the same for the outside world (deploy/nginx/nginx.conf:
 ``client_header_timeout``, ``client_body_timeout``); this covers a server reached directly.
+
+Within that timeout one address could still hold every connection the server takes
+(``limit_concurrency``): 1,000 half-open connections answered everyone else 503. So one address
+holds at most ``per_address`` connections at once; a connection past that is answered 503 and
+closed. Behind a trusted proxy every connection is the proxy's: the cap is nginx's there
+(``limit_conn``), not the replica's.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gradstep.settings import Settings
 
+TOO_MANY = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"retry-after: 2\r\nconnection: close\r\ncontent-length: 41\r\n\r\n"
+    b"Too many connections from this address.\r\n"
+)
+
 
 class SlowClientTimeout(HttpToolsProtocol):
     request_timeout = 10.0  # seconds; set per server by ``protocol``
+    per_address = 0  # open connections one address may hold (0: no cap); set per server
+    open_by_address: Counter  # this server's open connections per peer address
 
     _request_timer: asyncio.TimerHandle | None = None
+    _address: str | None = None  # counted in open_by_address
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if self.per_address:
+            peer = transport.get_extra_info("peername")
+            address = peer[0] if peer else "?"
+            if self.open_by_address[address] >= self.per_address:
+                transport.write(TOO_MANY)
+                transport.close()
+                return
+            self.open_by_address[address] += 1
+            self._address = address
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -38,6 +63,13 @@ class SlowClientTimeout(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._address is not None:
+            left = self.open_by_address[self._address] - 1
+            if left:
+                self.open_by_address[self._address] = left
+            else:
+                del self.open_by_address[self._address]  # the counter never grows with past clients
+            self._address = None
         super().connection_lost(exc)
 
     def _arm(self) -> None:
@@ -55,8 +87,9 @@ class SlowClientTimeout(HttpToolsProtocol):
             self.transport.close()  # connection_lost tells a waiting app that the client is gone
 
 
-def protocol(request_timeout: float) -> type[SlowClientTimeout]:
-    return type("SlowClientTimeout", (SlowClientTimeout,), {"request_timeout": request_timeout})
+def protocol(request_timeout: float, per_address: int = 0) -> type[SlowClientTimeout]:
+    limits = {"request_timeout": request_timeout, "per_address": per_address, "open_by_address": Counter()}
+    return type("SlowClientTimeout", (SlowClientTimeout,), limits)
 
 
 def config(app, settings: Settings, **extra) -> uvicorn.Config:
@@ -65,7 +98,7 @@ def config(app, settings: Settings, **extra) -> uvicorn.Config:
         app,
         host=settings.host,
         port=settings.port,
-        http=protocol(settings.request_timeout),
+        http=protocol(settings.request_timeout, 0 if settings.trust_proxy else settings.client_connections),
         loop="uvloop",
         timeout_keep_alive=settings.keep_alive,  # type: ignore[arg-type]  # a float works
         limit_concurrency=settings.max_connections,

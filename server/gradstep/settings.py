@@ -59,6 +59,9 @@ class Settings:
     request_timeout: float = _in(10.0, 0.1, 3600)
     keep_alive: float = _in(5.0, 0, 3600)
     max_connections: int = _in(1000, 1, 1_000_000)
+    # open connections one address may hold at once (0: no cap); not applied with trust_proxy, where
+    # every connection is the proxy's (nginx's limit_conn caps clients there)
+    client_connections: int = _in(64, 0, 1_000_000)
     # Pages that may frame /embed: a CSP frame-ancestors source list ("*", "'self'",
     # "https://*.example.edu https://lms.example.org"); the app's own pages only allow 'self'.
     frame_ancestors: str = "*"
