@@ -191,7 +191,13 @@ class Server:
         self.wrapper = wrapper or []
         self.executable = executable
         # replicas on one machine need disjoint sandbox uid ranges (GRADSTEP_UID_BASE)
-        self.env = {"GRADSTEP_RATE": "0", "GRADSTEP_UID_BASE": str(uid_base), **(env or {})}
+        # load from one address: neither its rate nor its runs at once are capped
+        self.env = {
+            "GRADSTEP_RATE": "0",
+            "GRADSTEP_CLIENT_RUNS": "10000",
+            "GRADSTEP_UID_BASE": str(uid_base),
+            **(env or {}),
+        }
         self.port = 0
         self.proc: subprocess.Popen | None = None
         self.log = tempfile.TemporaryFile()  # unnamed: nothing in /tmp to mistake for a leak

@@ -126,6 +126,27 @@ class Admission:
             self.inside -= 1
 
 
+class ClientRuns:
+    """At most ``cap`` runs of one client in the building at once (running or queued), so one client
+    cannot hold every worker while others wait: its further runs are refused until one ends."""
+
+    def __init__(self, cap: int):
+        self.cap = cap
+        self._inside: dict[str, int] = {}  # only clients with runs under way: it never grows past them
+
+    def enter(self, client: str) -> bool:
+        n = self._inside.get(client, 0)
+        if n >= self.cap:
+            return False
+        self._inside[client] = n + 1
+        return True
+
+    def leave(self, client: str) -> None:
+        n = self._inside.pop(client) - 1
+        if n:
+            self._inside[client] = n
+
+
 @contextlib.asynccontextmanager
 async def withdrawn(receive: Receive) -> AsyncIterator[threading.Event]:
     """An event set when the client goes away (``http.disconnect``) while the block runs.

@@ -34,6 +34,8 @@ class Settings:
     max_body: int = _in(64 * 1024, 1024, 16 << 20)  # bytes of a request body; beyond that: 413
     rate: float = _in(2.0, 0, 1e6)  # runs per second per client, sustained (0 disables the limit)
     burst: int = _in(20, 1, 1_000_000)  # runs a client may make at once before the rate applies
+    # runs one client may have under way at once (running or queued); 0: half the workers, at least 1
+    client_runs: int = _in(0, 0, 10_000)
     trust_proxy: bool = False  # behind nginx: the client is X-Forwarded-For's last entry (routes/deps.py)
     cache_bytes: int = _in(64 << 20, 0, 1 << 40)  # in-process trace cache budget
     cache_ttl: float = _in(3600.0, 0, 1e7)  # seconds a cached trace is served
@@ -92,6 +94,9 @@ class Settings:
                 raise SettingsError(f"{_var(f.name)}={value}: {_kind(whole, low, high)}")
             if not low <= value <= high or value != value:  # nan is in no range
                 raise SettingsError(f"{_var(f.name)}={value}: out of range, {_kind(whole, low, high)}")
+
+    def runs_per_client(self) -> int:
+        return self.client_runs or max(1, self.workers // 2)
 
     def result_caps(self) -> dict:
         return {name: getattr(self, name) for name in self.RESULT_CAPS}

@@ -19,7 +19,7 @@ from fastapi import HTTPException
 
 from gradstep.cache import TraceCache, cache_key, fix_run_key
 from gradstep.encoding import decompress
-from gradstep.limits import Admission, RateLimiter, retry_after
+from gradstep.limits import Admission, ClientRuns, RateLimiter, retry_after
 from gradstep.runs import Cancelled, RunBudget, Traced, TraceRunner
 from gradstep.settings import Settings
 
@@ -49,6 +49,7 @@ class TraceService:
         self.settings, self.runner, self.cache = settings, runner, cache
         self.rate = RateLimiter(settings.rate, settings.burst)
         self.admission = Admission(settings.workers + settings.queue)
+        self.client_runs = ClientRuns(settings.runs_per_client())
         self.threads = anyio.CapacityLimiter(settings.workers + settings.queue)
         self.in_flight: dict[str, asyncio.Future] = {}  # identical requests share one run
         self.caps = settings.result_caps()  # in every key: see Settings.RESULT_CAPS
@@ -68,26 +69,35 @@ class TraceService:
                 return Answer(await asyncio.shield(shared), "shared")
             except Cancelled:
                 continue  # its own client went away before it finished: run it for this one
-        wait = self.rate.acquire(client)
-        if wait > 0:
+        if not self.client_runs.enter(client):  # before the rate: a refused run spends no budget
             raise HTTPException(
-                429, "Too many runs from this client: slow down.", {"Retry-After": retry_after(wait)}
+                429,
+                f"This client already has {self.client_runs.cap} run(s) under way: wait for one to finish.",
+                {"Retry-After": "1"},
             )
-        if not self.admission.enter():
-            raise HTTPException(503, "All workers are busy: try again shortly.", {"Retry-After": "2"})
-        future = asyncio.get_running_loop().create_future()
-        self.in_flight[key] = future
         try:
-            answer = await self._run(key, code, options, client, gone)
-            future.set_result(answer.stored)
-            return answer
-        except BaseException as e:
-            future.set_exception(e)
-            future.exception()  # retrieved: waiters get it; no "never retrieved" warning
-            raise
+            wait = self.rate.acquire(client)
+            if wait > 0:
+                raise HTTPException(
+                    429, "Too many runs from this client: slow down.", {"Retry-After": retry_after(wait)}
+                )
+            if not self.admission.enter():
+                raise HTTPException(503, "All workers are busy: try again shortly.", {"Retry-After": "2"})
+            future = asyncio.get_running_loop().create_future()
+            self.in_flight[key] = future
+            try:
+                answer = await self._run(key, code, options, client, gone)
+                future.set_result(answer.stored)
+                return answer
+            except BaseException as e:
+                future.set_exception(e)
+                future.exception()  # retrieved: waiters get it; no "never retrieved" warning
+                raise
+            finally:
+                self.admission.leave()
+                self.in_flight.pop(key, None)
         finally:
-            self.admission.leave()
-            self.in_flight.pop(key, None)
+            self.client_runs.leave(client)
 
     def keep(self, code: str, options: dict, stored: bytes) -> None:
         """A new stored form of this trace (gzip made for a client) goes into the cache's entry, if

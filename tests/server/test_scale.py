@@ -58,7 +58,13 @@ def cluster():
     installed("nginx", "redis-server")
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(RedisServer())
-        env = {"GRADSTEP_CACHE_URL": redis.url, "GRADSTEP_TRUST_PROXY": "1", "GRADSTEP_QUEUE": "64"}
+        # every load client is 127.0.0.1: as many runs under way per client as the load makes
+        env = {
+            "GRADSTEP_CACHE_URL": redis.url,
+            "GRADSTEP_TRUST_PROXY": "1",
+            "GRADSTEP_QUEUE": "64",
+            "GRADSTEP_CLIENT_RUNS": "64",
+        }
         replicas = [Server(1, env, uid_base=base) for base in UID_BASES]
         for r in replicas:
             stack.callback(r.remove_cgroups)  # a killed replica leaves its sandbox's cgroups

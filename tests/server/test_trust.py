@@ -395,7 +395,10 @@ def test_a_class_behind_one_address_opening_the_same_page_gets_its_fixes(guard):
 def patient(guard):
     """A live server whose runs would last minutes (wall 300 s, fixes 300 s): only a disconnect ends them
     soon; capacity 2 (1 worker, 1 queued)."""
-    app = guarded_app(guard, uid_base(2300), workers=1, queue=1, wall_seconds=300, fix_budget=300)
+    # client_runs: the queue tests queue a second run from the same address
+    app = guarded_app(
+        guard, uid_base(2300), workers=1, queue=1, wall_seconds=300, fix_budget=300, client_runs=2
+    )
     with live_server(app, guard) as base:
         yield app, base
 
