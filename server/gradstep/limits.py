@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import math
 import threading
@@ -128,20 +129,48 @@ class Admission:
 
 class ClientRuns:
     """At most ``cap`` runs of one client in the building at once (running or queued), so one client
-    cannot hold every worker while others wait: its further runs are refused until one ends."""
+    cannot hold every worker while others wait. A further run waits for one of its own client's to
+    end (a page run again while its last run is still being cancelled goes through), up to
+    ``WAITING_PER_RUN`` per run allowed; beyond that it is refused."""
+
+    WAITING_PER_RUN = 2
 
     def __init__(self, cap: int):
         self.cap = cap
         self._inside: dict[str, int] = {}  # only clients with runs under way: it never grows past them
+        self._waiting: dict[str, collections.deque[asyncio.Future]] = {}
 
-    def enter(self, client: str) -> bool:
+    async def enter(self, client: str) -> bool:
+        """Wait for a place among ``client``'s runs; False (at once) when too many already wait."""
         n = self._inside.get(client, 0)
-        if n >= self.cap:
+        if n < self.cap:
+            self._inside[client] = n + 1
+            return True
+        queue = self._waiting.setdefault(client, collections.deque())
+        if len(queue) >= self.cap * self.WAITING_PER_RUN:
             return False
-        self._inside[client] = n + 1
+        place = asyncio.get_running_loop().create_future()
+        queue.append(place)
+        try:
+            await place  # leave() hands over its place
+        except asyncio.CancelledError:
+            if place.done() and not place.cancelled():
+                self.leave(client)  # handed over just as it was cancelled: pass it on
+            elif place in queue:
+                queue.remove(place)
+            raise
+        finally:
+            if not queue:
+                self._waiting.pop(client, None)
         return True
 
     def leave(self, client: str) -> None:
+        queue = self._waiting.get(client)
+        while queue:
+            place = queue.popleft()
+            if not place.done():
+                place.set_result(None)  # its place goes to the next waiting run of the same client
+                return
         n = self._inside.pop(client) - 1
         if n:
             self._inside[client] = n

@@ -69,11 +69,12 @@ class TraceService:
                 return Answer(await asyncio.shield(shared), "shared")
             except Cancelled:
                 continue  # its own client went away before it finished: run it for this one
-        if not self.client_runs.enter(client):  # before the rate: a refused run spends no budget
+        if not await self.client_runs.enter(client):  # before the rate: a refused run spends no budget
             raise HTTPException(
                 429,
-                f"This client already has {self.client_runs.cap} run(s) under way: wait for one to finish.",
-                {"Retry-After": "1"},
+                f"This client already has {self.client_runs.cap} run(s) under way and more waiting:"
+                " wait for one to finish.",
+                {"Retry-After": "2"},
             )
         try:
             wait = self.rate.acquire(client)
