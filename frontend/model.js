@@ -142,6 +142,8 @@ function nodeInfo(raw, files) {
     savedTensors: saved.filter((s) => s.kind !== "value"),
     savedValues: saved.filter((s) => s.kind === "value"),
     tensor: raw.tensor ?? null,
+    // bytes its saved tensors hold, each storage once (added within version 4; older: the slots' sum)
+    savedBytes: raw.saved_bytes ?? saved.reduce((a, s) => a + (s.kind !== "value" && s.bytes ? s.bytes : 0), 0),
     group: raw.module ?? null, // the module box it is drawn in (see buildModel)
     gradGraph: raw.grad_graph ?? false,
     step: raw.step ?? 0,
@@ -385,6 +387,9 @@ function readStep(model, raw, info) {
     retainsGrad: t.retains_grad ?? false,
     node: t.node ?? null,
     grad: t.grad ?? null,
+    // no name reaches it now (added within version 4): `name` is its label, e.g. "w (line 2)"
+    unnamed: t.unnamed ?? false,
+    was: t.was ?? null,
   }));
   const gradsOf = new Map(); // node id → [tensor]
   for (const t of tensors) {
