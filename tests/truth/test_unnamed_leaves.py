@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,8 +108,11 @@ out = model(torch.ones(1, 2)).sum()
 out.backward()
 """
 
+CURATED = (Path(__file__).resolve().parents[2] / "snippets" / "rebound_leaf_keeps_grad.py").read_text()
+
 CASES = {
     "issue_rebinding": ISSUE,
+    "curated_snippet": CURATED,
     "rebound_chain": REBOUND_CHAIN,
     "detach_loop": DETACH_LOOP,
     "rnn_detach": RNN_DETACH,
@@ -269,6 +273,18 @@ def test_the_old_leafs_accumulategrad_node_carries_its_label():
     state = next(s for s in last["nodes"] if s["id"] == leaf["node"])
     assert trace["nodes"][leaf["node"]]["op"] == "AccumulateGrad"
     assert state["vars"] == ["w (line 2)"]
+
+
+def test_the_curated_snippet_shows_the_old_leaf_accumulating_at_its_second_backward():
+    trace = _traced(CURATED)
+    second = [s for s in trace["steps"] if s["kind"] == "backward"][1]
+    old = next(t for t in second["tensors"] if t["name"] == "w (line 17)")
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    x = torch.tensor([1.0, 2.0, 3.0])
+    (w * x).sum().backward()
+    (((w - 0.1 * w.grad) * x).sum()).backward()
+    assert truth.grad_mismatch(w.grad, old["grad"]) is None
 
 
 def test_a_loop_rebinding_a_leaf_labels_each_old_one_by_its_iteration():
