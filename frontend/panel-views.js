@@ -31,7 +31,7 @@ export function tensorsView(model, index, limit = Infinity) {
         name: t.name,
         node: t.node,
         shape: fmtShape(t.shape),
-        kind: t.isLeaf ? (t.unnamed ? "leaf, no name now" : "leaf") : t.retainsGrad ? "retain_grad" : "—",
+        kind: t.isLeaf ? (t.unnamed ? "old leaf" : "leaf") : t.retainsGrad ? "retain_grad" : "—",
         grad: fmtGrad(t.grad),
         what: c ? (c.old ? "accumulated" : "written") : "",
       };

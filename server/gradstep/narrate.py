@@ -298,9 +298,8 @@ class _Narrator:
             t.sentence_break()
             current = now.get(was) if was else None
             if was and (was in grad_fn_of or current is not None):
-                t.add("`")
-                self.tensor_or_text(t, was, was)
-                t.add("` now names ")
+                self._code_name(t, was)
+                t.add(" now names ")
                 if was in grad_fn_of:
                     t.add("a non-leaf, the output of ")
                     t.node(grad_fn_of[was], self.label(grad_fn_of[was]))
@@ -313,7 +312,7 @@ class _Narrator:
                 t.add(f"No name reaches the leaf `{was}` named any more, but it is alive; it is shown as ")
             else:
                 t.add("A leaf no name reaches is alive; it is shown as ")
-            t.add("`").tensor(label, label).add("`")
+            self._code_name(t, label)
             t.add(
                 ": a backward through a graph that holds it accumulates into its .grad"
                 + (f" (it is {fmt_grad(te.get('grad'))} now)." if te.get("grad") is not None else ".")
@@ -323,6 +322,13 @@ class _Narrator:
             t.add(
                 f"{len(new) - MAX_LISTED} more tensors no name reaches are shown under labels of their own."
             )
+
+    def _code_name(self, t: _Text, name: str) -> None:
+        """A tensor's name: linked when the step lists it, else as code."""
+        if name in self.tensor_names:
+            t.tensor(name, name)
+        else:
+            t.add(f"`{name}`")
 
     def _dropped(self, step: dict, t: _Text) -> None:
         dropped = sum(1 for st in step.get("nodes") or () if st.get("dropped"))
@@ -565,7 +571,12 @@ class _Narrator:
             )
 
     def _grads(self, step: dict, prev_step: StepDict | None, t: _Text) -> None:
-        before = {te["name"]: te.get("grad") for te in (prev_step or {}).get("tensors") or ()}
+        prev_tensors = (prev_step or {}).get("tensors") or ()
+        before = {te["name"]: te.get("grad") for te in prev_tensors}
+        # a leaf listed under a new label (its name was rebound) is the same leaf: its AccumulateGrad node
+        by_leaf = {
+            te["node"]: te.get("grad") for te in prev_tensors if te["is_leaf"] and te.get("node") is not None
+        }
         changed = []
         kept = []
         unnamed = set()
@@ -573,7 +584,10 @@ class _Narrator:
             name, grad = te["name"], te.get("grad")
             if te.get("unnamed"):
                 unnamed.add(name)
-            old = before.get(name)
+            if name in before:
+                old = before[name]
+            else:
+                old = by_leaf.get(te.get("node")) if te["is_leaf"] and te.get("node") is not None else None
             if not same_grad(old, grad):
                 changed.append((name, old, grad))
             elif grad is not None:

@@ -317,7 +317,15 @@ def test_narration_says_the_name_now_names_a_non_leaf_and_how_the_leaf_is_shown(
     renamed = next(s for s in trace["steps"] if s["kind"] == "forward" and s["line"] == 8)
     sub = next(n["id"] for n in trace["nodes"] if n["op"] == "SubBackward0")
     assert "`w` now names a non-leaf, the output of SubBackward0" in renamed["explanation"]
-    assert "shown as `w (line 2)`" in renamed["explanation"]
+    text = renamed["explanation"]
+    assert "the leaf it named is still alive and is shown as w (line 2):" in text
+    start = text.index("shown as w (line 2)") + len("shown as ")
+    assert {
+        "start": start,
+        "end": start + len("w (line 2)"),
+        "node": None,
+        "tensor": "w (line 2)",
+    } in renamed["links"]
     start = renamed["explanation"].index("SubBackward0;")
     assert {"start": start, "end": start + len("SubBackward0"), "node": sub, "tensor": None} in renamed[
         "links"
