@@ -313,10 +313,11 @@ class _Narrator:
             else:
                 t.add("A leaf no name reaches is alive; it is shown as ")
             self._code_name(t, label)
-            t.add(
-                ": a backward through a graph that holds it accumulates into its .grad"
-                + (f" (it is {fmt_grad(te.get('grad'))} now)." if te.get("grad") is not None else ".")
-            )
+            now_grad = f" (it is {fmt_grad(te.get('grad'))} now)" if te.get("grad") is not None else ""
+            if te.get("node") is not None:
+                t.add(f": a backward through a graph that holds it accumulates into its .grad{now_grad}.")
+            else:  # no live graph holds it: an optimizer does
+                t.add(f": an optimizer holds it, so its step() still updates it{now_grad}.")
         if len(new) > MAX_LISTED:
             t.sentence_break()
             t.add(

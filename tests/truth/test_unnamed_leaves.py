@@ -337,3 +337,9 @@ def test_backward_narration_writes_of_the_old_leafs_grad_accumulating():
     second = [s for s in trace["steps"] if s["kind"] == "backward"][1]
     assert "w (line 2)'s .grad went from [1., 2., 3.] to [2., 4., 6.]" in second["explanation"]
     assert "AccumulateGrad (w (line 2))" in second["explanation"]
+
+
+def test_narration_says_an_optimizer_holds_a_parameter_no_graph_and_no_name_reaches():
+    trace = narrate(_traced(OPTIMIZER_HOLDS))
+    rebuilt = next(s for s in trace["steps"] if s["kind"] == "forward" and s["line"] == 8)
+    assert "shown as model.weight (line 2): an optimizer holds it" in rebuilt["explanation"]
