@@ -343,3 +343,14 @@ def test_narration_says_an_optimizer_holds_a_parameter_no_graph_and_no_name_reac
     trace = narrate(_traced(OPTIMIZER_HOLDS))
     rebuilt = next(s for s in trace["steps"] if s["kind"] == "forward" and s["line"] == 8)
     assert "shown as model.weight (line 2): an optimizer holds it" in rebuilt["explanation"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_python_passes_list_the_unnamed_tensors_as_the_c_ones_do(name, monkeypatch):
+    from gradstep.tracer import graph
+
+    native = _traced(CASES[name])
+    with monkeypatch.context() as m:
+        m.setattr(graph, "_nodes", None)
+        python = _traced(CASES[name])
+    assert [s["tensors"] for s in native["steps"]] == [s["tensors"] for s in python["steps"]]
