@@ -20,7 +20,7 @@ const LIST = 3; // default []
 // copied without its nulls: null is what `??` reads as absent anyway.
 const NODE_FIELDS = {
   op: REQUIRED, step: REQUIRED, seq: NULL, line: NULL, file: NULL, module: NULL, next: LIST,
-  saved: LIST, tensor: NULL, grad_graph: FALSE, unreadable: NULL,
+  saved: LIST, tensor: NULL, grad_graph: FALSE, unreadable: NULL, saved_bytes: NULL,
 };
 const STATE_FIELDS = {
   id: REQUIRED, freed: FALSE, stale: FALSE, stale_saved: LIST, executed: FALSE, failed: FALSE,
@@ -28,7 +28,7 @@ const STATE_FIELDS = {
 };
 const TENSOR_FIELDS = {
   name: REQUIRED, shape: REQUIRED, dtype: REQUIRED, requires_grad: REQUIRED, is_leaf: REQUIRED,
-  retains_grad: FALSE, node: NULL, grad: NULL,
+  retains_grad: FALSE, node: NULL, grad: NULL, unnamed: FALSE, was: NULL,
 };
 
 function isDefault(v, kind) {

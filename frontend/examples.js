@@ -20,8 +20,8 @@ export const COURSE = [
   ["retain_grad: .grad of intermediate tensors", ["retain_grad_before_or_after", "retain_grad_after_backward"]],
   ["Common mistakes", [
     "item_cuts_the_graph", "inplace_modified_saved_tensor_fails", "forward_under_no_grad_fails",
-    "sgd_update_outside_no_grad_fails", "rnn_hidden_not_detached_fails", "rnn_hidden_detached",
-    "sqrt_at_zero_nan_grad", "gpu_code_runs_on_cpu",
+    "sgd_update_outside_no_grad_fails", "rebound_leaf_keeps_grad", "rnn_hidden_not_detached_fails",
+    "rnn_hidden_detached", "sqrt_at_zero_nan_grad", "gpu_code_runs_on_cpu",
   ]],
   ["Beyond the basics", ["checkpoint_recomputes_forward", "saved_tensor_hooks_pack_unpack"]],
 ];

@@ -142,6 +142,8 @@ function nodeInfo(raw, files) {
     savedTensors: saved.filter((s) => s.kind !== "value"),
     savedValues: saved.filter((s) => s.kind === "value"),
     tensor: raw.tensor ?? null,
+    // bytes its saved tensors hold, each storage once (added within version 4; older: the slots' sum)
+    savedBytes: raw.saved_bytes ?? saved.reduce((a, s) => a + (s.kind !== "value" && s.bytes ? s.bytes : 0), 0),
     group: raw.module ?? null, // the module box it is drawn in (see buildModel)
     gradGraph: raw.grad_graph ?? false,
     step: raw.step ?? 0,
@@ -385,6 +387,9 @@ function readStep(model, raw, info) {
     retainsGrad: t.retains_grad ?? false,
     node: t.node ?? null,
     grad: t.grad ?? null,
+    // no name reaches it now (added within version 4): `name` is its label, e.g. "w (line 2)"
+    unnamed: t.unnamed ?? false,
+    was: t.was ?? null,
   }));
   const gradsOf = new Map(); // node id → [tensor]
   for (const t of tensors) {
@@ -407,13 +412,24 @@ function readStep(model, raw, info) {
   };
 }
 
+/**
+ * tensor → its .grad in `tensors` (an earlier step's): by name, and for a leaf whose name changed
+ * (a rebound name's old leaf, listed unnamed under a label) by its AccumulateGrad node, the same
+ * node while the leaf lives.
+ */
+export function gradsBefore(tensors) {
+  const byName = new Map(tensors.map((t) => [t.name, t.grad]));
+  const byLeaf = new Map(tensors.filter((t) => t.isLeaf && t.node !== null).map((t) => [t.node, t.grad]));
+  return (t) => (byName.has(t.name) ? byName.get(t.name) : t.isLeaf && t.node !== null ? byLeaf.get(t.node) : null) ?? null;
+}
+
 function gradChanges(model, i) {
   const out = new Map();
   const step = model.step(i);
   const prev = i > 0 ? model.step(i - 1) : null;
-  const before = new Map((prev ? prev.tensors : []).map((t) => [t.name, t.grad]));
+  const before = gradsBefore(prev ? prev.tensors : []);
   for (const t of step.tensors) {
-    const old = before.get(t.name) ?? null;
+    const old = before(t);
     if (t.grad && !sameGrad(old, t.grad)) out.set(t.name, { old, total: t.grad });
   }
   return out;
@@ -480,10 +496,10 @@ function computeDiff(model, from, to) {
   }
   // one step on: the grads that changed are the step's own grad changes (compared once, cached)
   const changed = to === from + 1 ? model.gradChanges(to) : null;
-  const before = changed ? null : new Map((a ? a.tensors : []).map((t) => [t.name, t.grad]));
+  const before = changed ? null : gradsBefore(a ? a.tensors : []);
   for (const t of b.tensors) {
     const c = changed ? changed.get(t.name) : null;
-    const old = changed ? (c ? c.old : null) : before.get(t.name) ?? null;
+    const old = changed ? (c ? c.old : null) : before(t);
     if (changed ? !c : !t.grad || sameGrad(old, t.grad)) continue;
     out.grads.push({
       name: t.name,

@@ -31,7 +31,7 @@ export function tensorsView(model, index, limit = Infinity) {
         name: t.name,
         node: t.node,
         shape: fmtShape(t.shape),
-        kind: t.isLeaf ? "leaf" : t.retainsGrad ? "retain_grad" : "—",
+        kind: t.isLeaf ? (t.unnamed ? "old leaf" : "leaf") : t.retainsGrad ? "retain_grad" : "—",
         grad: fmtGrad(t.grad),
         what: c ? (c.old ? "accumulated" : "written") : "",
       };
@@ -68,6 +68,7 @@ export function inspectorView(model, index, id) {
   if (st.alive && st.vars.length) fact(n.isLeaf ? "tensor" : "grad_fn of", st.vars.join(", "));
   else if (n.tensor) fact("tensor", n.tensor);
   fact("line", n.line !== null ? String(n.line) : "—");
+  if (n.savedTensors.length) fact("saved bytes", `${fmtBytes(n.savedBytes)} (each storage counted once)`);
   fact("module", n.module || (n.group ? `${n.group} (by name)` : "—"));
   fact("created at", `step ${n.step + 1}`);
   fact("state now", !st.alive ? (st.dropped ? "dropped (no variable reaches it)" : "not created yet / gone") :
@@ -93,7 +94,7 @@ export function inspectorView(model, index, id) {
   const tensors = (step && st.alive && step.gradsOf.get(n.id)) || [];
   return {
     id: n.id,
-    title: n.isLeaf ? `leaf ${n.tensor || ""}` : n.op,
+    title: n.isLeaf ? `leaf ${(st.alive && st.vars[0]) || n.tensor || ""}` : n.op,
     facts,
     saved,
     savedNone: n.saved.length ? null : n.isLeaf ? "AccumulateGrad saves nothing: nothing to free." : "Nothing saved: nothing to free.",

@@ -77,6 +77,11 @@ def fmt_grad(grad: GradDict | None) -> str:
 
 
 def _saved_bytes(info: NodeDict) -> int:
+    """What a node's saved tensors hold, each storage once (``NodeInfo.saved_bytes``; a trace
+    without it: the slots' sum)."""
+    held = info.get("saved_bytes")
+    if held is not None:
+        return held
     return sum(s.get("bytes") or 0 for s in info.get("saved") or () if s["kind"] != "value")
 
 
@@ -99,13 +104,18 @@ class _Narrator:
         self.calls: dict[int | None, dict[int, list[str]]] | None = None
         self.tensor_names: set[str] = set()  # tensors the current step lists (links may name only these)
         self.ran_at: dict[int, int] = {}  # node id -> index of the last call step that ran it
+        self.states: dict[int, dict] = {}  # the current step's node states that say more than their id
 
     def label(self, nid: int) -> str:
         if not 0 <= nid < len(self.nodes):  # an id the node table does not hold (a cut-short trace)
             return "?"
         info = self.nodes[nid]
-        if info["op"] == "AccumulateGrad" and info.get("tensor"):
-            return f"AccumulateGrad ({info['tensor']})"
+        if info["op"] == "AccumulateGrad":
+            # the leaf as this step lists it: a rebound name's old leaf is shown under its label
+            vars_ = self.states.get(nid, {}).get("vars")
+            tensor = vars_[0] if vars_ else info.get("tensor")
+            if tensor:
+                return f"AccumulateGrad ({tensor})"
         return info["op"]
 
     def run(self) -> None:
@@ -124,6 +134,7 @@ class _Narrator:
                 if "stale" in st and st["stale"] and nid not in self.stale_at:
                     self.stale_at[nid] = index
             self.tensor_names = {te["name"] for te in step.get("tensors") or ()}
+            self.states = states
             text = _Text()
             if step["kind"] == "forward":
                 self.forward(step, states, prev_states, prev_step, text)
@@ -150,6 +161,7 @@ class _Narrator:
             self._retaining(retaining, index, t)
             self._stale(step, states, prev, t)
             self._dropped(step, t)
+            self._unnamed(step, prev_step, t)
             return
         if repeat > 1:
             t.add(f"{where} (the last of {repeat} line executions folded into this step) built ")
@@ -179,6 +191,7 @@ class _Narrator:
             self._retaining(retaining, index, t)
         self._stale(step, states, prev, t)
         self._dropped(step, t)
+        self._unnamed(step, prev_step, t)
         before = prev_step.get("saved_bytes", 0) if prev_step is not None else 0
         if before != step.get("saved_bytes", 0):
             t.sentence_break()
@@ -265,6 +278,59 @@ class _Narrator:
             t.node(nid, self.label(nid))
             t.add(" will fail.")
 
+    def _unnamed(self, step: StepDict, prev_step: StepDict | None, t: _Text) -> None:
+        """Tensors that can hold a .grad and that no name reaches from this step on (a rebound
+        name's old leaf, a rebuilt model's old parameters): what the name is now, and the label
+        the leaf is shown under."""
+        before = {te["name"] for te in (prev_step or {}).get("tensors") or ()}
+        tensors = step.get("tensors") or []
+        now = {te["name"]: te for te in tensors}
+        new = [te for te in tensors if te.get("unnamed") and te["name"] not in before]
+        if not new:
+            return
+        grad_fn_of = {}  # variable -> the node it is the output of (a non-leaf is listed only there)
+        for nid, st in self.states.items():
+            if self.op[nid] != "AccumulateGrad":
+                for var in st.get("vars") or ():
+                    grad_fn_of.setdefault(var, nid)
+        for te in new[:MAX_LISTED]:
+            label, was = te["name"], te.get("was")
+            t.sentence_break()
+            current = now.get(was) if was else None
+            if was and (was in grad_fn_of or current is not None):
+                self._code_name(t, was)
+                t.add(" now names ")
+                if was in grad_fn_of:
+                    t.add("a non-leaf, the output of ")
+                    t.node(grad_fn_of[was], self.label(grad_fn_of[was]))
+                elif current is not None and current["is_leaf"]:
+                    t.add("another leaf")
+                else:
+                    t.add("another tensor")
+                t.add("; the leaf it named is still alive and is shown as ")
+            elif was:
+                t.add(f"No name reaches the leaf `{was}` named any more, but it is alive; it is shown as ")
+            else:
+                t.add("A leaf no name reaches is alive; it is shown as ")
+            self._code_name(t, label)
+            now_grad = f" (it is {fmt_grad(te.get('grad'))} now)" if te.get("grad") is not None else ""
+            if te.get("node") is not None:
+                t.add(f": a backward through a graph that holds it accumulates into its .grad{now_grad}.")
+            else:  # no live graph holds it: an optimizer does
+                t.add(f": an optimizer holds it, so its step() still updates it{now_grad}.")
+        if len(new) > MAX_LISTED:
+            t.sentence_break()
+            t.add(
+                f"{len(new) - MAX_LISTED} more tensors no name reaches are shown under labels of their own."
+            )
+
+    def _code_name(self, t: _Text, name: str) -> None:
+        """A tensor's name: linked when the step lists it, else as code."""
+        if name in self.tensor_names:
+            t.tensor(name, name)
+        else:
+            t.add(f"`{name}`")
+
     def _dropped(self, step: dict, t: _Text) -> None:
         dropped = sum(1 for st in step.get("nodes") or () if st.get("dropped"))
         if dropped:
@@ -295,6 +361,7 @@ class _Narrator:
         if error:
             self._failure(step, failed, ran, states, t)
         self._grads(step, prev_step, t)
+        self._unnamed(step, prev_step, t)
         self._returned(step, t)
         self._memory(step, ran, states, prev, prev_step, retain, t)
         self._order(ran, error, failed, t)
@@ -505,19 +572,30 @@ class _Narrator:
             )
 
     def _grads(self, step: dict, prev_step: StepDict | None, t: _Text) -> None:
-        before = {te["name"]: te.get("grad") for te in (prev_step or {}).get("tensors") or ()}
+        prev_tensors = (prev_step or {}).get("tensors") or ()
+        before = {te["name"]: te.get("grad") for te in prev_tensors}
+        # a leaf listed under a new label (its name was rebound) is the same leaf: its AccumulateGrad node
+        by_leaf = {
+            te["node"]: te.get("grad") for te in prev_tensors if te["is_leaf"] and te.get("node") is not None
+        }
         changed = []
         kept = []
+        unnamed = set()
         for te in step.get("tensors") or ():
             name, grad = te["name"], te.get("grad")
-            old = before.get(name)
+            if te.get("unnamed"):
+                unnamed.add(name)
+            if name in before:
+                old = before[name]
+            else:
+                old = by_leaf.get(te.get("node")) if te["is_leaf"] and te.get("node") is not None else None
             if not same_grad(old, grad):
                 changed.append((name, old, grad))
             elif grad is not None:
                 kept.append(name)
         for name, old, grad in changed[:MAX_LISTED]:
             t.sentence_break()
-            t.tensor(name, f"{name}.grad")
+            t.tensor(name, f"{name}'s .grad" if name in unnamed else f"{name}.grad")
             if old is None:  # the numbers link to their tensor too; torch's 448. must not end a sentence
                 t.add(" was None; the call wrote ").tensor(name, fmt_grad(grad)).add(" into it.")
             elif grad is None:

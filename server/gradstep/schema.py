@@ -124,6 +124,11 @@ class NodeInfo(_Model):
     unreadable: str | None = Field(
         None, description="Why the tracer could not read this node's details; it is still part of the graph."
     )
+    saved_bytes: int | None = Field(
+        None,
+        description="Bytes of the storages its saved tensors hold, each storage counted once (`x * x` saves "
+        "x twice: one storage). Absent when it holds no readable saved tensor.",
+    )
 
 
 class NodeState(_Model):
@@ -187,6 +192,13 @@ class TensorState(_Model):
     retains_grad: bool = False
     node: int | None = Field(None, description="Id of its grad_fn, or of its AccumulateGrad node for a leaf.")
     grad: Grad | None = None
+    unnamed: bool = Field(
+        False,
+        description="No name of the snippet reaches it now: a live graph's AccumulateGrad node or an optimizer "
+        "holds it. `name` is then a label kept for it for the rest of the run, e.g. `w (line 2)`: the name "
+        "and line that bound it (with the iteration when that line bound several).",
+    )
+    was: str | None = Field(None, description="For an unnamed tensor: the name it had before, if it had one.")
 
 
 def one_length(columns: Any) -> None:

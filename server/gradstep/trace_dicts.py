@@ -65,6 +65,7 @@ class NodeDict(TypedDict):
     tensor: NotRequired[str | None]
     grad_graph: NotRequired[bool]
     unreadable: NotRequired[str | None]
+    saved_bytes: NotRequired[int | None]
 
 
 @_strict_keys
@@ -100,6 +101,8 @@ class TensorDict(TypedDict):
     retains_grad: NotRequired[bool]
     node: NotRequired[int | None]
     grad: NotRequired[GradDict | None]
+    unnamed: NotRequired[bool]
+    was: NotRequired[str | None]
 
 
 @_strict_keys

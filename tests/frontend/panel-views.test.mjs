@@ -91,3 +91,29 @@ test("chart label: bytes held now and the peak", () => {
   assert.equal(chartLabel(m, 1, 4), "now 4 B · peak 4 B");
   assert.equal(chartLabel(m, 2, 4), "now 0 B · peak 4 B");
 });
+
+test("tensors view: a leaf relabelled when its name was rebound keeps its grad: neither written nor accumulated", () => {
+  // x was rebound after the first backward: the next step lists the same leaf (its AccumulateGrad
+  // node 1) unnamed, as "x (line 2)"; the second backward then accumulates into it
+  const renamed = structuredClone(X7);
+  renamed.steps[2].tensors = [{ ...x(896), name: "x (line 2)", unnamed: true, was: "x" }];
+  const inserted = { ...structuredClone(renamed.steps[1]), index: 2, kind: "forward", tensors: [{ ...x(448), name: "x (line 2)", unnamed: true, was: "x" }] };
+  renamed.steps.splice(2, 0, inserted);
+  renamed.steps[3].index = 3;
+  const m = buildModel(renamed);
+  const at = (i) => tensorsView(m, i).rows.map((r) => [r.key, r.kind, r.what]);
+  assert.deepEqual(at(2), [["x (line 2)", "old leaf", ""]]);
+  assert.deepEqual(at(3), [["x (line 2)", "old leaf", "accumulated"]]);
+});
+
+test("inspector: a node's saved bytes count each storage once", () => {
+  const both = structuredClone(X7);
+  const saver = both.nodes.find((n) => (n.saved ?? []).some((s) => s.kind === "tensor"));
+  saver.saved = [
+    { name: "self", kind: "tensor", shape: [1000], dtype: "float32", bytes: 4000 },
+    { name: "other", kind: "tensor", shape: [1000], dtype: "float32", bytes: 4000 },
+  ];
+  saver.saved_bytes = 4000;
+  const v = inspectorView(buildModel(both), 0, saver.id);
+  assert.equal(v.facts.find((f) => f.key === "saved bytes").value, "3.9 KB (each storage counted once)");
+});

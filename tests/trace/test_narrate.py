@@ -32,13 +32,13 @@ def _calls(trace: dict) -> list[dict]:
     return [s for s in trace["steps"] if s["kind"] != "forward"]
 
 
-def _label(trace: dict, nid: int) -> str:
+def _label(trace: dict, nid: int, step: dict | None = None) -> str:
+    """A node's label; an AccumulateGrad's names its leaf as ``step`` lists it (a rebound name's
+    old leaf under its label, its state's ``vars``), else by the node's ``tensor``."""
     info = trace["nodes"][nid]
-    return (
-        f"AccumulateGrad ({info['tensor']})"
-        if info["op"] == "AccumulateGrad" and info.get("tensor")
-        else info["op"]
-    )
+    state = next((s for s in (step or {}).get("nodes") or () if s["id"] == nid), {})
+    tensor = (state.get("vars") or [None])[0] or info.get("tensor")
+    return f"AccumulateGrad ({tensor})" if info["op"] == "AccumulateGrad" and tensor else info["op"]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_node_links_cover_the_label_of_their_node(snippet_traces):
             for link in step["links"]:
                 if link["node"] is not None:
                     span = step["explanation"][link["start"] : link["end"]]
-                    assert span == _label(trace, link["node"])
+                    assert span == _label(trace, link["node"], step)
 
 
 def test_tensor_links_name_a_tensor_the_step_lists(snippet_traces):

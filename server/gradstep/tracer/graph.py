@@ -181,6 +181,11 @@ class Graph:
         self.objs.update(zip(nids, order, strict=True))
         del nexts[len(order) :]
         self._read_new(of, order, nexts, first, step, line, grad_graph)
+        storages, table = self.storages, self.table
+        for nid in nids:
+            held = storages.get(nid)
+            if held:
+                table[nid]["saved_bytes"] = node_saved_bytes(held)
 
     def _read_new(
         self, of: Names, order: list, nexts: list, first: int, step: int, line: int | None, grad_graph: bool
@@ -321,6 +326,12 @@ class Graph:
 
     def saved_bytes(self) -> int:
         return self.passes.saved_bytes(self.storages, self.freed)
+
+
+def node_saved_bytes(storages: list[tuple[int, int]]) -> int:
+    """A node's saved bytes: its saved tensors' storages (storage key, bytes), each counted once
+    (``x * x`` saves x as self and other; a view saves its base's storage)."""
+    return sum(dict(storages).values())
 
 
 def accumulator_id(leaf: torch.Tensor, accumulators: dict[int, int], objs: dict[int, Any]) -> int | None:

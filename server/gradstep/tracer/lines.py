@@ -46,8 +46,31 @@ def _compiled_names(tree: ast.Module) -> set[str]:
 _REBINDS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)  # may let go of a graph
 
 
-def _call(name: str, *args: int) -> ast.Expr:
+def _call(name: str, *args: int | tuple[str, ...]) -> ast.Expr:
     return ast.Expr(ast.Call(ast.Name(name, ast.Load()), [ast.Constant(a) for a in args], []))
+
+
+def _bound_names(stmt: ast.stmt) -> tuple[str, ...]:
+    """The plain names an assignment binds (``w = ...``, ``a, b = ...``): the recorder notes which
+    tensor each one names after the statement, so a leaf no name reaches later keeps the line
+    that named it."""
+    if isinstance(stmt, ast.Assign):
+        targets = stmt.targets
+    elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+        targets = [stmt.target]
+    else:
+        return ()
+    out: list[str] = []
+    stack = list(targets)
+    while stack:
+        target = stack.pop(0)
+        if isinstance(target, ast.Name):
+            out.append(target.id)
+        elif isinstance(target, ast.Tuple | ast.List):
+            stack.extend(target.elts)
+        elif isinstance(target, ast.Starred):
+            stack.append(target.value)
+    return tuple(dict.fromkeys(out))
 
 
 class _Markers(ast.NodeTransformer):
@@ -61,7 +84,11 @@ class _Markers(ast.NodeTransformer):
             if (i == 0 and _is_docstring(stmt)) or _is_future(stmt):
                 out.append(stmt)  # must stay first: a marker before it changes its meaning
                 continue
-            marker = _call(LINE, stmt.lineno, 1) if isinstance(stmt, _REBINDS) else _call(LINE, stmt.lineno)
+            if isinstance(stmt, _REBINDS):
+                bound = _bound_names(stmt)
+                marker = _call(LINE, stmt.lineno, 1, bound) if bound else _call(LINE, stmt.lineno, 1)
+            else:
+                marker = _call(LINE, stmt.lineno)
             ast.copy_location(marker, stmt)
             ast.copy_location(marker.value, stmt)
             out.extend((marker, stmt))

@@ -26,6 +26,7 @@ class Names:
 
     tensors: dict[int, tuple[torch.Tensor, list[str]]] = field(default_factory=dict)
     modules: dict[int, str] = field(default_factory=dict)  # id(module) -> dotted path
+    optimizers: list[tuple[str, object]] = field(default_factory=list)  # (name, optimizer): not scanned
     _by_data: dict | None = None
 
     def add(self, name: str, t: torch.Tensor) -> None:
@@ -154,7 +155,9 @@ def _visit(names: Names, seen: set[int], name: str, value: object, depth: int, i
     if isinstance(value, torch.nn.Module):
         names.merge(*index.walk(name, value))
     elif isinstance(value, torch.optim.Optimizer):
-        return  # its params are the model's; its state is not part of any graph
+        # its params are the model's; its state is not part of any graph (a param no name
+        # reaches is listed under its optimizer's path: tracer/leaves.py)
+        names.optimizers.append((name, value))
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value[:_MAX_ITEMS]):
             _visit(names, seen, f"{name}[{i}]", item, depth + 1, index)

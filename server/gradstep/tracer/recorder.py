@@ -27,9 +27,10 @@ from gradstep.tracer.calls import Calls
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.guard import Guard, guarded
+from gradstep.tracer.leaves import Leaves
 from gradstep.tracer.limits import Limits
 from gradstep.tracer.loops import Loops
-from gradstep.tracer.names import ModuleIndex, Names, frame_namespaces, scan, snippet_frames
+from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_namespaces, scan, snippet_frames
 from gradstep.tracer.notes import Uses
 from gradstep.tracer.snapshots import Snapshots
 from gradstep.tracer.snippet import Snippet
@@ -58,9 +59,12 @@ class Recorder:
         self.seq_base = _seq_nr()
         self.seq_last = self.seq_base
         self.graph = Graph(self.seq_base, limits.max_nodes, passes.chosen())
+        self.module_index = ModuleIndex()
+        self.leaves = Leaves(self.module_index)
         self.snapshots = Snapshots(
-            self.steps, self.graph, self.guard, self.out, self.warnings, limits.max_steps, limits.max_values
-        )
+            self.steps, self.graph, self.guard, self.out, self.warnings, limits.max_steps, limits.max_values,
+            self.leaves,
+        )  # fmt: skip
         self.line: int | None = None  # snippet line executing now
         self.loops = Loops(limits.line_repeats)
         self.calls = Calls(self.graph, self.snapshots, self.guard)
@@ -69,7 +73,6 @@ class Recorder:
         self.built_line: int | None = None  # ...by this line
         self.check_release = False
         self.callers: list[int | None] = []  # lines that called the snippet's functions
-        self.module_index = ModuleIndex()
 
     def own_stack(self, message: str) -> str:
         return errors.own_stack(message, self.frames)
@@ -102,10 +105,12 @@ class Recorder:
         self.graph.objs.clear()
         self.graph.ids.clear()
         self.module_index.clear()
+        self.leaves.clear()
         self.warnings.close()
 
     @guarded
     def _finish(self) -> None:
+        self.leaves.settle()
         if not self.snapshots.full():
             self.flush(self.line)
             self.emit_folded()
@@ -129,11 +134,12 @@ class Recorder:
     # -- line tracing --------------------------------------------------------
 
     @guarded
-    def _on_line(self, line: int, rebinds: bool = False) -> None:
+    def _on_line(self, line: int, rebinds: bool = False, bound: tuple[str, ...] = ()) -> None:
         """Called by the snippet before each of its statements (see lines.py).
 
         ``rebinds``: the statement assigns or deletes names, so it may have let
-        go of a graph without building anything; checked after it ran.
+        go of a graph without building anything; checked after it ran. ``bound``: the
+        plain names it assigns, whose tensors are noted after it ran (tracer/leaves.py).
         """
         if self.calls.running:  # the snippet's code run by the engine: a hook, a checkpoint's recomputation
             self.calls.lines.add(line)
@@ -141,6 +147,13 @@ class Recorder:
         if _transform_level() is not None:  # inside torch.func: wrapped tensors, functorch's own autograd
             self.uses.transformed.add(self.line)
             return
+        self.leaves.settle()
+        if bound:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_filename != SNIPPET_FILENAME:
+                frame = frame.f_back
+            if frame is not None:
+                self.leaves.binding(frame, bound, line)
         stepped = self.flush(self.line)
         if self.check_release and not stepped and self.loops.shown(self.line):
             self.snapshots.release(self.names_at, self.line)

@@ -16,6 +16,7 @@ from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.grads import GradRecords
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.guard import Guard
+from gradstep.tracer.leaves import Leaves
 from gradstep.tracer.names import Names
 
 NamesAt = Callable[[FrameType], Names]  # the recorder's seam: what the code can name from a frame up
@@ -31,8 +32,10 @@ class Snapshots:
         warnings: Warnings,
         max_steps: int,
         max_values: int,
+        leaves: Leaves,
     ) -> None:
         self.steps = steps
+        self.leaves = leaves  # tensors that can hold a .grad and no name reaches, and their labels
         self.graph = graph
         self.guard = guard
         self.out = out
@@ -112,8 +115,18 @@ class Snapshots:
         self.released = []
         graph.check_stale(below=known)
 
+        # Leaves a live graph or an optimizer holds though no name reaches them: listed after the
+        # named tensors, under labels of their own (the passes read them as more entries).
+        entries = names.tensors
+        unnamed = self.leaves.unnamed(entries, graph, names.optimizers, self._tensor_recs)
+        named_shown = len(shown)
+        if unnamed:
+            _, more_shown, more_fns, more_facts = passes.roots(unnamed, ())
+            entries = {**entries, **unnamed}
+            fns, shown, facts = fns + more_fns, shown + more_shown, facts + more_facts
+
         vars_of, leaf_ids, grads_in = passes.step_names(
-            names.tensors, fns, shown, facts, ids, graph.table, graph.accumulators, graph.objs
+            entries, fns, shown, facts, ids, graph.table, graph.accumulators, graph.objs
         )
 
         run = run or {}
@@ -133,6 +146,11 @@ class Snapshots:
         now: dict[int, tuple] = {}
         tensors = passes.tensor_records(shown, facts, grads, leaf_ids, ids, self._tensor_recs, now)
         self._tensor_recs = now
+        for (t, _), rec in zip(shown[named_shown:], tensors[named_shown:], strict=True):
+            rec["unnamed"] = True
+            was = self.leaves.was(t)
+            if was:
+                rec["was"] = was
         if returned is not None:
             step["returned"] = self.grad_records(returned)
 
