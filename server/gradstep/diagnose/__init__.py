@@ -29,6 +29,7 @@ from gradstep.diagnose import (
     non_scalar,
     nonfinite_grad,
     running_total,
+    stale_graph,
     step_order,
     zero_grad,
 )
@@ -44,6 +45,7 @@ MAX_CANDIDATES = 16  # diagnoses one trace can get (each rule caps its own; this
 
 RULES = (
     hidden_state,
+    stale_graph,
     freed_graph,
     non_scalar,
     inplace,
@@ -137,12 +139,13 @@ def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
     out = []
     for candidate in candidates:
         passed: dict[str, dict] = {}
-        fixes = []
+        fixes, kept = [], []
         for fix in candidate.fixes:
             fixed = runs.get(fix.code)
             if fixed is None or not _passes(candidate, fix, fixed, trace, passed):
                 continue
             passed[fix.key] = fixed
+            kept.append((fix, fixed))
             explanation = fix.explanation(fixed) if callable(fix.explanation) else fix.explanation
             fixes.append(
                 {
@@ -152,6 +155,11 @@ def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
                     "source_lines": line_sources(trace.get("code") or "", fix.code),
                 }
             )
+        # what each fixed run computes, once every sibling's run is known (one quotes the other)
+        for (fix, fixed), entry in zip(kept, fixes, strict=True):
+            if fix.outcome is not None:
+                siblings = {k: t for k, t in passed.items() if k != fix.key}
+                entry["outcome"] = _outcome_of(fix, fixed, trace, siblings)
         out.append(
             {
                 "kind": candidate.kind,
@@ -164,11 +172,19 @@ def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
     return out
 
 
+def _outcome_of(fix: CandidateFix, fixed: dict, trace: dict, siblings: dict[str, dict]) -> str | None:
+    try:
+        return fix.outcome(fixed, trace, siblings) or None
+    except Exception:  # a fix is worth offering without its measured outcome
+        return None
+
+
 def _passes(candidate: Candidate, fix: CandidateFix, fixed: dict, trace: dict, passed: dict) -> bool:
     if not facts.runs_cleanly(fixed) or any(k not in passed for k in fix.needs):
         return False
     line = moved_line(trace.get("code") or "", fix.code, candidate.line)
-    if any(c.kind == candidate.kind and (line is None or c.line == line) for c in find(fixed)):
+    same = [c for c in find(fixed) if c.kind == candidate.kind and (line is None or c.line == line)]
+    if same and not fix.refires:
         return False  # the fix did not fix it (the same mistake, where it moved to in the fixed code)
     try:
         return fix.intent is None or bool(fix.intent(fixed, trace, passed))
