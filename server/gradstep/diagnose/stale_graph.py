@@ -278,13 +278,13 @@ def _outcome(other: str, label: str, other_label: str) -> Outcome:
             + (" — the same every iteration" if same else "")
             + f"; at the end `{name}.grad` is {_quoted(mine[-1])}."
         )
-        twin = siblings.get(other)
+        twin, twin_label = siblings.get(other), other_label
         if twin is None and facts.runs_cleanly(original):  # the run as written trained on the stale graph
-            twin, other_label = original, "As written"
+            twin, twin_label = original, "As written"
         if twin is not None:
             theirs = _per_iteration(twin, _loop_line(twin)).get(name, [])
             if theirs:
-                text += f" {other_label}: norm {_norms(theirs)}; at the end {_quoted(theirs[-1])}."
+                text += f" {twin_label}: norm {_norms(theirs)}; at the end {_quoted(theirs[-1])}."
         return text
 
     return outcome
@@ -369,7 +369,7 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         built = f"at line {stale.defining.lineno}, " if stale.defining is not None else ""
         what = (
             "The first backward freed that graph's saved tensors, so the second one fails. retain_graph=True would "
-            "make it run, but every iteration would then go back through that same graph, "
+            "at best let every iteration go back through that same graph, "
             if shown == "freed"
             else "retain_graph=True lets every iteration go back through that same graph (the run shows each "
             "backward starting at the same node), "
