@@ -80,7 +80,7 @@ export function createDiagnoses(el, options = {}) {
           return h("li", { class: "gs-fix", "data-fix": `${i}.${j}` },
             h("strong", { class: "gs-fix-title" }, ...inlineCode(f.title)),
             h("p", { class: "gs-fix-explanation" }, ...inlineCode(f.explanation)),
-            f.outcome ? h("p", { class: "gs-fix-outcome" }, h("span", { class: "gs-fix-outcome-head" }, "What the fixed run computes, measured: "), ...inlineCode(f.outcome)) : null,
+            f.outcome ? h("p", { class: "gs-fix-outcome" }, h("span", { class: "gs-fix-outcome-head" }, "What the fixed run computes (measured)"), ...inlineCode(f.outcome)) : null,
             diff.length ? h("details", { class: "gs-fix-diff" }, h("summary", {}, "What changes"),
               h("pre", {}, ...diff.map((x) => h("span", { class: `gs-fix-${x.sign === "+" ? "add" : "del"}` }, `${x.sign} ${x.text}\n`)))) : null,
             h("button", { type: "button", class: "gs-btn gs-apply-fix", disabled: busy, "aria-label": `Apply fix: ${String(f.title).replace(/`/g, "")}`,

@@ -307,7 +307,7 @@ def test_a_retained_stale_graph_that_runs_is_a_warning_whose_fix_trains_as_meant
     meant = code_of(VARIANTS["forward_over_several_lines"][1].replace("range(4)", "range(3)"))
     assert same_params(final_params(fix["code"]), final_params(meant))
     assert not same_params(final_params(fix["code"]), final_params(code))
-    assert "As written: norm" in fix["outcome"]
+    assert "\nAs written: norm" in fix["outcome"]
 
 
 def test_a_loss_read_before_the_loop_stays_there_and_is_computed_again_in_it():

@@ -284,7 +284,7 @@ def _outcome(other: str, label: str, other_label: str) -> Outcome:
         if twin is not None:
             theirs = _per_iteration(twin, _loop_line(twin)).get(name, [])
             if theirs:
-                text += f" {twin_label}: norm {_norms(theirs)}; at the end {_quoted(theirs[-1])}."
+                text += f"\n{twin_label}: norm {_norms(theirs)}; at the end {_quoted(theirs[-1])}."
         return text
 
     return outcome
