@@ -171,6 +171,26 @@ for i in range(3):
         w.grad.zero_()
 """,
     ),
+    "batches_in_an_epoch_loop": (
+        SETUP
+        + """
+loss = ((model(x) - y) ** 2).mean()
+for epoch in range(2):
+    for batch in range(2):
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+""",
+        SETUP
+        + """
+for epoch in range(2):
+    for batch in range(2):
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+""",
+    ),
     "loss_read_before_the_loop": (
         SETUP
         + """

@@ -42,7 +42,8 @@ class Stale:
     name: str  # the tensor it differentiates
     loop: ast.stmt
     update: ast.AST  # what changes the weights in the loop
-    defining: ast.stmt | None  # the assignment before the loop that built it (same block)
+    defining: ast.stmt | None  # the assignment before the loop that built it
+    anchor: ast.stmt | None  # the loop, or the statement holding it, in the block ``defining`` is in
 
 
 def _updates(src: Source, loop: ast.stmt) -> ast.AST | None:
@@ -89,12 +90,20 @@ def _stale(src: Source, line: int | None) -> Stale | None:
     update = _updates(src, loop)
     if update is None:
         return None
-    where = src.body_of(loop)
-    defining = None
-    if where is not None:
-        block, at = where
-        defining = next((s for s in reversed(block[:at]) if out.id in assigned_names(s)), None)
-    return Stale(call, line, out.id, loop, update, defining)
+    # the assignment before the loop: in the loop's block, or in a block around it (an epoch loop
+    # around a batch loop), up to the function it is in
+    anchor: ast.AST | None = loop
+    while isinstance(anchor, ast.stmt):
+        where = src.body_of(anchor)
+        if where is not None:
+            block, at = where
+            defining = next((s for s in reversed(block[:at]) if out.id in assigned_names(s)), None)
+            if defining is not None:
+                return Stale(call, line, out.id, loop, update, defining, anchor)
+        anchor = src.parents.get(anchor)
+        if isinstance(anchor, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            break
+    return Stale(call, line, out.id, loop, update, None, None)
 
 
 def _stored(node: ast.AST) -> set[str]:
@@ -165,9 +174,10 @@ def _reads(stmt: ast.stmt, functions: dict[str, ast.AST]) -> set[str]:
 def _forward(src: Source, stale: Stale, roots: set[str]) -> tuple[list[ast.stmt], bool] | None:
     """The statements before the loop that built the tensor's graph, in order, and whether they can be
     moved (False: something else before the loop reads what they compute, so they are copied)."""
-    if stale.defining is None:
+    where = src.body_of(stale.anchor) if stale.anchor is not None else None
+    if stale.defining is None or where is None:
         return None
-    block, at = src.body_of(stale.loop)
+    block, at = where
     before = block[:at]
     functions = _functions(src)
     chain: list[ast.stmt] = []
