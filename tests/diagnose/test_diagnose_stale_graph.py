@@ -330,6 +330,19 @@ def test_a_retained_stale_graph_that_runs_is_a_warning_whose_fix_trains_as_meant
     assert "\nAs written: norm" in fix["outcome"]
 
 
+def test_a_retained_graph_whose_saved_weights_the_optimizer_changed_is_diagnosed_as_stale():
+    # Adam's step changes in place the weights the retained graph saved: torch refuses the second backward
+    code = code_of(VARIANTS["module_with_a_forward"][0]).replace(
+        "loss.backward()", "loss.backward(retain_graph=True)"
+    )
+    assert "modified by an inplace operation" in run_plain(code).calls[1].error["message"]
+    d = only(code, KIND)
+    assert d["severity"] == "error" and "changed in place" in d["message"]
+    (fix,) = d["fixes"]
+    assert "retain_graph" not in fix["code"]
+    assert same_params(final_params(fix["code"]), final_params(code_of(VARIANTS["module_with_a_forward"][1])))
+
+
 def test_a_loss_read_before_the_loop_stays_there_and_is_computed_again_in_it():
     (moved, _) = _diagnosis("loss_read_before_the_loop")["fixes"]
     assert moved["title"].startswith("Repeat the forward")

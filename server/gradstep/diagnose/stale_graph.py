@@ -2,10 +2,10 @@
 
 ``loss = f(model(x))`` before ``for epoch …: opt.zero_grad(); loss.backward(); opt.step()``:
 the loop means to train, but its backward goes through the one graph the line before the
-loop built, from the weights as they were then. The run shows it one of two ways: the second
-backward fails (the first freed the graph), or, with ``retain_graph=True``, every backward in
-the loop runs the same root node, while the optimizer (or an update under no_grad) changes
-the weights in between.
+loop built, from the weights as they were then. The run shows it one of three ways: the second
+backward fails (the first freed the graph); with ``retain_graph=True``, it fails because the
+update changed in place weights the graph saved; or every backward in the loop runs the same
+root node, while the optimizer (or an update under no_grad) changes the weights in between.
 
 Fixes, in this order:
 
@@ -122,15 +122,21 @@ def _root(step: dict) -> int | None:
 
 
 def _shown(trace: dict, stale: Stale) -> str | None:
-    """How the run shows the stale graph: "freed" (the second backward failed), "retained" (two
-    backwards in the loop ran the same root), or None."""
+    """How the run shows the stale graph: "freed" (the second backward failed: the first freed the
+    graph), "modified" (it failed: the graph was retained, but the update changed weights it saved),
+    "retained" (two backwards in the loop ran the same root), or None."""
     at = [s for s in facts.calls(trace) if s.get("line") == stale.line]
-    for step in at:
+    for i, step in enumerate(at):
         error = step.get("error")
         if error and facts.FREED_MARK in error["message"]:
             failed = facts.failed_node(step)
             freeing = facts.freed_by(trace, failed, step["index"]) if failed is not None else None
             return "freed" if freeing is not None and freeing.get("line") == stale.line else None
+        if error and facts.STALE_MARK in error["message"]:
+            # a retained graph whose saved weights the update changed in place (Adam, a hand-written
+            # update): the same graph as the call before at this line
+            ran = [_root(s) for s in at[:i] if not s.get("error")]
+            return "modified" if ran and ran[-1] is not None and ran[-1] == _root(step) else None
     ran = [_root(s) for s in at if not s.get("error")]
     return "retained" if len(ran) >= 2 and ran[0] is not None and ran[0] == ran[1] else None
 
@@ -139,7 +145,7 @@ def explains(trace: dict, src: Source, step: dict) -> bool:
     """Whether the failed ``step`` is a stale graph in a training loop (this rule says so, not the
     freed-graph rule)."""
     stale = _stale(src, step.get("line"))
-    return stale is not None and _shown(trace, stale) == "freed"
+    return stale is not None and _shown(trace, stale) in ("freed", "modified")
 
 
 def _grad_roots(trace: dict) -> set[str]:
@@ -377,13 +383,15 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         if stale is None or shown is None:
             continue
         built = f"at line {stale.defining.lineno}, " if stale.defining is not None else ""
-        what = (
-            "The first backward freed that graph's saved tensors, so the second one fails. retain_graph=True would "
-            "at best let every iteration go back through that same graph, "
-            if shown == "freed"
-            else "retain_graph=True lets every iteration go back through that same graph (the run shows each "
-            "backward starting at the same node), "
-        )
+        what = {
+            "freed": "The first backward freed that graph's saved tensors, so the second one fails. retain_graph=True "
+            "would at best let every iteration go back through that same graph, ",
+            "modified": "retain_graph=True keeps that graph, but it saved weights that the update then changed in "
+            "place, so the second backward refuses to use them. Even where it runs, every iteration goes back "
+            "through that same graph, ",
+            "retained": "retain_graph=True lets every iteration go back through that same graph (the run shows each "
+            "backward starting at the same node), ",
+        }[shown]
         message = (
             f"`{stale.name}` is computed once, {built}before the loop at line {stale.loop.lineno}, but the loop "
             f"calls its backward (line {line}) in every iteration and `{src.text(stale.update)}` "
@@ -391,7 +399,7 @@ def find(trace: dict, src: Source) -> list[Candidate]:
             f"before it. {what}built from the weights before the loop: the same gradient each time, however the "
             f"weights change. Compute `{stale.name}` inside the loop."
         )
-        severity = "error" if shown == "freed" else "warning"
+        severity = "warning" if shown == "retained" else "error"
         fixes = present(
             _move_fix(src, stale, _grad_roots(trace)),
             _retain_fix(src, stale) if shown == "freed" else None,
