@@ -98,6 +98,25 @@ loss = out.pow(2).mean()
 loss.backward()
 """,
     ),
+    "helper_decorated_with_no_grad": (
+        NET
+        + """
+@torch.no_grad()
+def embed(inp):
+    return net(inp)
+feats = embed(x)
+loss = feats.pow(2).mean()
+loss.backward()
+""",
+        "feats = embed(x)",
+        "autograd records nothing",
+        NET
+        + """
+feats = net(x)
+loss = feats.pow(2).mean()
+loss.backward()
+""",
+    ),
     "no_grad_in_a_module_forward": (
         """
 import torch

@@ -155,7 +155,7 @@ def _cut_upstream(
     for stmt in upstream(src, out, line):
         if stmt.lineno in built or not isinstance(stmt, ast.Assign | ast.AnnAssign):
             continue
-        scope = _no_grad_scope(src, stmt)
+        scope = _no_grad_scope(src, stmt) or _called_under_no_grad(src, stmt)
         if scope is not None and _from_a_leaf(src, stmt, roots):
             return stmt, scope
     return None
