@@ -70,12 +70,11 @@ def _no_grad_scope(src: Source, stmt: ast.stmt) -> ast.AST | None:
 def _called_under_no_grad(src: Source, stmt: ast.stmt) -> ast.AST | None:
     """For ``loss = forward(x)``: the no_grad scope in the snippet's ``forward`` that its return is in."""
     called = {call_name(c) for c in ast.walk(stmt) if isinstance(c, ast.Call)}
-    for fn in src.walk():
-        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and fn.name in called:
-            for ret in (n for n in ast.walk(fn) if isinstance(n, ast.Return)):
-                scope = _no_grad_scope(src, ret)
-                if scope is not None:
-                    return scope
+    for name in called:
+        for ret in _returns_of(src, name):
+            scope = _no_grad_scope(src, ret)
+            if scope is not None:
+                return scope
     return None
 
 
@@ -85,16 +84,28 @@ MAX_CHAIN = 64  # statements one search follows back from the output
 def _assignment_before(src: Source, name: str, line: int, scope: ast.AST | None) -> ast.stmt | None:
     """The last assignment to ``name`` that ends before ``line``, in ``scope`` (a function) when it has
     one there, else anywhere (a name a function reads from the module)."""
-    found = [
-        s
-        for s in src.walk()
-        if isinstance(s, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For))
-        and s.end_lineno < line
-        and name in (assigned_names(s) if not isinstance(s, ast.For) else _names_of(s.target))
-    ]
+    found = [s for s in _assignments(src).get(name, ()) if s.end_lineno < line]
     local = [s for s in found if _scope(src, s) is scope]
     chosen = local or [s for s in found if _scope(src, s) is None]
     return max(chosen, key=lambda s: s.lineno) if chosen else None
+
+
+def _assignments(src: Source) -> dict[str, list[ast.stmt]]:
+    """name -> the statements that assign it (one walk of the tree per snippet, kept on ``src``)."""
+    cached = src.__dict__.get("_no_graph_assignments")
+    if cached is None:
+        cached = {}
+        for s in src.walk():
+            if isinstance(s, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                names = assigned_names(s)
+            elif isinstance(s, ast.For | ast.AsyncFor):
+                names = _names_of(s.target)
+            else:
+                continue
+            for name in names:
+                cached.setdefault(name, []).append(s)
+        src.__dict__["_no_graph_assignments"] = cached
+    return cached
 
 
 def _names_of(target: ast.AST) -> set[str]:
@@ -108,16 +119,20 @@ def _scope(src: Source, node: ast.AST) -> ast.AST | None:
 def _returns_of(src: Source, called: str) -> list[ast.Return]:
     """The return statements of the snippet's function ``called``, or of the ``forward`` of its
     class ``called`` (a module: calling an instance runs its forward)."""
-    out: list[ast.Return] = []
-    for node in src.walk():
-        fns: list[ast.AST] = []
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == called:
-            fns = [node]
-        elif isinstance(node, ast.ClassDef) and node.name == called:
-            fns = [f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "forward"]
-        for fn in fns:
-            out += [r for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
-    return out
+    by_name = src.__dict__.get("_no_graph_returns")
+    if by_name is None:
+        by_name = {}
+        for node in src.walk():
+            fns: list[ast.AST] = []
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                fns = [node]
+            elif isinstance(node, ast.ClassDef):
+                fns = [f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "forward"]
+            for fn in fns:
+                returns = [r for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
+                by_name.setdefault(node.name, []).extend(returns)
+        src.__dict__["_no_graph_returns"] = by_name
+    return by_name.get(called, [])
 
 
 def upstream(src: Source, out: ast.expr, line: int) -> list[ast.stmt]:
