@@ -61,6 +61,27 @@ for step in range(4):
     opt.step()
 """,
     ),
+    "one_statement_over_several_lines": (
+        SETUP
+        + """
+loss = torch.nn.functional.mse_loss(
+    model(x),
+    y,
+)
+for epoch in range(3):
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""",
+        SETUP
+        + """
+for epoch in range(3):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""",
+    ),
     "helper_function": (
         SETUP
         + """
