@@ -162,7 +162,7 @@ def _functions(src: Source) -> dict[str, ast.AST]:
 
 
 def _reads(stmt: ast.stmt, functions: dict[str, ast.AST]) -> set[str]:
-    """Names ``stmt`` reads, and those the snippet's functions it calls read (one level down each)."""
+    """Names ``stmt`` reads, and those the snippet's functions it calls (and the ones they call) read."""
     read = names_in(stmt)
     todo = [call_name(c) for c in ast.walk(stmt) if isinstance(c, ast.Call)]
     seen: set[str] = set()
@@ -192,7 +192,9 @@ def _forward(src: Source, stale: Stale, roots: set[str]) -> tuple[list[ast.stmt]
         made = assigned_names(stmt)
         if made & needed and isinstance(stmt, ast.Assign | ast.AnnAssign | ast.AugAssign):
             chain.append(stmt)
-            needed = (needed - made) | _reads(stmt, functions)
+            if not isinstance(stmt, ast.AugAssign):  # `loss += reg` adds to a loss made before it
+                needed -= made
+            needed |= _reads(stmt, functions)
     graph = set(roots)
     forward = []
     for stmt in reversed(chain):
