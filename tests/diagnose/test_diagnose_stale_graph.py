@@ -426,3 +426,29 @@ def test_retain_graph_is_not_offered_where_it_would_fail_too(variant: str):
     assert "into the loop" in fix["title"]
     retained = code.replace("loss.backward()", "loss.backward(retain_graph=True)")
     assert "modified by an inplace operation" in run_plain(retained).calls[1].error["message"]
+
+
+GRAD_LOOP = """
+import torch
+w = torch.tensor([1.0, -2.0], requires_grad=True)
+data = torch.tensor([0.5, 1.5])
+loss = ((w * data).sum() - 1.0) ** 2
+for i in range(3):
+    (g,) = torch.autograd.grad(loss, w)
+    with torch.no_grad():
+        w -= 0.1 * g
+print(w)
+"""
+
+
+def test_an_autograd_grad_loop_is_diagnosed_and_its_outcome_quotes_what_grad_returned():
+    code = code_of(GRAD_LOOP)
+    moved, retained = only(code, KIND)["fixes"]
+    meant = code.replace("loss = ((w * data).sum() - 1.0) ** 2\nfor i in range(3):\n", "for i in range(3):\n")
+    meant = meant.replace("    (g,)", "    loss = ((w * data).sum() - 1.0) ** 2\n    (g,)")
+    assert same_params(final_params(moved["code"]), final_params(meant))
+    assert not same_params(final_params(retained["code"]), final_params(meant))
+    returned = [c.returned[0].norm().item() for c in run_plain(moved["code"]).calls]
+    quoted = moved["outcome"].split("has norm ", 1)[1].split(";", 1)[0]
+    assert [float(v) for v in quoted.split(", ")] == pytest.approx(returned, rel=1e-3)
+    assert "returned by each autograd.grad call" in moved["outcome"]

@@ -269,7 +269,23 @@ def _lines(stmts: list[ast.stmt]) -> str:
 
 
 def _per_iteration(trace: dict, line: int | None) -> dict[str, list[dict]]:
-    return facts.grad_growth(trace, line) if line is not None else {}
+    """name -> what each call at ``line`` gave it: its .grad after a backward, or what autograd.grad
+    returned for it."""
+    if line is None:
+        return {}
+    out = facts.grad_growth(trace, line)
+    for step in facts.calls(trace):
+        if step.get("line") == line and not step.get("error") and step["kind"] == "grad":
+            for name, got in zip(step.get("inputs") or (), step.get("returned") or (), strict=False):
+                if name and got:
+                    out.setdefault(name, []).append(got)
+    return out
+
+
+def _gives(trace: dict, line: int | None) -> str:
+    """How the outcome names what each call gave (a backward fills .grad; autograd.grad returns it)."""
+    kinds = {s["kind"] for s in facts.calls(trace) if s.get("line") == line}
+    return "returned by each autograd.grad call" if kinds == {"grad"} else "after each backward"
 
 
 def _quoted(grad: dict) -> str:
@@ -301,10 +317,13 @@ def _outcome(other: str, label: str, other_label: str) -> Outcome:
             return ""
         mine = _per_iteration(fixed, here).get(name, [])
         same = len(mine) > 1 and all(facts.same_grad(mine[0], g) for g in mine[1:])
+        grad = (
+            f"`{name}.grad`" if _gives(fixed, here) == "after each backward" else f"the gradient of `{name}`"
+        )
         text = (
-            f"{label}: `{name}.grad` after each backward in the loop has norm {_norms(mine)}"
+            f"{label}: {grad} {_gives(fixed, here)} in the loop has norm {_norms(mine)}"
             + (" — the same every iteration" if same else "")
-            + f"; at the end `{name}.grad` is {_quoted(mine[-1])}."
+            + f"; at the end {grad} is {_quoted(mine[-1])}."
         )
         twin, twin_label = siblings.get(other), other_label
         if twin is None and facts.runs_cleanly(original):  # the run as written trained on the stale graph
@@ -406,7 +425,7 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         }[shown]
         message = (
             f"`{stale.name}` is computed once, {built}before the loop at line {stale.loop.lineno}, but the loop "
-            f"calls its backward (line {line}) in every iteration and `{src.text(stale.update)}` "
+            f"differentiates it (line {line}) in every iteration and `{src.text(stale.update)}` "
             f"(line {stale.update.lineno}) changes the weights in between: the loop trains on a graph built "
             f"before it. {what}built from the weights before the loop: the same gradient each time, however the "
             f"weights change. Compute `{stale.name}` inside the loop."
