@@ -4,7 +4,11 @@
 no run): each returns a ``Candidate`` with proposed fixes. ``verify`` runs every
 proposed fix (all at once, through the given ``run``) and keeps a fix only when
 its run has no error, the same diagnosis does not fire on it again, and, where
-the intent is clear, its gradients are the ones the original meant.
+the intent is clear, its gradients are the ones the original meant. A fix that
+only makes the code run without keeping what it means (``refires``) comes after
+the one that keeps it, says so, and may fire the diagnosis again. Where fixes
+compute different things, each one's ``outcome`` says what its run computed,
+beside its siblings' runs (``Fix.outcome``).
 
 No rule guesses: a rule fires only on what the run showed (an error torch
 raised, a warning it gave, a ``.grad`` that grew), so a snippet that is fine
