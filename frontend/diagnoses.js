@@ -1,6 +1,8 @@
 // The diagnoses of a run (trace version 2): known autograd mistakes the run
 // shows — severity, line, message — each with fixes the server ran and checked
-// before offering them. "Apply fix" hands the fix to the page (app.js), which
+// before offering them, in the order offered (a fix that keeps what the code
+// means before one that only makes it run), each with what its run computed
+// (Fix.outcome). "Apply fix" hands the fix to the page (app.js), which
 // runs it and opens the side-by-side view.
 
 import { codeLines, fixLineMap } from "./align.js";
@@ -78,6 +80,7 @@ export function createDiagnoses(el, options = {}) {
           return h("li", { class: "gs-fix", "data-fix": `${i}.${j}` },
             h("strong", { class: "gs-fix-title" }, ...inlineCode(f.title)),
             h("p", { class: "gs-fix-explanation" }, ...inlineCode(f.explanation)),
+            f.outcome ? h("p", { class: "gs-fix-outcome" }, h("span", { class: "gs-fix-outcome-head" }, "What the fixed run computes (measured)"), ...inlineCode(f.outcome)) : null,
             diff.length ? h("details", { class: "gs-fix-diff" }, h("summary", {}, "What changes"),
               h("pre", {}, ...diff.map((x) => h("span", { class: `gs-fix-${x.sign === "+" ? "add" : "del"}` }, `${x.sign} ${x.text}\n`)))) : null,
             h("button", { type: "button", class: "gs-btn gs-apply-fix", disabled: busy, "aria-label": `Apply fix: ${String(f.title).replace(/`/g, "")}`,

@@ -10,7 +10,7 @@ export const COURSE = [
     "backward_twice_fails", "retain_graph_accumulates", "no_saved_tensors_backward_twice",
     "two_outputs_without_retain_fails", "two_outputs_retain_graph", "shared_trunk_partial_grads",
     "shared_trunk_retain_graph", "shared_trunk_sum_losses", "retain_graph_in_loop_not_needed",
-    "content_loss_retain_graph",
+    "stale_graph_training_loop_fails", "content_loss_retain_graph",
   ]],
   ["Accumulation: .grad adds up", ["training_loop_no_zero_grad", "zero_grad_before_step", "running_loss_keeps_graphs"]],
   ["create_graph: derivatives of derivatives", ["create_graph_second_derivative"]],
@@ -20,8 +20,8 @@ export const COURSE = [
   ["retain_grad: .grad of intermediate tensors", ["retain_grad_before_or_after", "retain_grad_after_backward"]],
   ["Common mistakes", [
     "item_cuts_the_graph", "inplace_modified_saved_tensor_fails", "forward_under_no_grad_fails",
-    "sgd_update_outside_no_grad_fails", "rebound_leaf_keeps_grad", "rnn_hidden_not_detached_fails",
-    "rnn_hidden_detached", "sqrt_at_zero_nan_grad", "gpu_code_runs_on_cpu",
+    "no_grad_forward_then_loss_fails", "sgd_update_outside_no_grad_fails", "rebound_leaf_keeps_grad",
+    "rnn_hidden_not_detached_fails", "rnn_hidden_detached", "sqrt_at_zero_nan_grad", "gpu_code_runs_on_cpu",
   ]],
   ["Beyond the basics", ["checkpoint_recomputes_forward", "saved_tensor_hooks_pack_unpack"]],
 ];

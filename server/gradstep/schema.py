@@ -354,6 +354,7 @@ DIAGNOSIS_KINDS = (
     "nonfinite_grad",
     "optimizer_step_without_gradient",
     "needless_retain_graph",
+    "stale_graph_in_loop",
     # code written for PyTorch before 0.4 (2018)
     "retain_variables_renamed",
     "volatile_removed",
@@ -372,6 +373,11 @@ class Fix(_Model):
         None,
         description="For each line of `code`, the line of the run's snippet it comes from (1-based; "
         "null: the fix added it). Null in traces from before it was added.",
+    )
+    outcome: str | None = Field(
+        None,
+        description="What the fixed run computes, measured on it (and on the other fixes' runs, to compare): "
+        "each iteration's .grad, the final .grad. Null when the fix does not change what is computed.",
     )
 
 

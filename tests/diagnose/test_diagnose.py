@@ -39,11 +39,13 @@ RUNNING_TOTAL = "running_total_keeps_graph"
 NONFINITE = "nonfinite_grad"
 STEP_ORDER = "optimizer_step_without_gradient"
 NEEDLESS_RETAIN = "needless_retain_graph"
+STALE_GRAPH = "stale_graph_in_loop"
 
 # curated snippets that show a mistake, and which; every other snippet is fine
 SNIPPET_KINDS = {
     "backward_twice_fails": FREED,
     "forward_under_no_grad_fails": NO_GRAPH,
+    "no_grad_forward_then_loss_fails": NO_GRAPH,
     "item_cuts_the_graph": GRAPH_CUT,
     "sgd_update_outside_no_grad_fails": LEAF_INPLACE,
     "inplace_modified_saved_tensor_fails": INPLACE,
@@ -54,6 +56,7 @@ SNIPPET_KINDS = {
     "retain_grad_after_backward": NON_LEAF,
     "shared_trunk_partial_grads": FREED,
     "sqrt_at_zero_nan_grad": NONFINITE,
+    "stale_graph_training_loop_fails": STALE_GRAPH,
     "training_loop_no_zero_grad": ZERO_GRAD,
     "two_outputs_without_retain_fails": FREED,
     "zero_grad_before_step": STEP_ORDER,

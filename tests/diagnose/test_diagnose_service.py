@@ -54,6 +54,8 @@ def test_a_fine_snippet_skips_diagnosis_without_parsing():
         "sqrt_at_zero_nan_grad",
         "zero_grad_before_step",
         "retain_graph_in_loop_not_needed",
+        "stale_graph_training_loop_fails",
+        "no_grad_forward_then_loss_fails",
     ],
 )
 def test_the_pre_check_lets_through_every_trace_a_rule_may_fire_on(name: str):

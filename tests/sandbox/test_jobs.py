@@ -31,7 +31,9 @@ def check_payload(trace: dict, fixes: dict[str, dict]) -> str:
     return orjson.dumps({"check": {"trace": trace, "fixes": list(fixes.items())}}).decode()
 
 
-@pytest.mark.parametrize("name", ["shared_trunk_partial_grads", "non_scalar_backward_fails"])
+@pytest.mark.parametrize(
+    "name", ["shared_trunk_partial_grads", "non_scalar_backward_fails", "stale_graph_training_loop_fails"]
+)
 def test_a_trace_job_proposes_and_a_check_job_verifies_what_one_process_would(name):
     code = (SNIPPETS / f"{name}.py").read_text()
     trace = served(code)
@@ -41,6 +43,22 @@ def test_a_trace_job_proposes_and_a_check_job_verifies_what_one_process_would(na
     trace["diagnoses"] = []
     checked = orjson.loads(jobs.run(check_payload(trace, fixes)))  # ...and a check job decides
     assert checked == diagnose(record(code), run_locally) != []
+
+
+def test_a_check_job_measures_what_each_fixed_run_computes():
+    # the outcome quotes the fix runs the server made (and their sibling's): computed in the sandbox
+    code = (SNIPPETS / "stale_graph_training_loop_fails.py").read_text()
+    trace = served(code)
+    fixes = {f["code"]: served(f["code"]) for d in trace["diagnoses"] for f in d["fixes"]}
+    trace["diagnoses"] = []
+    (checked,) = orjson.loads(jobs.run(check_payload(trace, fixes)))
+    moved, retained = checked["fixes"]
+    assert "\nWith retain_graph=True: norm" in moved["outcome"]
+    assert "the same every iteration" in retained["outcome"]
+    only_moved = {moved["code"]: fixes[moved["code"]]}
+    (alone,) = orjson.loads(jobs.run(check_payload(trace, only_moved)))
+    assert [f["title"] for f in alone["fixes"]] == [moved["title"]]
+    assert "retain_graph" not in alone["fixes"][0]["outcome"]
 
 
 def test_a_check_job_offers_no_fix_whose_run_it_was_not_given():

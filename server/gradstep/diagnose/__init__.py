@@ -4,7 +4,11 @@
 no run): each returns a ``Candidate`` with proposed fixes. ``verify`` runs every
 proposed fix (all at once, through the given ``run``) and keeps a fix only when
 its run has no error, the same diagnosis does not fire on it again, and, where
-the intent is clear, its gradients are the ones the original meant.
+the intent is clear, its gradients are the ones the original meant. A fix that
+only makes the code run without keeping what it means (``refires``) comes after
+the one that keeps it, says so, and may fire the diagnosis again. Where fixes
+compute different things, each one's ``outcome`` says what its run computed,
+beside its siblings' runs (``Fix.outcome``).
 
 No rule guesses: a rule fires only on what the run showed (an error torch
 raised, a warning it gave, a ``.grad`` that grew), so a snippet that is fine
@@ -29,6 +33,7 @@ from gradstep.diagnose import (
     non_scalar,
     nonfinite_grad,
     running_total,
+    stale_graph,
     step_order,
     zero_grad,
 )
@@ -44,6 +49,7 @@ MAX_CANDIDATES = 16  # diagnoses one trace can get (each rule caps its own; this
 
 RULES = (
     hidden_state,
+    stale_graph,
     freed_graph,
     non_scalar,
     inplace,
@@ -137,12 +143,13 @@ def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
     out = []
     for candidate in candidates:
         passed: dict[str, dict] = {}
-        fixes = []
+        fixes, kept = [], []
         for fix in candidate.fixes:
             fixed = runs.get(fix.code)
             if fixed is None or not _passes(candidate, fix, fixed, trace, passed):
                 continue
             passed[fix.key] = fixed
+            kept.append((fix, fixed))
             explanation = fix.explanation(fixed) if callable(fix.explanation) else fix.explanation
             fixes.append(
                 {
@@ -152,6 +159,11 @@ def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
                     "source_lines": line_sources(trace.get("code") or "", fix.code),
                 }
             )
+        # what each fixed run computes, once every sibling's run is known (one quotes the other)
+        for (fix, fixed), entry in zip(kept, fixes, strict=True):
+            if fix.outcome is not None:
+                siblings = {k: t for k, t in passed.items() if k != fix.key}
+                entry["outcome"] = _outcome_of(fix, fixed, trace, siblings)
         out.append(
             {
                 "kind": candidate.kind,
@@ -164,11 +176,19 @@ def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
     return out
 
 
+def _outcome_of(fix: CandidateFix, fixed: dict, trace: dict, siblings: dict[str, dict]) -> str | None:
+    try:
+        return fix.outcome(fixed, trace, siblings) or None
+    except Exception:  # a fix is worth offering without its measured outcome
+        return None
+
+
 def _passes(candidate: Candidate, fix: CandidateFix, fixed: dict, trace: dict, passed: dict) -> bool:
     if not facts.runs_cleanly(fixed) or any(k not in passed for k in fix.needs):
         return False
     line = moved_line(trace.get("code") or "", fix.code, candidate.line)
-    if any(c.kind == candidate.kind and (line is None or c.line == line) for c in find(fixed)):
+    same = [c for c in find(fixed) if c.kind == candidate.kind and (line is None or c.line == line)]
+    if same and not fix.refires:
         return False  # the fix did not fix it (the same mistake, where it moved to in the fixed code)
     try:
         return fix.intent is None or bool(fix.intent(fixed, trace, passed))

@@ -14,6 +14,9 @@ from gradstep.diagnose.source import Edit, Source
 
 # intent(fixed trace, original trace, traces of the sibling fixes by key) -> whether it does what was meant
 Intent = Callable[[dict, dict, dict[str, dict]], bool]
+# outcome(fixed trace, original trace, traces of the sibling fixes that verified, by key) -> what the fixed
+# run computes, measured on the runs (Fix.outcome)
+Outcome = Callable[[dict, dict, dict[str, dict]], str]
 
 
 @dataclass
@@ -26,6 +29,11 @@ class CandidateFix:
     code: str
     intent: Intent | None = None
     needs: tuple[str, ...] = ()  # sibling fixes that must verify first (their runs feed this intent)
+    outcome: Outcome | None = None
+    # the fix keeps what the diagnosis is about, and its title and explanation say so (a fix that runs but
+    # changes what the program computes, offered after the one that keeps it): the same diagnosis firing
+    # on it again does not reject it
+    refires: bool = False
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from gradstep.diagnose import facts, hidden_state
+from gradstep.diagnose import facts, hidden_state, stale_graph
 from gradstep.diagnose.calls import api_of, output_of, replace_output, set_keyword, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of
 from gradstep.diagnose.source import Source, assigned_names, keyword, moved_line, names_in
@@ -98,6 +98,8 @@ def find(trace: dict, src: Source) -> list[Candidate]:
             continue
         if hidden_state.carried_through(trace, src, step) is not None:
             return []  # the loop's hidden state is the cause: that rule says so
+        if stale_graph.explains(trace, src, step):
+            return []  # a training loop on a graph built before it: that rule says so
         failed = facts.failed_node(step)
         line = step.get("line")
         freeing = facts.freed_by(trace, failed, step["index"]) if failed is not None else None

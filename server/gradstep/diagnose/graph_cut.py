@@ -26,7 +26,7 @@ from gradstep.printing import fmt_number
 
 KIND = "graph_cut"
 _CUT_METHODS = ("item", "tolist", "numpy", "detach")
-_CUT_FUNCTIONS = ("torch.tensor", "torch.as_tensor", "torch.Tensor", "float", "int")
+_CUT_FUNCTIONS = ("torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.from_numpy", "float", "int")
 _OUTPUT = "<output>"  # the tensor a backward call differentiates, as a node of the name graph
 MAX_REPORTED = 4
 MAX_CUTS = 4  # cuts one fix removes on a path

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from gradstep.diagnose import facts
+from gradstep.diagnose import facts, stale_graph
 from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.non_scalar import outcome
 from gradstep.diagnose.source import Source
@@ -83,6 +83,8 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         error = step.get("error")
         if not error or facts.STALE_MARK not in error["message"]:
             continue
+        if stale_graph.explains(trace, src, step):
+            return []  # an optimizer changed weights a loop's graph, built before it, saved: that rule says so
         failed = facts.failed_node(step)
         line = step.get("line")
         if failed is None:

@@ -22,7 +22,7 @@ import ast
 from gradstep.diagnose import facts, graph_cut
 from gradstep.diagnose.calls import output_of, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix, Intent, fix_of, present
-from gradstep.diagnose.source import Edit, Source, assigned_names, call_name
+from gradstep.diagnose.source import Edit, Source, assigned_names, call_name, names_in
 
 KIND = "backward_without_graph"
 MARK = "does not require grad and does not have a grad_fn"
@@ -70,13 +70,124 @@ def _no_grad_scope(src: Source, stmt: ast.stmt) -> ast.AST | None:
 def _called_under_no_grad(src: Source, stmt: ast.stmt) -> ast.AST | None:
     """For ``loss = forward(x)``: the no_grad scope in the snippet's ``forward`` that its return is in."""
     called = {call_name(c) for c in ast.walk(stmt) if isinstance(c, ast.Call)}
-    for fn in src.walk():
-        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and fn.name in called:
-            for ret in (n for n in ast.walk(fn) if isinstance(n, ast.Return)):
-                scope = _no_grad_scope(src, ret)
-                if scope is not None:
-                    return scope
+    for name in called:
+        for ret in _returns_of(src, name):
+            scope = _no_grad_scope(src, ret)
+            if scope is not None:
+                return scope
     return None
+
+
+MAX_CHAIN = 64  # statements one search follows back from the output
+
+
+def _assignment_before(src: Source, name: str, line: int, scope: ast.AST | None) -> ast.stmt | None:
+    """The last assignment to ``name`` that ends before ``line``, in ``scope`` (a function) when it has
+    one there, else anywhere (a name a function reads from the module)."""
+    found = [s for s in _assignments(src).get(name, ()) if s.end_lineno < line]
+    local = [s for s in found if _scope(src, s) is scope]
+    chosen = local or [s for s in found if _scope(src, s) is None]
+    return max(chosen, key=lambda s: s.lineno) if chosen else None
+
+
+def _assignments(src: Source) -> dict[str, list[ast.stmt]]:
+    """name -> the statements that assign it (one walk of the tree per snippet, kept on ``src``)."""
+    cached = src.__dict__.get("_no_graph_assignments")
+    if cached is None:
+        cached = {}
+        for s in src.walk():
+            if isinstance(s, ast.Assign | ast.AugAssign | ast.AnnAssign):
+                names = assigned_names(s)
+            elif isinstance(s, ast.For | ast.AsyncFor):
+                names = _names_of(s.target)
+            else:
+                continue
+            for name in names:
+                cached.setdefault(name, []).append(s)
+        src.__dict__["_no_graph_assignments"] = cached
+    return cached
+
+
+def _names_of(target: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _scope(src: Source, node: ast.AST) -> ast.AST | None:
+    return src.enclosing(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+
+
+def _returns_of(src: Source, called: str) -> list[ast.Return]:
+    """The return statements of the snippet's function ``called``, or of the ``forward`` of its
+    class ``called`` (a module: calling an instance runs its forward)."""
+    by_name = src.__dict__.get("_no_graph_returns")
+    if by_name is None:
+        by_name = {}
+        for node in src.walk():
+            fns: list[ast.AST] = []
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                fns = [node]
+            elif isinstance(node, ast.ClassDef):
+                fns = [f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "forward"]
+            for fn in fns:
+                returns = [r for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
+                by_name.setdefault(node.name, []).extend(returns)
+        src.__dict__["_no_graph_returns"] = by_name
+    return by_name.get(called, [])
+
+
+def upstream(src: Source, out: ast.expr, line: int) -> list[ast.stmt]:
+    """The statements the output was computed through, nearest first: back from the names it reads to
+    the assignments that made them (the last one before), into the snippet's functions it calls (their
+    returns), and into a module's ``forward`` (``net(x)`` where ``net = Net()``)."""
+    start = src.statement_of(out)
+    seen: list[ast.stmt] = []
+    todo: list[tuple[ast.AST, int, ast.AST | None]] = [(out, line, _scope(src, start) if start else None)]
+    while todo and len(seen) < MAX_CHAIN:
+        node, before, scope = todo.pop(0)
+        found: list[ast.stmt] = []
+        for name in names_in(node):
+            stmt = _assignment_before(src, name, before, scope)
+            if stmt is not None:
+                found.append(stmt)
+        for call in (c for c in ast.walk(node) if isinstance(c, ast.Call)):
+            found += _returns_of(src, call_name(call).rsplit(".", 1)[-1])
+        for stmt in found:
+            if stmt in seen:
+                continue
+            seen.append(stmt)
+            value = stmt.iter if isinstance(stmt, ast.For) else stmt.value
+            if value is not None:
+                todo.append((value, stmt.lineno, _scope(src, stmt)))
+    return seen
+
+
+def _cut_upstream(
+    src: Source, out: ast.expr, line: int, built: set, roots: set[str]
+) -> tuple[ast.stmt, ast.AST] | None:
+    """The nearest statement the output was computed through that ran under no_grad / inference_mode,
+    built no node, and computed from a tensor that requires grad: where the output's graph was cut.
+    (An update ``w -= …`` under no_grad keeps ``w`` a leaf that requires grad: it cuts nothing.)"""
+    for stmt in upstream(src, out, line):
+        if stmt.lineno in built or not isinstance(stmt, ast.Assign | ast.AnnAssign):
+            continue
+        scope = _no_grad_scope(src, stmt) or _called_under_no_grad(src, stmt)
+        if scope is not None and _from_a_leaf(src, stmt, roots):
+            return stmt, scope
+    return None
+
+
+def _from_a_leaf(src: Source, stmt: ast.Assign | ast.AnnAssign, roots: set[str]) -> bool:
+    """``stmt`` computes from a tensor that requires grad (in a module's method: from its own parameters)."""
+    value = stmt.value
+    if value is None:
+        return False
+    if "self" in names_in(value) and src.enclosing(stmt, (ast.ClassDef,)) is not None:
+        return True
+    before = upstream(src, value, stmt.lineno)
+    read = names_in(value).union(
+        *(names_in(s.value) for s in before if getattr(s, "value", None) is not None)
+    )
+    return bool(read & roots)
 
 
 def _turns_on(stmt: ast.stmt) -> tuple[str, bool] | None:
@@ -131,6 +242,10 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         leaves = [t["name"] for t in step.get("tensors") or () if t["requires_grad"] and t["is_leaf"]]
         built = {n.get("line") for n in trace.get("nodes") or ()}
         found = _cause(src, trace, defining, line, leaves, built, label)
+        if found is None and out is not None and leaves:
+            chained = _cut_upstream(src, out, line, built, {graph_cut.root_of(n) for n in leaves})
+            if chained is not None:
+                found = _under_no_grad(src, chained[1], chained[0], label, line, through=defining)
         if found is None and out is not None and leaves:
             found = _cut(src, out, leaves, line, label)
         if found is None:
@@ -197,24 +312,36 @@ def _gets_grad(name: str | None) -> Intent:
 
 
 def _under_no_grad(
-    src: Source, scope: ast.AST, defining: ast.stmt, label: str, line: int
+    src: Source, scope: ast.AST, defining: ast.stmt, label: str, line: int, through: ast.stmt | None = None
 ) -> tuple[int, str, list[CandidateFix]]:
+    """``defining`` ran under ``scope``; ``through``: the output's own statement, when ``defining`` is
+    further up the chain the output was computed through."""
     if isinstance(scope, ast.With | ast.AsyncWith):
         context = src.text(scope.items[0].context_expr)
         where = f"inside `with {context}:` (line {scope.lineno})"
         edit = src.unwrap(scope) if len(scope.items) == 1 else None
-        title = f"Compute it outside {context}"
+        what = "it" if through is None or through is defining else "the forward"
+        title = f"Compute {what} outside {context}"
     else:
         decorator = next(d for d in scope.decorator_list if _is_no_grad(d))
         context = src.text(decorator)
         where = f"in `{scope.name}`, decorated with `@{context}` (line {decorator.lineno})"
         edit = _delete_decorator(src, decorator)
         title = f"Remove @{context} from {scope.name}"
-    message = (
-        f"{label} was computed at line {defining.lineno} {where}: there autograd records nothing, so the line built "
-        f"no graph and {label} has no grad_fn. The backward at line {line} has nothing to go back through. "
-        "Compute what you want gradients of outside that block (no_grad is for evaluation and updates)."
-    )
+    if through is None or through is defining:
+        message = (
+            f"{label} was computed at line {defining.lineno} {where}: there autograd records nothing, so the line "
+            f"built no graph and {label} has no grad_fn. The backward at line {line} has nothing to go back through. "
+            "Compute what you want gradients of outside that block (no_grad is for evaluation and updates)."
+        )
+    else:
+        made = ", ".join(f"`{n}`" for n in sorted(assigned_names(defining))) or "its result"
+        message = (
+            f"{label} (line {through.lineno}) was computed from {made}, which line {defining.lineno} computed "
+            f"{where}: there autograd records nothing, so that line built no graph and what is computed from its "
+            f"result has no grad_fn either, whatever lies in between. The backward at line {line} has nothing to go "
+            "back through. Compute the forward pass outside that block (no_grad is for evaluation and updates)."
+        )
     fix = fix_of(
         src,
         [edit],
