@@ -155,6 +155,7 @@ class FixDict(TypedDict):
     explanation: str
     code: str
     source_lines: NotRequired[list[int | None] | None]
+    outcome: NotRequired[str | None]
 
 
 @_strict_keys
