@@ -15,6 +15,7 @@ The stored form (``pack``): ``BR`` + the brotli stream, or ``BOTH`` + the gzip m
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,19 @@ class Encoded:
         start = len(BOTH) + _LENGTH.size
         (size,) = _LENGTH.unpack_from(stored, len(BOTH))
         return Encoded(stored[start + size :], stored[start : start + size])
+
+
+# A trace a cache keeps is one whose JSON is at most MAX_RATIO times its stored size (past a size where
+# the ratio matters): real traces compress 10-90x (a 96-layer GPT, 4.6 MB, to 52 KB); a run can make
+# a 7 MB trace that compresses to 1 KB, and served inflated to clients that never read it, such an
+# entry pinned hundreds of MB. It is served to its author, never kept for others.
+MAX_RATIO = 400
+RATIO_FROM = 1 << 20
+
+
+def worth_keeping(inflated: int, stored: bytes) -> bool:
+    """Whether a trace of ``inflated`` bytes of JSON, stored as ``stored``, may go into a cache."""
+    return inflated <= RATIO_FROM or inflated <= MAX_RATIO * len(stored)
 
 
 def _gzip(body: bytes) -> bytes:
@@ -119,8 +133,41 @@ async def json_response(
         return Response(
             encoded.gzip, media_type="application/json", headers={**headers, "Content-Encoding": "gzip"}
         )
-    body = await anyio.to_thread.run_sync(brotli.decompress, encoded.br)
-    return Response(body, media_type="application/json", headers=headers)
+    return InflatedJSON(encoded.br, headers)
+
+
+INFLATE_CHUNK = 64 << 10  # bytes of JSON inflated at a time for a client that takes no encoding
+SEND_TIMEOUT = 30.0  # seconds a client may take to accept one chunk before it is given up
+
+
+class InflatedJSON(Response):
+    """A stored trace's JSON for a client that takes neither brotli nor gzip, inflated a chunk at a
+    time as the client takes it: holding the whole JSON per client let clients that never read pin
+    the server's memory (a 1 KB entry can inflate to megabytes). A client that leaves a chunk
+    untaken for ``send_timeout`` seconds is given up (the connection closes)."""
+
+    def __init__(self, br: bytes, headers: dict[str, str], send_timeout: float = SEND_TIMEOUT):
+        super().__init__(None, headers=headers, media_type="application/json")
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]  # not known
+        self.br, self.send_timeout = br, send_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        inflate = brotli.Decompressor()
+        data = self.br  # all of it on the first call, then b"" until the output is drained
+        while True:
+            chunk = inflate.process(data, output_buffer_limit=INFLATE_CHUNK)
+            data = b""
+            done = inflate.is_finished()
+            if not chunk and not done and inflate.can_accept_more_data():
+                raise ValueError("a stored trace's brotli stream ended early")
+            try:
+                message = {"type": "http.response.body", "body": chunk, "more_body": not done}
+                await asyncio.wait_for(send(message), self.send_timeout)
+            except TimeoutError:
+                return  # the server closes a connection whose response was left incomplete
+            if done:
+                return
 
 
 class GZipWhereAccepted(GZipMiddleware):

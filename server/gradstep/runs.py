@@ -203,7 +203,8 @@ class TraceRunner:
                 return Traced(encoding.compress(failed), cacheable=False, timings=timings)
             if not checked.proposed:
                 assert checked.stored is not None
-                return Traced(checked.stored, cacheable=True, timings=timings)
+                keep = encoding.worth_keeping(len(result.output), checked.stored)
+                return Traced(checked.stored, cacheable=keep, timings=timings)
             trace = {**orjson.loads(result.output), **fields}  # checked: it is a trace
         proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
         trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
@@ -214,9 +215,15 @@ class TraceRunner:
                 trace["diagnoses"], complete, ran = self._diagnose(trace, proposed, options, budget)
                 if not complete and trace["diagnoses"]:
                     trace.setdefault("notes", []).append(NOT_CHECKED)
-            fix_runs = {code: self.checker.compress(orjson.dumps(t)) for code, t in ran.items()}
-            stored = self.checker.compress(orjson.dumps(trace))
-        return Traced(stored, complete, fix_runs, timings)
+            fix_runs = {}
+            for fix_code, fix_trace in ran.items():
+                fix_body = orjson.dumps(fix_trace)
+                fix_stored = self.checker.compress(fix_body)
+                if encoding.worth_keeping(len(fix_body), fix_stored):
+                    fix_runs[fix_code] = fix_stored
+            body = orjson.dumps(trace)
+            stored = self.checker.compress(body)
+        return Traced(stored, complete and encoding.worth_keeping(len(body), stored), fix_runs, timings)
 
     def _check_output(self, output: bytes, fields: dict, encode: bool = True) -> Checked:
         """``checker.check``, with new spares held back meanwhile: on 2 cores a spare's fork and

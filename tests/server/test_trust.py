@@ -286,6 +286,27 @@ def test_an_export_carries_the_code_that_ran(client):
     )  # the claim's code only as part of the real one
 
 
+def test_a_trace_that_inflates_absurdly_is_served_to_its_author_but_never_cached(client):
+    # ~7 MB of JSON that brotli makes a few KB: kept, it would be inflated for every client
+    code = forge({}, build="trace['stdout'] = 'x' * 7_000_000  # inflates\n")
+    first = post(client, code, **{"accept-encoding": "br"})
+    assert first.status_code == 200 and len(first.json()["stdout"]) == 7_000_000
+    assert len(first.content) > 7_000_000 and int(first.headers.get("content-length", 0)) < 100_000
+    again = post(client, code, **{"accept-encoding": "br"})
+    assert again.headers["x-gradstep-cache"] == "miss"  # ran again: nothing was kept
+
+
+def test_a_trace_is_inflated_as_the_client_reads_it(client):
+    code = TRIVIAL + "# streamed\n"
+    with client.stream(
+        "POST", "/api/trace", json={"code": code}, headers={"accept-encoding": "identity"}
+    ) as r:
+        assert "content-length" not in r.headers  # streamed, not held whole
+        assert r.headers.get("content-encoding") is None
+        body = b"".join(r.iter_raw())
+    assert orjson.loads(body)["code"] == code
+
+
 # -- 3. the runs a request causes are its client's -------------------------------------------
 
 
