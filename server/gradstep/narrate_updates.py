@@ -111,7 +111,7 @@ def narrate_update(
             names(to_none, plain)
             t.add(". The next backward writes a fresh .grad instead of adding to the old one.")
         if zeroed:
-            t.add(" " if to_none else "")
+            t.add(" ")
             t.add(
                 f"{'It ' if to_none else ''}filled the .grad of {_plural(len(zeroed), 'parameter')} with zeros: "
             )
