@@ -405,7 +405,7 @@ export function createViewer(el, options = {}) {
   function stepDuration() {
     const s = model.steps[Math.min(index + 1, steps() - 1)];
     if (prefersReducedMotion()) return 1400;
-    return s && s.kind !== "forward" ? 2300 : 900;
+    return s && (s.kind === "backward" || s.kind === "grad") ? 2300 : 900; // an engine call animates its flow
   }
 
   function togglePlay() {
