@@ -143,7 +143,10 @@ def narrate_update(
                 else " did not change (parameters with no .grad are skipped)."
             )
         if moved:
-            t.add(" Their .grad is left as it is: the next backward adds to it unless zero_grad clears it.")
+            whose = "Its" if len(moved) == 1 else "Their"
+            t.add(
+                f" {whose} .grad is left as it is: the next backward adds to it unless zero_grad clears it."
+            )
         return
 
     if op == "clip_grad_norm":
