@@ -124,29 +124,39 @@ def narrate_update(
         still = [p for p in params if not p.get("updated")]
         lr = update.get("lr_before")
         kind = update.get("of_class") or "the optimizer"
-        t.add(f" updated {_plural(len(moved), 'parameter')} ({kind}, lr {_lrs(lr)})")
-        if moved:
-            t.add(": ")
+        grads = {te["name"]: te.get("grad") for te in step.get("tensors") or ()}
+        no_grad = [p for p in still if p["name"] in grads and grads[p["name"]] is None]
+        zero = [p for p in still if p not in no_grad]
 
-            def moved_by(p: dict) -> None:
-                name_link(p["name"], p["name"])
-                t.add(f" by ‖{fmt_number(p['delta_norm'])}‖")
+        def unchanged() -> None:
+            if no_grad:
+                t.add(" ")
+                names(no_grad, plain)
+                one = len(no_grad) == 1
+                t.add(
+                    f" {'has' if one else 'have'} no .grad, and "
+                    f"{'a parameter with no .grad is' if one else 'parameters with no .grad are'} skipped."
+                )
+            if zero:
+                t.add(" ")
+                names(zero, plain)
+                t.add(f" did not move: {'its' if len(zero) == 1 else 'their'} update was zero.")
 
-            names(moved, moved_by)
+        if not moved:
+            t.add(f" changed no parameter ({kind}, lr {_lrs(lr)}).")
+            unchanged()
+            return
+        t.add(f" updated {_plural(len(moved), 'parameter')} ({kind}, lr {_lrs(lr)}): ")
+
+        def moved_by(p: dict) -> None:
+            name_link(p["name"], p["name"])
+            t.add(f" by ‖{fmt_number(p['delta_norm'])}‖")
+
+        names(moved, moved_by)
         t.add(".")
-        if still:
-            t.add(" ")
-            names(still, plain)
-            t.add(
-                " did not change (a parameter with no .grad is skipped)."
-                if len(still) == 1
-                else " did not change (parameters with no .grad are skipped)."
-            )
-        if moved:
-            whose = "Its" if len(moved) == 1 else "Their"
-            t.add(
-                f" {whose} .grad is left as it is: the next backward adds to it unless zero_grad clears it."
-            )
+        unchanged()
+        whose = "Its" if len(moved) == 1 else "Their"
+        t.add(f" {whose} .grad is left as it is: the next backward adds to it unless zero_grad clears it.")
         return
 
     if op == "clip_grad_norm":

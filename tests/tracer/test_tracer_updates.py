@@ -299,3 +299,15 @@ def test_narration_says_what_zero_grad_and_step_did():
     assert steps[1]["explanation"].startswith(
         f"`opt.step()` (line {lines[1]}, iteration 1) updated 2 parameters"
     )
+
+
+def test_a_step_after_zero_grad_changes_nothing_and_says_why():
+    body = "loss = ((model(x) - y) ** 2).mean()\nloss.backward()\nopt.zero_grad()  #U\nopt.step()  #U\n"
+    code, lines = loop("torch.optim.SGD(model.parameters(), lr=0.1)", body)
+    trace, caps = check_against_plain(code, lines)
+    assert all(
+        torch.equal(c.params[n], c.after_params[n]) for c in caps for n in c.params
+    )  # plain: nothing moved
+    step = next(s for s in updates(trace) if s["update"]["op"] == "step")
+    assert "changed no parameter" in step["explanation"]
+    assert "model.weight and model.bias have no .grad" in step["explanation"]
