@@ -83,7 +83,8 @@ export function fixLineMap(codeA, fix) {
 
 // ---------------------------------------------------------------- steps
 
-const isCall = (s) => s.kind !== "forward";
+// engine calls anchor the alignment; update steps (an optimizer call) pair up by line, as forward steps
+const isCall = (s) => s.kind === "backward" || s.kind === "grad";
 
 /** Steps split at calls: { segments: [[forward index…] before call k, …, after the last], calls: [index…] }. */
 function segmentSteps(steps) {

@@ -10,6 +10,7 @@ import { createViewer } from "./viewer.js";
 import { compareTraces } from "./align.js";
 import { fmtGrad, stepTitle, representative } from "./model.js";
 import { h } from "./dom.js";
+import { updateWord } from "./updates.js";
 
 const SIDES = [
   { key: "a", side: "original", label: "Original" },
@@ -26,7 +27,8 @@ function rowLabel(trace, i) {
   if (i === null) return "—";
   const s = trace.steps[i];
   const call = s.kind !== "forward";
-  return `${s.line !== null && s.line !== undefined ? `L${s.line}` : "—"} ${call ? (s.kind === "grad" ? "grad" : "backward") : "fwd"}${s.error ? " ✕" : ""}`;
+  const word = s.kind === "update" ? updateWord(s) : call ? (s.kind === "grad" ? "grad" : "backward") : "fwd";
+  return `${s.line !== null && s.line !== undefined ? `L${s.line}` : "—"} ${word}${s.error ? " ✕" : ""}`;
 }
 
 const LISTED = 6; // differences of one kind named one by one, before the rest is counted

@@ -12,6 +12,7 @@
 import { rowsOf } from "./columns.js";
 import { sameGrad } from "./grad-equality.js";
 import { fmtNumber, fmtValues } from "./printing.js";
+import { updateTitle } from "./updates.js";
 
 export const LEAF_OP = "AccumulateGrad";
 
@@ -99,6 +100,7 @@ export function stepTitle(step) {
   if (step.kind === "forward") {
     return step.repeat > 1 ? `${where} · forward ×${step.repeat}` : `${where} · forward`;
   }
+  if (step.kind === "update") return `${where} · ${updateTitle(step)}${step.error ? " ✕ failed" : ""}`;
   const api = step.api || (step.kind === "grad" ? "torch.autograd.grad" : "backward");
   const flags = callFlags(step);
   return `${where} · ${api}(${flags.join(", ")})${step.error ? " ✕ failed" : ""}`;
@@ -158,6 +160,9 @@ function stepInfo(raw, i, files) {
     ...located(raw, files),
     ranFiles: raw.ran_files ?? [],
     repeat: raw.repeat ?? 1,
+    // added within version 4: the outermost loop's iteration, and an optimizer call's update
+    iteration: raw.iteration ?? null,
+    update: raw.update ?? null,
     api: raw.api ?? null,
     retainGraph: raw.retain_graph ?? null,
     createGraph: raw.create_graph ?? null,
@@ -408,7 +413,7 @@ function readStep(model, raw, info) {
     failed: failed ? failed.id : null,
     tensors,
     gradsOf,
-    isCall: info.kind !== "forward",
+    isCall: info.kind === "backward" || info.kind === "grad", // an engine call (not an update step)
   };
 }
 

@@ -3,6 +3,7 @@
 // draws it, keyed by the ids these views carry (tensor name, fact label, saved slot name).
 
 import { fmtBytes, fmtGrad, fmtNumber, fmtShape, gradValues, nodeStatus } from "./model.js";
+import { paramChanges } from "./updates.js";
 
 /** Stable keys for items that may repeat a name: "x", then "x#2", "x#3"… */
 function keyed(items, nameOf) {
@@ -23,10 +24,13 @@ export function tensorsView(model, index, limit = Infinity) {
   const step = model ? model.step(index) : null;
   if (!step) return null;
   const changes = model.gradChanges(index);
+  const updated = paramChanges(step); // an update step: what it did to each parameter
   const shown = step.tensors.slice(0, limit);
   const rows = keyed(
     shown.map((t) => {
       const c = changes.get(t.name);
+      const u = updated.get(t.name);
+      if (u) return { name: t.name, node: t.node, shape: fmtShape(t.shape), kind: t.isLeaf ? "leaf" : "—", grad: fmtGrad(t.grad), what: u, whatKind: "update" };
       return {
         name: t.name,
         node: t.node,

@@ -117,7 +117,7 @@ export function createTensorsPanel(el, { onSelect, onShowAll }) {
     setText(c.kind, d.kind);
     setAttr(c.grad, "data-tensor-grad", d.name);
     setText(c.grad, d.grad);
-    setClass(c.what, `gs-what gs-what-${d.what}`);
+    setClass(c.what, `gs-what gs-what-${d.whatKind ?? d.what}`);
     setText(c.what, d.what);
   };
 

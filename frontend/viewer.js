@@ -11,6 +11,7 @@ import { layoutGraph, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
 import { renderNarration } from "./narration.js";
 import { h } from "./dom.js";
+import { startsIteration, updateWord } from "./updates.js";
 import { createInspector, createOutputPanel, createTensorsPanel, nearScreen, setText } from "./panels.js";
 import { chartLabel, inspectorView, outputView, tensorsView } from "./panel-views.js";
 
@@ -404,7 +405,7 @@ export function createViewer(el, options = {}) {
   function stepDuration() {
     const s = model.steps[Math.min(index + 1, steps() - 1)];
     if (prefersReducedMotion()) return 1400;
-    return s && s.kind !== "forward" ? 2300 : 900;
+    return s && (s.kind === "backward" || s.kind === "grad") ? 2300 : 900; // an engine call animates its flow
   }
 
   function togglePlay() {
@@ -463,7 +464,7 @@ export function createViewer(el, options = {}) {
   /** What a timeline chip shows, as text (its accessible name starts with it). */
   function chipText(s, call) {
     const line = s.line !== null ? `L${s.line}` : "—";
-    const what = call ? (s.api === "torch.autograd.grad" || s.kind === "grad" ? "grad" : "backward") : s.repeat > 1 ? `×${s.repeat}` : "fwd";
+    const what = s.kind === "update" ? updateWord(s) : call ? (s.api === "torch.autograd.grad" || s.kind === "grad" ? "grad" : "backward") : s.repeat > 1 ? `×${s.repeat}` : "fwd";
     const flags = call ? callFlags(s).map((f) => f.replace("=True", "")) : [];
     return [line, what, ...flags].join(" ");
   }
@@ -475,13 +476,20 @@ export function createViewer(el, options = {}) {
     if (tlSizes) tlSizes.disconnect();
     if (!model) return;
     model.steps.forEach((s, i) => {
-      const call = s.kind !== "forward";
-      const label = call
+      const update = s.kind === "update";
+      const call = s.kind !== "forward" && !update;
+      const label = update
+        ? h("span", { class: "gs-tl-update" }, updateWord(s))
+        : call
         ? h("span", { class: "gs-tl-call" }, `${s.api === "torch.autograd.grad" || s.kind === "grad" ? "grad" : "backward"}`)
         : h("span", { class: "gs-tl-fwd" }, s.repeat > 1 ? `×${s.repeat}` : "fwd");
       const flags = call ? callFlags(s).map((f) => h("span", { class: "gs-flag" }, f.replace("=True", ""))) : [];
-      const li = h("li", { class: `gs-tl-step ${call ? "gs-tl-callstep" : ""} ${s.error ? "gs-tl-error" : ""}`, "data-index": i },
-        h("button", { type: "button", title: `Step ${i + 1}: ${stepTitle(s)} (Enter: go there, space: play)`, "aria-label": `${chipText(s, call)}: step ${i + 1}, ${stepTitle(s)}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
+      // the first step of each iteration of the snippet's loop carries its label
+      const iteration = startsIteration(model.steps, i) ? h("span", { class: "gs-tl-iter" }, `iteration ${s.iteration}`) : null;
+      const of = s.iteration !== null ? ` (iteration ${s.iteration})` : "";
+      const li = h("li", { class: `gs-tl-step ${call ? "gs-tl-callstep" : ""} ${update ? "gs-tl-updatestep" : ""} ${iteration ? "gs-tl-newiter" : ""} ${s.error ? "gs-tl-error" : ""}`, "data-index": i, "data-iteration": s.iteration ?? "" },
+        iteration,
+        h("button", { type: "button", title: `Step ${i + 1}${of}: ${stepTitle(s)} (Enter: go there, space: play)`, "aria-label": `${chipText(s, call)}: step ${i + 1}, ${stepTitle(s)}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
           h("span", { class: "gs-tl-line" }, s.line !== null ? `L${s.line}` : "—"),
           " ", // (not drawn between flex items) its accessible text reads "L15 fwd", as its name starts
           label,

@@ -19,6 +19,7 @@ from collections import Counter
 
 from gradstep import cells
 from gradstep.grad_equality import same_grad
+from gradstep.narrate_updates import Sources, narrate_update
 from gradstep.printing import fmt_bytes, fmt_number, fmt_values
 from gradstep.trace_dicts import GradDict, NodeDict, StepDict, TensorDict, TraceDict
 
@@ -105,6 +106,7 @@ class _Narrator:
         self.tensor_names: set[str] = set()  # tensors the current step lists (links may name only these)
         self.ran_at: dict[int, int] = {}  # node id -> index of the last call step that ran it
         self.states: dict[int, dict] = {}  # the current step's node states that say more than their id
+        self.update_sources: Sources | None = None  # the optimizer calls, by line (update steps)
 
     def label(self, nid: int) -> str:
         if not 0 <= nid < len(self.nodes):  # an id the node table does not hold (a cut-short trace)
@@ -138,15 +140,31 @@ class _Narrator:
             text = _Text()
             if step["kind"] == "forward":
                 self.forward(step, states, prev_states, prev_step, text)
+            elif step["kind"] == "update":
+                self.update(step, states, prev_states, text)
             else:
                 self.call(step, states, prev_states, prev_step, text)
             step["explanation"] = text.text()
             step["links"] = [link for link in text.links if link["end"] <= len(step["explanation"])]
-            if step["kind"] != "forward":
+            if step["kind"] in ("backward", "grad"):
                 for nid, st in states.items():
                     if st.get("executed") or st.get("failed"):
                         self.ran_at[nid] = index
             prev_states, prev_step = states, step
+
+    # -- update steps (narrate_updates.py) --------------------------------------
+
+    def update(self, step: StepDict, states: dict, prev: dict, t: _Text) -> None:
+        if self.update_sources is None:
+            self.update_sources = Sources(self.trace.get("code") or "")
+        narrate_update(
+            step,
+            t,
+            self.update_sources,
+            lambda name, label: self.tensor_or_text(t, name, label),
+            self.at(step),
+        )
+        self._stale(step, states, prev, t)  # an optimizer step changes parameters a graph saved
 
     # -- forward steps ---------------------------------------------------------
 

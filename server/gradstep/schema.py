@@ -32,12 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 #    objects with one list per field of NodeInfo / NodeState / TensorState; Step.edges is left out (the
 #    edges a step added are the `next` of the nodes whose `step` it is). The same facts, a quarter
 #    smaller compressed (gradstep.columns).
+#    Added within 4: Step.kind "update" with Step.update (the optimizer calls), Step.iteration.
 VERSION = 4
 # Written by the server into every trace it serves, never taken from the sandboxed child's bytes.
 SERVER_FIELDS = ("code", "version", "torch")
 
 Status = Literal["ok", "error", "timeout", "limit", "crashed"]
-StepKind = Literal["forward", "backward", "grad"]
+StepKind = Literal["forward", "backward", "grad", "update"]
 Api = Literal["Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"]
 SavedKind = Literal["tensor", "tensors", "value"]
 PrintMode = Literal["int", "fixed", "sci"]
@@ -276,6 +277,65 @@ class Link(_Model):
     tensor: str | None = Field(None, description="TensorState.name the span refers to.")
 
 
+UpdateOp = Literal["zero_grad", "step", "clip_grad_norm", "clip_grad_value", "lr_step"]
+GradChange = Literal["set_to_none", "zeroed", "clipped"]
+
+
+class ParamUpdate(_Model):
+    """What an update call did to one parameter."""
+
+    name: str = Field(
+        description="The parameter as the step's tensors name it (e.g. model.weight); ? if no name."
+    )
+    grad: GradChange | None = Field(
+        None,
+        description="What the call did to its .grad: set_to_none, zeroed, clipped; null: left it as it was.",
+    )
+    updated: bool = Field(False, description="op=step: its values changed.")
+    delta_norm: float | None = Field(
+        None,
+        description="op=step: the L2 norm of the change of its values, ‖after − before‖ (9 significant digits).",
+    )
+    grad_norm_before: float | None = Field(
+        None, description="Clipping: the L2 norm of its .grad before the call."
+    )
+    grad_norm_after: float | None = Field(
+        None, description="Clipping: the L2 norm of its .grad after the call."
+    )
+
+
+class Update(_Model):
+    """An optimizer call: what it did to .grad, to the parameters and to the learning rate."""
+
+    op: UpdateOp = Field(
+        description="zero_grad: an optimizer's or a module's zero_grad(); step: an optimizer's step(); "
+        "clip_grad_norm / clip_grad_value: torch.nn.utils.clip_grad_norm_ / clip_grad_value_; lr_step: a "
+        "learning-rate scheduler's step()."
+    )
+    of_class: str | None = Field(
+        None,
+        description="Class of the object called: the optimizer (SGD, Adam), module or scheduler (StepLR).",
+    )
+    params: list[ParamUpdate] = Field(
+        default_factory=list, description="The parameters the call covers, in its order (none for lr_step)."
+    )
+    set_to_none: bool | None = Field(None, description="zero_grad: its set_to_none argument.")
+    max_norm: float | None = Field(None, description="clip_grad_norm: its max_norm.")
+    norm_type: float | None = Field(None, description="clip_grad_norm: its norm_type.")
+    total_norm_before: float | None = Field(
+        None,
+        description="clip_grad_norm: the total norm of the gradients before clipping (what it returned).",
+    )
+    total_norm_after: float | None = Field(None, description="clip_grad_norm: the total norm after clipping.")
+    clip_value: float | None = Field(None, description="clip_grad_value: its clip_value.")
+    lr_before: list[float | None] | None = Field(
+        None, description="step, lr_step: the learning rate of each param group before the call."
+    )
+    lr_after: list[float | None] | None = Field(
+        None, description="step, lr_step: the learning rate of each param group after the call."
+    )
+
+
 class Step(_Model):
     index: int
     kind: StepKind
@@ -285,6 +345,17 @@ class Step(_Model):
     file: int | None = _in_file()
     repeat: int = Field(
         1, description="Forward steps: how many line executions are folded into this step (loops)."
+    )
+    iteration: int | None = Field(
+        None,
+        description="The iteration (from 1) of the outermost loop of the snippet running when the step was taken; "
+        "null outside loops (and in recordings of the user's own code).",
+    )
+    update: Update | None = Field(
+        None,
+        description="kind=update: the optimizer call (zero_grad, an optimizer's step, gradient clipping, a "
+        "scheduler's step). Past Limits.line_repeats executions of its line such a call gets no step of its own "
+        "(as a loop's forward lines are folded); its effect shows in the next step's tensors.",
     )
     api: Api | None = None
     retain_graph: bool | None = Field(

@@ -23,7 +23,18 @@ from pydantic import AfterValidator, ConfigDict, TypeAdapter, with_config
 from typing_extensions import TypedDict  # pydantic validates this one on Python 3.11, not typing's
 
 from gradstep.columns import pack
-from gradstep.schema import Api, PrintMode, SavedKind, Severity, Status, StepKind, Trace, one_length
+from gradstep.schema import (
+    Api,
+    GradChange,
+    PrintMode,
+    SavedKind,
+    Severity,
+    Status,
+    StepKind,
+    Trace,
+    UpdateOp,
+    one_length,
+)
 
 _strict_keys = with_config(ConfigDict(extra="forbid"))  # as the models: an unknown key is an error
 
@@ -122,12 +133,39 @@ class LinkDict(TypedDict):
 
 
 @_strict_keys
+class ParamUpdateDict(TypedDict):
+    name: str
+    grad: NotRequired[GradChange | None]
+    updated: NotRequired[bool]
+    delta_norm: NotRequired[float | None]
+    grad_norm_before: NotRequired[float | None]
+    grad_norm_after: NotRequired[float | None]
+
+
+@_strict_keys
+class UpdateDict(TypedDict):
+    op: UpdateOp
+    of_class: NotRequired[str | None]
+    params: NotRequired[list[ParamUpdateDict]]
+    set_to_none: NotRequired[bool | None]
+    max_norm: NotRequired[float | None]
+    norm_type: NotRequired[float | None]
+    total_norm_before: NotRequired[float | None]
+    total_norm_after: NotRequired[float | None]
+    clip_value: NotRequired[float | None]
+    lr_before: NotRequired[list[float | None] | None]
+    lr_after: NotRequired[list[float | None] | None]
+
+
+@_strict_keys
 class StepDict(TypedDict):
     index: int
     kind: StepKind
     line: NotRequired[int | None]
     file: NotRequired[int | None]
     repeat: NotRequired[int]
+    iteration: NotRequired[int | None]
+    update: NotRequired[UpdateDict | None]
     api: NotRequired[Api | None]
     retain_graph: NotRequired[bool | None]
     create_graph: NotRequired[bool | None]

@@ -166,7 +166,8 @@ def test_on_a_phone_the_tensors_table_cuts_no_word_and_shows_the_badge(browser, 
     app = page(browser, server, PHONE)
     try:
         trace = app.open(f"?snippet={BIG}")
-        app.page.evaluate(f"window.gradstep.viewer.setStep({len(trace['steps']) - 1})")
+        last_backward = max(s["index"] for s in trace["steps"] if s["kind"] == "backward")
+        app.page.evaluate(f"window.gradstep.viewer.setStep({last_backward})")
         app.page.locator(".gs-tensors").scroll_into_view_if_needed()
         app.page.wait_for_timeout(300)
         # no cell breaks a word over two lines (a word's first and last letter on one line)

@@ -23,6 +23,8 @@ PAIRS = {
     trace_dicts.NodeStateDict: schema.NodeState,
     trace_dicts.GradDict: schema.Grad,
     trace_dicts.TensorDict: schema.TensorState,
+    trace_dicts.ParamUpdateDict: schema.ParamUpdate,
+    trace_dicts.UpdateDict: schema.Update,
     trace_dicts.WarningDict: schema.Warning_,
     trace_dicts.LinkDict: schema.Link,
     trace_dicts.FixDict: schema.Fix,

@@ -21,7 +21,8 @@ def is_integer_requires_grad(message: str) -> bool:
 
 
 def calls(trace: TraceDict) -> list[StepDict]:
-    return [s for s in trace.get("steps") or () if s["kind"] != "forward"]
+    """The backward/grad call steps (not the forward lines, nor the optimizer's update steps)."""
+    return [s for s in trace.get("steps") or () if s["kind"] in ("backward", "grad")]
 
 
 def failed_node(step: StepDict) -> int | None:

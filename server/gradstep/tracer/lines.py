@@ -14,6 +14,8 @@ import ast
 LINE = "__gradstep_line__"
 ENTER = "__gradstep_enter__"
 EXIT = "__gradstep_exit__"
+LOOP = "__gradstep_loop__"  # a loop starts (LOOP_START), starts an iteration (LOOP_NEXT), ends (LOOP_END)
+LOOP_START, LOOP_NEXT, LOOP_END = 0, 1, 2
 
 
 def instrument(tree: ast.Module) -> ast.Module:
@@ -76,6 +78,8 @@ def _bound_names(stmt: ast.stmt) -> tuple[str, ...]:
 class _Markers(ast.NodeTransformer):
     def __init__(self, compiled: set[str]) -> None:
         self.compiled = compiled
+        self.generator = False  # in a generator's body: its loops run piecemeal, never counted
+        self.loops: set[int] = set()  # id() of the loops given iteration markers
 
     def _body(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
@@ -91,8 +95,30 @@ class _Markers(ast.NodeTransformer):
                 marker = _call(LINE, stmt.lineno)
             ast.copy_location(marker, stmt)
             ast.copy_location(marker.value, stmt)
+            if id(stmt) in self.loops:  # the loop, bracketed: iterations count while it runs
+                start = _at(_call(LOOP, LOOP_START), stmt)
+                bracket = _at_stmt(
+                    ast.Try(
+                        body=[stmt], handlers=[], orelse=[], finalbody=[_at(_call(LOOP, LOOP_END), stmt)]
+                    ),
+                    stmt,
+                )
+                out.extend((marker, start, bracket))
+                continue
             out.extend((marker, stmt))
         return out
+
+    def _counted(self, node: ast.For | ast.While) -> None:
+        """Each iteration of ``node`` reports itself first thing in its body."""
+        if self.generator:
+            return
+        node.body = [_at(_call(LOOP, LOOP_NEXT), node.body[0]), *node.body]
+        self.loops.add(id(node))
+
+    def visit_For(self, node: ast.For) -> ast.AST:
+        self.generic_visit(node)
+        self._counted(node)
+        return node
 
     def generic_visit(self, node: ast.AST) -> ast.AST:
         for field in ("body", "orelse", "finalbody"):
@@ -116,12 +142,17 @@ class _Markers(ast.NodeTransformer):
         # The condition runs again after the body: report the while line for it.
         self.generic_visit(node)
         node.body = _before_continue(node.body, node.lineno) + [_at(_call(LINE, node.lineno), node)]
+        self._counted(node)
         return node
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
         if node.name in self.compiled or any(_is_compile(d) for d in node.decorator_list):
             return node  # compiled by torch.compile: see _compiled_names
-        self.generic_visit(node)
+        outer, self.generator = self.generator, _is_generator(node)
+        try:
+            self.generic_visit(node)
+        finally:
+            self.generator = outer
         if _is_generator(node):
             return node  # its body runs piecemeal; lines still report themselves
         body = node.body
@@ -136,7 +167,11 @@ class _Markers(ast.NodeTransformer):
         return node
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> ast.AST:
-        self.generic_visit(node)
+        outer, self.generator = self.generator, True  # a coroutine's loops run piecemeal too
+        try:
+            self.generic_visit(node)
+        finally:
+            self.generator = outer
         return node
 
     def visit_Lambda(self, node: ast.Lambda) -> ast.AST:
@@ -146,6 +181,11 @@ class _Markers(ast.NodeTransformer):
 def _at(stmt: ast.Expr, where: ast.AST) -> ast.Expr:
     ast.copy_location(stmt, where)
     ast.copy_location(stmt.value, where)
+    return stmt
+
+
+def _at_stmt(stmt: ast.stmt, where: ast.AST) -> ast.stmt:
+    ast.copy_location(stmt, where)
     return stmt
 
 

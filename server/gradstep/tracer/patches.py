@@ -7,6 +7,8 @@
 * ``saved_tensors_hooks.__enter__/__exit__``: nodes built under pack hooks are marked, and
   their saved values are never unpacked by the tracer;
 * ``forward_ad.dual_level.__enter__``: where forward-mode AD is used (not drawn: a note says so);
+* the optimizer calls (``zero_grad``, an optimizer's ``step`` through torch's global step hooks,
+  ``clip_grad_norm_``/``clip_grad_value_``, a scheduler's ``step``): update steps (updates.py);
 * ``Tensor.retain_grad``: it builds no node, yet changes what the next backward keeps, so its
   line gets a step;
 * ``torch.compile``, where ``Limits.inductor`` is off: inductor becomes aot_eager (a note says so);
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gradstep.tracer import devices, offline
+from gradstep.tracer import devices, offline, updates
 from gradstep.tracer.graph import SeqRanges
 from gradstep.tracer.names import ModuleIndex
 
@@ -107,6 +109,7 @@ def patched(rec: Recorder):
     try:
         with (
             rec.warnings,
+            updates.installed(rec),
             devices.on_cpu(rec.uses.cuda, rec.current_line) if on_cpu else contextlib.nullcontext(),
             offline.offline(rec.uses.offline, rec.current_line)
             if rec.limits.offline

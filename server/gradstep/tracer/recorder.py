@@ -34,6 +34,7 @@ from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_na
 from gradstep.tracer.notes import Uses
 from gradstep.tracer.snapshots import Snapshots
 from gradstep.tracer.snippet import Snippet
+from gradstep.tracer.updates import Updates
 
 _seq_nr = torch._C._autograd._get_sequence_nr
 _transform_level = torch._C._functorch.maybe_current_level  # not None inside a torch.func transform
@@ -68,6 +69,8 @@ class Recorder:
         self.line: int | None = None  # snippet line executing now
         self.loops = Loops(limits.line_repeats)
         self.calls = Calls(self.graph, self.snapshots, self.guard)
+        self.updates = Updates(self)  # optimizer calls
+        self.loop_depth = 0  # loops running now, nested (lines.py's loop markers)
         self.uses = Uses()  # what the code used that a note speaks of
         self.built = False  # nodes were built since the last step...
         self.built_line: int | None = None  # ...by this line
@@ -87,7 +90,9 @@ class Recorder:
             return self._result("error", errors.syntax_error(e))
         self.uses.ipython = self.snippet.ipython_lines
         with patches.patched(self):
-            error = self.snippet.run(compiled, self._on_line, self._on_enter, self._on_exit, self.uses.failed)
+            error = self.snippet.run(
+                compiled, self._on_line, self._on_enter, self._on_exit, self.uses.failed, self._on_loop
+            )
             self._finish()
         try:
             return self._result("error" if error else "ok", error)
@@ -161,6 +166,29 @@ class Recorder:
         self.line = line
         if self.loops.ran(line):
             self.emit_folded()  # the loop is over: show where it left the graph
+
+    def _on_loop(self, event: int) -> None:
+        """A loop starts, starts an iteration or ends (lines.py): steps carry the iteration of the
+        outermost loop running (``Step.iteration``), counted from 1."""
+        if event == lines.LOOP_START:
+            self.loop_depth += 1
+        elif event == lines.LOOP_END:
+            self.loop_depth = max(0, self.loop_depth - 1)
+        if self.loop_depth > 1:
+            return
+        # what the last statement built belongs to the iteration it ran in
+        self._flush_iteration()
+        if event == lines.LOOP_START:
+            self.snapshots.iteration = 0
+        elif event == lines.LOOP_NEXT and self.snapshots.iteration is not None:
+            self.snapshots.iteration += 1
+        elif event == lines.LOOP_END and self.loop_depth == 0:
+            self.snapshots.iteration = None
+
+    @guarded
+    def _flush_iteration(self) -> None:
+        if not self.calls.running and _transform_level() is None:
+            self.flush(self.line)
 
     @guarded
     def _on_enter(self) -> None:

@@ -44,6 +44,7 @@ class Snapshots:
         self.capped = False  # max_steps reached: no step is taken from then on
         self.grads = GradRecords(max_values)
         self.released: list[int] = []  # ids let go between steps, shown as dropped in the next
+        self.iteration: int | None = None  # of the outermost loop running (the recorder counts them)
         self._plain_states: dict[int, dict] = {}  # shared {"id": n} of nodes with nothing to say
         self._tensor_recs: dict[int, tuple] = {}  # id(tensor) -> (weakref, what its record says, record)
 
@@ -103,6 +104,8 @@ class Snapshots:
         graph = self.graph
         index = len(self.steps)
         step["index"] = index
+        if self.iteration:
+            step["iteration"] = self.iteration
         names = names_at(sys._getframe(1))
         passes = graph.passes
         roots, shown, fns, facts = passes.roots(names.tensors, extra_roots)

@@ -37,10 +37,12 @@ class Snippet:
         on_enter: Callable,
         on_exit: Callable,
         failed: Callable[[BaseException], None],
+        on_loop: Callable[[int], None] | None = None,
     ) -> dict | None:
         """Run ``compiled``, its markers calling ``on_*``: its error as the trace shows it, if any
         (``failed`` is told the exception; a ``sys.exit(0)`` is no error)."""
         self.globals.update({lines.LINE: on_line, lines.ENTER: on_enter, lines.EXIT: on_exit})
+        self.globals[lines.LOOP] = on_loop or (lambda event: None)
         # Its source where inspect looks (torch.jit.script, inspect.getsource), as a file's would be
         linecache.cache[SNIPPET_FILENAME] = (
             len(self.code),
