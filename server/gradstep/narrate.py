@@ -17,7 +17,7 @@ import ast
 import math
 from collections import Counter
 
-from gradstep import cells
+from gradstep import cells, narrate_error
 from gradstep.grad_equality import same_grad
 from gradstep.printing import fmt_bytes, fmt_number, fmt_values
 from gradstep.trace_dicts import GradDict, NodeDict, StepDict, TensorDict, TraceDict
@@ -127,6 +127,8 @@ class _Narrator:
             text = _Text()
             if step["kind"] == "forward":
                 self.forward(step, states, prev_states, prev_step, text)
+            elif step["kind"] == "error":
+                narrate_error.explain(self, step, states, text)
             else:
                 self.call(step, states, prev_states, prev_step, text)
             step["explanation"] = text.text()
@@ -410,15 +412,16 @@ class _Narrator:
         if self.calls is None:
             self.calls = {}
         if file not in self.calls:
-            files = self.trace.get("files") or []
-            code = (
-                self.trace.get("code")
-                if file is None
-                else (files[file].get("code") if file < len(files) else "")
-            )
-            self.calls[file] = _calls_by_line(code or "")
+            self.calls[file] = _calls_by_line(self.source_of(file))
         found = self.calls[file].get(line) or []
         return found[0] if len(found) == 1 and len(found[0]) <= 80 else None
+
+    def source_of(self, file: int | None) -> str:
+        """The code of a step's or node's ``file`` (None: the snippet's)."""
+        if file is None:
+            return self.trace.get("code") or ""
+        files = self.trace.get("files") or []
+        return (files[file].get("code") if 0 <= file < len(files) else None) or ""
 
     def tensor_or_text(self, t: _Text, name: str, label: str) -> None:
         """Link ``label`` to tensor ``name`` when the step lists that tensor (else plain text)."""
