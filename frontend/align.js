@@ -83,7 +83,7 @@ export function fixLineMap(codeA, fix) {
 
 // ---------------------------------------------------------------- steps
 
-const isCall = (s) => s.kind !== "forward";
+const isCall = (s) => s.kind === "backward" || s.kind === "grad";
 
 /** Steps split at calls: { segments: [[forward index…] before call k, …, after the last], calls: [index…] }. */
 function segmentSteps(steps) {

@@ -26,7 +26,8 @@ function rowLabel(trace, i) {
   if (i === null) return "—";
   const s = trace.steps[i];
   const call = s.kind !== "forward";
-  return `${s.line !== null && s.line !== undefined ? `L${s.line}` : "—"} ${call ? (s.kind === "grad" ? "grad" : "backward") : "fwd"}${s.error ? " ✕" : ""}`;
+  const what = s.kind === "error" ? (s.error ? s.error.type : "error") : call ? (s.kind === "grad" ? "grad" : "backward") : "fwd";
+  return `${s.line !== null && s.line !== undefined ? `L${s.line}` : "—"} ${what}${s.error ? " ✕" : ""}`;
 }
 
 const LISTED = 6; // differences of one kind named one by one, before the rest is counted
