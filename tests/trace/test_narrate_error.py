@@ -177,10 +177,11 @@ def test_an_error_without_an_autograd_cause_is_said_plainly():
 
 
 def test_a_none_grad_the_trace_cannot_explain_gets_no_cause():
-    # x does not require grad: the trace lists no tensor x, so nothing it shows explains the None
+    # x does not require grad: the trace lists w, not x, so nothing it shows explains the None
     code = _code(
         """
         import torch
+        w = torch.ones(2, requires_grad=True)
         x = torch.ones(2)
         print(x.grad * 2)
         """

@@ -189,6 +189,12 @@ def test_an_error_raised_after_a_caught_failed_call_gets_its_step():
     assert _error_step(trace)["line"] == _line_of(code, "raise ValueError")
 
 
+def test_a_run_that_raised_before_there_was_anything_to_show_has_no_step():
+    trace = record("import torch\nx = torch.ones(2)\nprint(undefined_name)\n")
+    assert trace["status"] == "error" and trace["error"]["type"] == "NameError"
+    assert trace["steps"] == []
+
+
 def test_a_run_that_ends_normally_has_no_error_step():
     trace = record("import torch\nx = torch.ones(2, requires_grad=True)\n(x * 2).sum().backward()\n")
     assert trace["status"] == "ok"

@@ -5,7 +5,8 @@ and the step shows the graph as it stood at the failure (the names of the frame 
 callers' and the globals), so its narration and the page can say what autograd had to do with it.
 A failed backward or grad call already has its step, with the error: it gets no second one. A
 forward step the failing line left that shows nothing (an op that failed took a sequence number,
-so the line looked as if it built a node) gives way to the error step.
+so the line looked as if it built a node) gives way to the error step; a run that raised before
+there was anything to draw gets none.
 """
 
 from __future__ import annotations
@@ -48,3 +49,9 @@ def shows_nothing(step: dict, line: int | None, table: list[dict]) -> bool:
         return False
     index = step["index"]
     return not any(info["step"] == index for info in table)
+
+
+def shows_something(step: dict, earlier: list[dict]) -> bool:
+    """An error step is worth keeping: it follows other steps, or shows a node or a tensor. (A run
+    that raised before building anything the page could draw has no step, and the page says so.)"""
+    return bool(earlier or step.get("nodes") or step.get("tensors"))

@@ -115,6 +115,9 @@ class Recorder:
         frame = crash.raising_frame(e, self.frames)
         names_at = self.names_at if frame is None else lambda _here: self.names_at(frame)
         self.snapshots.take(step, names_at)
+        if self.steps and self.steps[-1] is step and not crash.shows_something(step, self.steps[:-1]):
+            self.steps.pop()
+            return
         if prior is not None:
             step["stdout"] = prior.get("stdout", "") + step.get("stdout", "")
             step["warnings"] = (prior.get("warnings") or []) + (step.get("warnings") or [])
