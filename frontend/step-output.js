@@ -42,18 +42,14 @@ export function lastLines(text, count) {
   return lines.slice(Math.max(0, lines.length - count)).join("\n");
 }
 
-let strips = 0; // ids for aria-controls
-
-/** The strip in `el` (built once): update(view) with a stepOutputView or null (hidden). */
+/** The strip in `el` (built once): update(view) with a stepOutputView or null (hidden). Like the
+ * panels, its DOM is a function of the view (and of whether all lines were asked for). */
 export function createStepOutput(el) {
-  const id = `gs-step-output-${++strips}`;
   el.classList.add("gs-step-output");
-  el.id = id;
-  el.hidden = true;
   el.setAttribute("role", "region");
   el.setAttribute("aria-label", "Printed at this step");
   const body = h("div", { class: "gs-step-output-parts" });
-  const more = h("button", { type: "button", class: "gs-link gs-step-output-more", "aria-controls": id, "aria-expanded": "false" });
+  const more = h("button", { type: "button", class: "gs-link gs-step-output-more" });
   el.append(body, more);
   let all = false; // all lines asked for: kept from step to step until asked back
   let view = null;
@@ -63,21 +59,18 @@ export function createStepOutput(el) {
   });
 
   function render() {
+    const cut = Boolean(view) && view.parts.some((p) => p.lines > SHOWN_LINES);
     el.hidden = !view;
-    if (!view) {
-      body.replaceChildren();
-      return;
-    }
-    const cut = view.parts.some((p) => p.lines > SHOWN_LINES);
     el.classList.toggle("gs-step-output-all", all && cut);
-    body.replaceChildren(...view.parts.map((p) => h("div", { class: "gs-step-output-part", "data-part": p.key },
+    body.replaceChildren(...(view ? view.parts : []).map((p) => h("div", { class: "gs-step-output-part", "data-part": p.key },
       h("span", { class: "gs-step-output-label" }, p.label, p.lines > SHOWN_LINES && !all ? ` (last ${SHOWN_LINES} of ${p.lines} lines)` : ""),
       h("pre", { class: "gs-step-output-text", text: all ? p.text.replace(/\n$/, "") : lastLines(p.text, SHOWN_LINES) }),
     )));
     more.hidden = !cut;
-    setText(more, all ? "fewer lines" : `all ${view.lines} lines`);
+    setText(more, !cut ? "" : all ? "fewer lines" : `all ${view.lines} lines`);
     more.setAttribute("aria-expanded", String(all && cut));
   }
+  render();
 
   return {
     update(next) {
