@@ -27,7 +27,11 @@ function rowLabel(trace, i) {
   if (i === null) return "—";
   const s = trace.steps[i];
   const call = s.kind !== "forward";
-  const word = s.kind === "update" ? updateWord(s) : call ? (s.kind === "grad" ? "grad" : "backward") : "fwd";
+  const word =
+    s.kind === "error" ? (s.error ? s.error.type : "error")
+    : s.kind === "update" ? updateWord(s)
+    : call ? (s.kind === "grad" ? "grad" : "backward")
+    : "fwd";
   return `${s.line !== null && s.line !== undefined ? `L${s.line}` : "—"} ${word}${s.error ? " ✕" : ""}`;
 }
 

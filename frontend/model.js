@@ -97,6 +97,7 @@ export function callFlags(step) {
 
 export function stepTitle(step) {
   const where = step.where ?? (step.line !== null ? `line ${step.line}` : "no line");
+  if (step.kind === "error") return `${where} · ${step.error ? step.error.type : "error"} ✕ the run ended here`;
   if (step.kind === "forward") {
     return step.repeat > 1 ? `${where} · forward ×${step.repeat}` : `${where} · forward`;
   }

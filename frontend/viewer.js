@@ -14,6 +14,7 @@ import { h } from "./dom.js";
 import { startsIteration, updateWord } from "./updates.js";
 import { createInspector, createOutputPanel, createTensorsPanel, nearScreen, setText } from "./panels.js";
 import { chartLabel, inspectorView, outputView, tensorsView } from "./panel-views.js";
+import { createStepOutput, stepOutputView } from "./step-output.js";
 
 const WORKER_ITEMS = 400;
 
@@ -77,10 +78,13 @@ export function createViewer(el, options = {}) {
   const slider = h("input", { type: "range", min: 0, max: 0, value: 0, step: 1, class: "gs-slider", "aria-label": "Step" });
   slider.addEventListener("input", () => go(Number(slider.value)));
   const timeline = h("ol", { class: "gs-timeline", "aria-label": "Timeline of steps" });
+  const printed = h("div"); // what the code printed at the step, beside the buttons (step-output.js)
   stepperEl.append(
     h("div", { class: "gs-controls" }, bFirst, bPrev, bPlay, bNext, bLast, counter, slider),
     timeline,
+    printed,
   );
+  const printedUI = createStepOutput(printed);
 
   // ---------------------------------------------------------- graph DOM
   graphHost.classList.add("gs-graph-host");
@@ -364,6 +368,7 @@ export function createViewer(el, options = {}) {
     renderTensors();
     renderChartCursor();
     renderOutput();
+    printedUI.update(stepOutputView(model, index));
   }
 
   /** The nodes a step is about: where it failed, else what it built, else what ran (in order). */
@@ -464,6 +469,7 @@ export function createViewer(el, options = {}) {
   /** What a timeline chip shows, as text (its accessible name starts with it). */
   function chipText(s, call) {
     const line = s.line !== null ? `L${s.line}` : "—";
+    if (s.kind === "error") return `${line} ${s.error ? s.error.type : "error"}`;
     const what = s.kind === "update" ? updateWord(s) : call ? (s.api === "torch.autograd.grad" || s.kind === "grad" ? "grad" : "backward") : s.repeat > 1 ? `×${s.repeat}` : "fwd";
     const flags = call ? callFlags(s).map((f) => f.replace("=True", "")) : [];
     return [line, what, ...flags].join(" ");
@@ -477,8 +483,11 @@ export function createViewer(el, options = {}) {
     if (!model) return;
     model.steps.forEach((s, i) => {
       const update = s.kind === "update";
-      const call = s.kind !== "forward" && !update;
-      const label = update
+      const crash = s.kind === "error"; // the code raised outside a call: the run's last step
+      const call = s.kind !== "forward" && !update && !crash;
+      const label = crash
+        ? h("span", { class: "gs-tl-crash" }, s.error ? s.error.type : "error")
+        : update
         ? h("span", { class: "gs-tl-update" }, updateWord(s))
         : call
         ? h("span", { class: "gs-tl-call" }, `${s.api === "torch.autograd.grad" || s.kind === "grad" ? "grad" : "backward"}`)

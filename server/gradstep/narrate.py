@@ -17,10 +17,11 @@ import ast
 import math
 from collections import Counter
 
-from gradstep import cells
+from gradstep import cells, narrate_error
 from gradstep.grad_equality import same_grad
 from gradstep.narrate_updates import Sources, narrate_update
 from gradstep.printing import fmt_bytes, fmt_number, fmt_values
+from gradstep.schema import CALL_KINDS
 from gradstep.trace_dicts import GradDict, NodeDict, StepDict, TensorDict, TraceDict
 
 MAX_LISTED = 6  # nodes or tensors named one by one before the rest is summarised
@@ -142,11 +143,13 @@ class _Narrator:
                 self.forward(step, states, prev_states, prev_step, text)
             elif step["kind"] == "update":
                 self.update(step, states, prev_states, text)
+            elif step["kind"] == "error":
+                narrate_error.explain(self, step, states, text)
             else:
                 self.call(step, states, prev_states, prev_step, text)
             step["explanation"] = text.text()
             step["links"] = [link for link in text.links if link["end"] <= len(step["explanation"])]
-            if step["kind"] in ("backward", "grad"):
+            if step["kind"] in CALL_KINDS:
                 for nid, st in states.items():
                     if st.get("executed") or st.get("failed"):
                         self.ran_at[nid] = index
@@ -495,15 +498,16 @@ class _Narrator:
         if self.calls is None:
             self.calls = {}
         if file not in self.calls:
-            files = self.trace.get("files") or []
-            code = (
-                self.trace.get("code")
-                if file is None
-                else (files[file].get("code") if file < len(files) else "")
-            )
-            self.calls[file] = _calls_by_line(code or "")
+            self.calls[file] = _calls_by_line(self.source_of(file))
         found = self.calls[file].get(line) or []
         return found[0] if len(found) == 1 and len(found[0]) <= 80 else None
+
+    def source_of(self, file: int | None) -> str:
+        """The code of a step's or node's ``file`` (None: the snippet's)."""
+        if file is None:
+            return self.trace.get("code") or ""
+        files = self.trace.get("files") or []
+        return (files[file].get("code") if 0 <= file < len(files) else None) or ""
 
     def tensor_or_text(self, t: _Text, name: str, label: str) -> None:
         """Link ``label`` to tensor ``name`` when the step lists that tensor (else plain text)."""
@@ -532,7 +536,7 @@ class _Narrator:
             # release is not why it failed, the error is
             t.add(f": {first}.")
         elif st.get("freed"):
-            if by is not None and by < step["index"] and steps[by]["kind"] != "forward":
+            if by is not None and by < step["index"] and steps[by]["kind"] in CALL_KINDS:
                 t.add(
                     f": its saved tensors were freed by the {'autograd.grad' if steps[by]['kind'] == 'grad' else 'backward'}"
                     f" call at line {self.at(steps[by])} (step {by + 1}), which ran without retain_graph=True."

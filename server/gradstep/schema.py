@@ -33,12 +33,14 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 #    edges a step added are the `next` of the nodes whose `step` it is). The same facts, a quarter
 #    smaller compressed (gradstep.columns).
 #    Added within 4: Step.kind "update" with Step.update (the optimizer calls), Step.iteration.
+#    Added within 4: the step kind "error" (the code raised outside a backward/grad call).
 VERSION = 4
 # Written by the server into every trace it serves, never taken from the sandboxed child's bytes.
 SERVER_FIELDS = ("code", "version", "torch")
 
 Status = Literal["ok", "error", "timeout", "limit", "crashed"]
-StepKind = Literal["forward", "backward", "grad", "update"]
+StepKind = Literal["forward", "backward", "grad", "update", "error"]
+CALL_KINDS = ("backward", "grad")  # the steps that are engine calls (frontend/model.js isCall says the same)
 Api = Literal["Tensor.backward", "torch.autograd.backward", "torch.autograd.grad"]
 SavedKind = Literal["tensor", "tensors", "value"]
 PrintMode = Literal["int", "fixed", "sci"]
@@ -364,7 +366,11 @@ class Step(_Model):
     create_graph: bool | None = None
     inputs: list[str] | None = Field(None, description="Names of `inputs=` tensors, when given.")
     gradient: bool | None = Field(None, description="`gradient=` / `grad_outputs=` was given.")
-    error: TraceError | None = None
+    error: TraceError | None = Field(
+        None,
+        description="Calls: the call raised. kind=error: the exception that ended the run, raised outside a "
+        "backward/grad call (Trace.error without its traceback); the step shows the graph as it stood then.",
+    )
     ran_lines: list[int] = Field(
         default_factory=list,
         description="Calls: snippet lines the engine ran while the call ran (the snippet's hooks, its custom "

@@ -904,7 +904,11 @@ def test_uncaught_exception_keeps_earlier_steps():
     expected = [line for line, b, _ in built if b]
     assert expected
     tr = record(RAISES)
-    assert [s["line"] for s in tr["steps"]] == expected
+    *kept, last = tr["steps"]
+    assert [s["line"] for s in kept] == expected
+    assert (last["kind"], last["line"]) == ("error", tr["error"]["line"]), (
+        "then the step of the error that ended it"
+    )
 
 
 # ---------------------------------------------------------------- 11. stale saved tensors

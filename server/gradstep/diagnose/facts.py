@@ -6,6 +6,7 @@ import math
 
 from gradstep import grad_equality
 from gradstep.grad_equality import ACROSS_RUNS, flat_values
+from gradstep.schema import CALL_KINDS
 from gradstep.trace_dicts import GradDict, StepDict, TraceDict
 
 FREED_MARK = "backward through the graph a second time"
@@ -22,7 +23,7 @@ def is_integer_requires_grad(message: str) -> bool:
 
 def calls(trace: TraceDict) -> list[StepDict]:
     """The backward/grad call steps (not the forward lines, nor the optimizer's update steps)."""
-    return [s for s in trace.get("steps") or () if s["kind"] in ("backward", "grad")]
+    return [s for s in trace.get("steps") or () if s["kind"] in CALL_KINDS]
 
 
 def failed_node(step: StepDict) -> int | None:
@@ -45,7 +46,7 @@ def first_step_where(trace: TraceDict, nid: int, flag: str, before: int) -> Step
 def freed_by(trace: TraceDict, nid: int, before: int) -> StepDict | None:
     """The call step that released node ``nid``'s saved tensors (a call that ran it without retaining)."""
     step = first_step_where(trace, nid, "freed", before)
-    if step is None or step["kind"] == "forward":
+    if step is None or step["kind"] not in CALL_KINDS:
         return None
     return step
 

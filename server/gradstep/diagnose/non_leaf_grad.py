@@ -17,6 +17,7 @@ import bisect
 from gradstep.diagnose import facts
 from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.source import Source, assigned_names, moved_line
+from gradstep.schema import CALL_KINDS
 
 KIND = "grad_of_non_leaf"
 MAX_CANDIDATES = 16  # one diagnosis per tensor read; past this many, more say nothing new
@@ -138,7 +139,7 @@ def _late(trace: dict, src: Source) -> list[Candidate]:
     out: list[Candidate] = []
     index: _Index | None = None
     for step in steps:
-        if step["kind"] != "forward":
+        if step["kind"] in CALL_KINDS:
             for st in step.get("nodes") or ():
                 if st.get("executed"):
                     ran_at.setdefault(st["id"], step)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gradstep.diagnose import modernize
 from gradstep.diagnose.candidate import Candidate, fix_of, present
 from gradstep.diagnose.source import Source
+from gradstep.schema import CALL_KINDS
 
 KIND = "retain_variables_renamed"
 MARK = "unexpected keyword argument 'retain_variables'"
@@ -42,5 +43,5 @@ def _retains_at(fixed: dict, line: int) -> bool:
     return any(
         s.get("line") == line and s.get("retain_graph")
         for s in fixed.get("steps") or ()
-        if s["kind"] != "forward"
+        if s["kind"] in CALL_KINDS
     )

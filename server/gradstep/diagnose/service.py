@@ -14,11 +14,12 @@ import re
 from collections.abc import Iterator
 
 from gradstep.diagnose import facts, volatile
+from gradstep.schema import CALL_KINDS
 
 _WARNING_MARKS = (facts.NON_LEAF_MARK, volatile.MARK)
 # a write through .data in the code (w.data -= …, w.data = …, w.grad.data.zero_()): the rule has no other sign
 _DATA_WRITE = re.compile(r"\.data\s*(?:[-+*/@]?=(?!=)|\.[a-z]\w*_\()")
-_CALLS = ("backward", "grad")
+_CALLS = CALL_KINDS
 
 
 def _warnings(trace: dict) -> Iterator[str]:

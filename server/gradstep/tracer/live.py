@@ -235,9 +235,12 @@ class LiveRecorder(Recorder):
         if self.anchor is not None:
             self.anchor.f_trace = self._prev_anchor_trace
         try:
-            if error is not None and self.error is None and not isinstance(error, GeneratorExit):
+            crashed = error is not None and self.error is None and not isinstance(error, GeneratorExit)
+            if crashed:
                 self.error = errors.exception(error, self.frames)
             self._finish()
+            if crashed:
+                self.crashed(error, self.error)
             self.graph.lines.mark(_seq_nr(), self.outside)
         finally:
             if self._stack is not None:

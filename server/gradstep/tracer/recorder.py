@@ -22,7 +22,7 @@ import torch
 
 from gradstep.schema import VERSION
 from gradstep.trace_dicts import TraceDict
-from gradstep.tracer import errors, lines, offline, passes, patches
+from gradstep.tracer import crash, errors, lines, offline, passes, patches
 from gradstep.tracer.calls import Calls
 from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.graph import Graph
@@ -76,6 +76,7 @@ class Recorder:
         self.built_line: int | None = None  # ...by this line
         self.check_release = False
         self.callers: list[int | None] = []  # lines that called the snippet's functions
+        self.raised: BaseException | None = None  # what ended the code, while its step is taken
 
     def own_stack(self, message: str) -> str:
         return errors.own_stack(message, self.frames)
@@ -91,13 +92,42 @@ class Recorder:
         self.uses.ipython = self.snippet.ipython_lines
         with patches.patched(self):
             error = self.snippet.run(
-                compiled, self._on_line, self._on_enter, self._on_exit, self.uses.failed, self._on_loop
+                compiled, self._on_line, self._on_enter, self._on_exit, self._failed, self._on_loop
             )
             self._finish()
+            if error is not None and self.raised is not None:
+                self.crashed(self.raised, error)
+        self.raised = None  # its traceback holds the code's frames: they go as a plain run's do
         try:
             return self._result("error" if error else "ok", error)
         finally:
             self._let_go()
+
+    def _failed(self, e: BaseException) -> None:
+        self.raised = e
+        self.uses.failed(e)
+
+    @guarded
+    def crashed(self, e: BaseException, error: dict) -> None:
+        """The code raised ``e`` (``error``, as the trace reports it): a step at its line with the
+        graph as the raising frame could name it, unless a call's step already carries it."""
+        step = crash.crash_step(error, self.steps)
+        if step is None or self.snapshots.full():
+            return
+        prior = self.steps[-1] if self.steps else None
+        if prior is not None and crash.shows_nothing(prior, step["line"], self.graph.table):
+            self.steps.pop()  # its output and warnings are the error step's
+        else:
+            prior = None
+        frame = crash.raising_frame(e, self.frames)
+        names_at = self.names_at if frame is None else lambda _here: self.names_at(frame)
+        self.snapshots.take(step, names_at)
+        if self.steps and self.steps[-1] is step and not crash.shows_something(step, self.steps[:-1]):
+            self.steps.pop()
+            return
+        if prior is not None:
+            step["stdout"] = prior.get("stdout", "") + step.get("stdout", "")
+            step["warnings"] = (prior.get("warnings") or []) + (step.get("warnings") or [])
 
     def _let_go(self) -> None:
         """Free the snippet's objects now, as a plain run does when its globals go.
