@@ -6,21 +6,14 @@ from __future__ import annotations
 
 import pytest
 from testkit.browser_support import Page, needs_chromium
+from testkit.learner_code import REBOUND_LEAF_LOOP
 
 pytestmark = needs_chromium
 
 WIDE = {"width": 1400, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
-REBOUND = """import torch
-w = torch.randn(3, requires_grad=True)
-x = torch.tensor([1., 2., 3.])
-for epoch in range(3):
-    y = (w * x).sum()
-    y.backward()
-    print(w.grad)
-    w = w - 0.1 * w.grad
-"""
+REBOUND = REBOUND_LEAF_LOOP
 
 
 def _current(app: Page) -> int:

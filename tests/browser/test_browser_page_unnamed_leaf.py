@@ -8,18 +8,11 @@ import pytest
 import torch
 from testkit import truth
 from testkit.browser_support import Page, fmt_grad, needs_chromium
+from testkit.learner_code import REBOUND_LEAF_LOOP
 
 pytestmark = needs_chromium
 
-CODE = """import torch
-w = torch.randn(3, requires_grad=True)
-x = torch.tensor([1., 2., 3.])
-for epoch in range(3):
-    y = (w * x).sum()
-    y.backward()
-    print(w.grad)
-    w = w - 0.1 * w.grad
-"""
+CODE = REBOUND_LEAF_LOOP
 LABEL = "w (line 2)"
 
 

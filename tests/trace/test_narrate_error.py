@@ -8,6 +8,7 @@ from __future__ import annotations
 import textwrap
 
 from gradstep.pipeline import explained
+from testkit.learner_code import REBOUND_LEAF_LOOP
 from testkit.truth import run_plain
 
 
@@ -49,18 +50,7 @@ def _head(code: str, step: dict, statement: str) -> str:
     )
 
 
-REBOUND = _code(
-    """
-    import torch
-    w = torch.randn(3, requires_grad=True)
-    x = torch.tensor([1., 2., 3.])
-    for epoch in range(3):
-        y = (w * x).sum()
-        y.backward()
-        print(w.grad)
-        w = w - 0.1 * w.grad
-    """
-)
+REBOUND = REBOUND_LEAF_LOOP
 
 
 def test_a_none_grad_of_a_rebound_name_is_narrated_as_a_non_leaf_and_where_it_became_one():

@@ -22,17 +22,9 @@ import torch
 from gradstep.narrate import narrate
 from gradstep.tracer import record
 from testkit import truth
+from testkit.learner_code import REBOUND_LEAF_LOOP
 
-ISSUE = """\
-import torch
-w = torch.randn(3, requires_grad=True)
-x = torch.tensor([1., 2., 3.])
-for epoch in range(3):
-    y = (w * x).sum()
-    y.backward()
-    print(w.grad)
-    w = w - 0.1 * w.grad
-"""
+ISSUE = REBOUND_LEAF_LOOP
 
 # the same rebinding that runs to its end: every backward reaches the line-2 leaf
 REBOUND_CHAIN = """\
