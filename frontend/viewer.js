@@ -179,6 +179,7 @@ export function createViewer(el, options = {}) {
       showAllTensors = false;
       if (worker) worker.postMessage({ type: "init", graph: layoutInput(model) });
       selected = null;
+      nodeHover = null; // ids of the last trace's nodes: a new trace may have fewer
       fitted = false;
       expanded = initialExpanded(model);
       index = Math.max(0, Math.min(step, steps() - 1));
@@ -584,7 +585,7 @@ export function createViewer(el, options = {}) {
         });
       }
     }
-    const linked = nodeHover ? [...new Set(nodeHover.map((id) => model.nodes[id].line).filter((l) => l !== null))] : [];
+    const linked = nodeHover ? [...new Set(nodeHover.map((id) => model.nodes[id]?.line).filter((l) => l !== null && l !== undefined))] : [];
     code.showStep({ current: step ? step.line : null, linked, errors }, step ? step.line : null);
   }
 
