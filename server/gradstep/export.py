@@ -19,7 +19,7 @@ import base64
 import hashlib
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -299,6 +299,31 @@ def trace_json(trace: Trace | dict) -> dict:
     return trace.model_dump(mode="json") if isinstance(trace, Trace) else wire_of(trace)
 
 
+def fixes_json(trace: dict, fixes: Mapping[str, Trace | dict] | None) -> dict[str, dict]:
+    """The runs of `trace`'s fixes a page ships for Apply fix (by the fix's code), as the page reads
+    them: only those of fixes the trace offers, up to MAX_FIX_TRACES_BYTES in all."""
+    import orjson
+
+    out: dict[str, dict] = {}
+    if not fixes:
+        return out
+    total = 0
+    for d in trace.get("diagnoses") or ():
+        for f in d.get("fixes") or ():
+            code = f.get("code")
+            if code in out or code not in fixes:
+                continue
+            data = trace_json(fixes[code])
+            total += len(orjson.dumps(data))
+            if total > MAX_FIX_TRACES_BYTES:
+                return out
+            out[code] = data
+    return out
+
+
+MAX_FIX_TRACES_BYTES = 4 << 20  # a fix's run the size of a large model's is left to a server
+
+
 def export_html(
     trace: Trace | dict,
     *,
@@ -306,8 +331,10 @@ def export_html(
     theme: str = "auto",
     title: str | None = None,
     folder: Path | None = None,
+    fixes: Mapping[str, Trace | dict] | None = None,
 ) -> str:
-    """The self-contained page for `trace`, opening at `step` (clamped) in `theme`."""
+    """The self-contained page for `trace`, opening at `step` (clamped) in `theme`. `fixes` (a fix's
+    code -> the trace of its run) are shipped in the page: Apply fix shows them with no server."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     check_options(step, theme)
@@ -321,6 +348,7 @@ def export_html(
         theme=theme,
         css=(folder / "style.css").read_text(encoding="utf-8").replace("</", "<\\/"),
         trace_json=_js_string(data),
+        fixes_json=_js_string(fixes_json(data, fixes)),
         options_json=_js_string({"step": clamp_step(data, step), "theme": theme}),
         module=module,
         policy=page_policy(module),

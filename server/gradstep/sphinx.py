@@ -61,11 +61,14 @@ class GradstepDirective(SphinxDirective):
             raise self.error("gradstep: the directive needs the code to trace as its body")
         from gradstep.notebook import record_dict
 
+        fixes: dict[str, dict] = {}
+        data = record_dict(code, fix_runs=fixes)
         page = export_html(
-            record_dict(code),
+            data,
             step=self.options.get("step", 0),
             theme=self.options.get("theme", "auto"),
             title=f"gradstep: {self.env.docname}",
+            fixes=fixes,  # Apply fix shows their runs: the built pages need no server
         )
         pages = _pages(self.env).setdefault(self.env.docname, {})
         digest = hashlib.sha256(code.encode()).hexdigest()[:8]

@@ -168,7 +168,42 @@ def test_code_and_output_with_script_tags_cannot_break_out_of_the_page():
     data = record(code)
     page = parse(export_html(data))
     assert json.loads(page.scripts["gradstep-trace"]) == orjson.loads(orjson.dumps(pack(data)))
-    assert [t for t, _ in page.tags].count("script") == 3  # trace, options, the module
+    assert [t for t, _ in page.tags].count("script") == 4  # trace, fixes' runs, options, the module
+
+
+def test_a_page_ships_the_run_of_each_fix_it_offers_and_the_run_matches_plain_torch():
+    from gradstep.notebook import record_dict
+
+    fixes: dict[str, dict] = {}
+    data = record_dict(POW, fix_runs=fixes)
+    page = parse(export_html(data, fixes={**fixes, "print(1)": record("print(1)")}))
+    shipped = json.loads(page.scripts["gradstep-fixes"])
+    offered = [f["code"] for d in data["diagnoses"] for f in d["fixes"]]
+    assert offered and sorted(shipped) == sorted(offered)  # only the fixes offered
+    for code, run in shipped.items():
+        namespace: dict = {}
+        exec(compile(code, "<fix>", "exec"), namespace)  # plain torch: the fix runs cleanly
+        assert run["status"] == "ok" and run["code"] == code
+        assert grads_in(run, "x")[-1] == pytest.approx(namespace["x"].grad.item())
+
+
+def test_a_fix_whose_code_holds_a_script_tag_cannot_break_out_of_the_page():
+    fix_code = 'import torch\nprint("</script><script>alert(1)</script>")\n'
+    data = {
+        **record(POW),
+        "diagnoses": [
+            {
+                "kind": "k",
+                "severity": "error",
+                "line": 1,
+                "message": "m",
+                "fixes": [{"title": "t", "explanation": "e", "code": fix_code}],
+            }
+        ],
+    }
+    page = parse(export_html(data, fixes={fix_code: record(fix_code)}))
+    assert list(json.loads(page.scripts["gradstep-fixes"])) == [fix_code]
+    assert [t for t, _ in page.tags].count("script") == 4
 
 
 def test_the_page_runs_only_its_own_module_by_its_hash():
