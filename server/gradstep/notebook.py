@@ -18,7 +18,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gradstep.export import FRAME_RESIZER_JS, ExportError, check_options, clamp_step, export_html, trace_json
+from gradstep.export import (
+    FRAME_RESIZER_JS,
+    ExportError,
+    check_options,
+    clamp_step,
+    export_html,
+    fixes_json,
+    trace_json,
+)
 from gradstep.schema import Trace
 from gradstep.trace_dicts import typed
 
@@ -109,7 +117,8 @@ class Stepper:
     def widget(self) -> Any:
         """The same stepper as an anywidget (``pip install anywidget``); ``.step`` follows the page
         and moves it. In marimo: ``mo.ui.anywidget(gradstep.show(code).widget())``."""
-        return _widget_class()(trace=trace_json(self.data), step=self.step, theme=self.theme)
+        fixes = fixes_json(self.data, self.fixes)
+        return _widget_class()(trace=trace_json(self.data), step=self.step, theme=self.theme, fixes=fixes)
 
     def __repr__(self) -> str:
         steps = len(self.data.get("steps") or ())
@@ -187,6 +196,7 @@ def _widget_class():
 
         _esm = widget_loader()
         trace = traitlets.Dict().tag(sync=True)
+        fixes = traitlets.Dict().tag(sync=True)  # each fix's run by its code: Apply fix shows it
         step = traitlets.Int(0).tag(sync=True)
         theme = traitlets.Unicode("auto").tag(sync=True)
 

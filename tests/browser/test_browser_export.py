@@ -403,3 +403,41 @@ def test_an_export_opened_on_its_own_takes_the_keys_without_a_click(tmp_path, op
     page.page.keyboard.press("ArrowRight")
     assert page.graph_state()["step"] == 1
     assert page.page.evaluate("window.scrollY") == 0  # the keys stepped; the page did not scroll
+
+
+def test_pages_sharing_one_library_replay_from_file_and_apply_fixes_offline(tmp_path, opened):
+    from gradstep.export import library_files
+    from gradstep.notebook import record_dict
+
+    for name, text in library_files().items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    fixes: dict[str, dict] = {}
+    data = record_dict(snippets.load_all()["backward_twice_fails"].code, fix_runs=fixes)
+    path = tmp_path / "lesson.html"
+    path.write_text(export_html(data, fixes=fixes, library=""), encoding="utf-8")
+    page = opened(
+        path,
+        also=(tmp_path / "gradstep.js", tmp_path / "gradstep.css"),
+        viewport={"width": 700, "height": 900},
+    )
+    assert_step_matches(page.graph_state(), data, 0)
+    assert_stepper_on_one_screen(
+        page.page.evaluate(EMBED_BOXES, "#gradstep"), 0, 900
+    )  # the shared stylesheet applies
+    page.page.click(".gs-apply-fix")
+    page.page.wait_for_function("document.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+    assert page.network() == []
+    assert page.errors == []
+
+
+def test_a_page_whose_shared_library_is_missing_says_so(tmp_path, browser):
+    path, _ = tmp_path / "lesson.html", None
+    path.write_text(export_html(record("import torch\n"), library=""), encoding="utf-8")
+    p = FilePage(browser, path)
+    try:
+        p.page.goto(p.url)
+        p.page.wait_for_function(
+            "document.querySelector('#gradstep').textContent.includes('did not load')", timeout=10_000
+        )
+    finally:
+        p.close()

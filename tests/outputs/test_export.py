@@ -357,3 +357,101 @@ def test_an_unknown_format_is_refused_before_the_snippet_runs(tmp_path):
     with pytest.raises(ExportError, match="format must be one of html, json, widget, not 'pdf'"):
         write_export(lambda: ran.append(1) or b"{}", output=str(tmp_path / "x"), fmt="pdf")
     assert ran == []
+
+
+# ---------------------------------------------------------------- a course's worth: fixes, several snippets, one library
+
+
+def test_cli_export_ships_the_run_of_each_fix_the_sandbox_verified(tmp_path):
+    out = tmp_path / "page.html"
+    r = run_cli("export", str(SNIPPET), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    page = parse(out.read_text())
+    trace = json.loads(page.scripts["gradstep-trace"])
+    shipped = json.loads(page.scripts["gradstep-fixes"])
+    offered = [f["code"] for d in trace["diagnoses"] for f in d["fixes"]]
+    assert offered and sorted(shipped) == sorted(offered)
+    for code, run in shipped.items():
+        namespace: dict = {}
+        exec(compile(code, "<fix>", "exec"), namespace)  # plain torch runs the fix cleanly, as its run says
+        assert run["status"] == "ok" and run["code"] == code
+        assert grads_in(run, "x")[-1] == pytest.approx(namespace["x"].grad.item())
+
+
+def test_cli_export_says_what_it_is_doing_while_the_sandbox_starts(tmp_path):
+    r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "page.html"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    starting = lines.index("gradstep: starting the sandbox (torch)…")
+    running = lines.index(f"gradstep: running {SNIPPET.name}…")
+    assert starting < running < next(i for i, x in enumerate(lines) if x.startswith("gradstep: wrote"))
+
+
+def course_folder(tmp_path: Path) -> Path:
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "a_cube.py").write_text(POW)
+    (course / "b_fails.py").write_text(SNIPPET.read_text())
+    (course / "notes.txt").write_text("not a snippet")
+    return course
+
+
+def test_cli_export_of_a_folder_writes_a_page_per_snippet_starting_the_sandbox_once(tmp_path):
+    course = course_folder(tmp_path)
+    out = tmp_path / "site"
+    r = run_cli("export", str(course), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("starting the sandbox (torch)…") == 1
+    assert sorted(p.name for p in out.iterdir()) == ["a_cube.html", "b_fails.html"]
+    for name, src in (("a_cube.html", course / "a_cube.py"), ("b_fails.html", course / "b_fails.py")):
+        trace = json.loads(parse((out / name).read_text()).scripts["gradstep-trace"])
+        assert trace["code"] == src.read_text()
+    fails = json.loads(parse((out / "b_fails.html").read_text()).scripts["gradstep-trace"])
+    assert grads_in(fails, "x")[-1] == pytest.approx(plain_grad_after_first_backward())
+
+
+def test_cli_export_of_several_files_with_a_shared_library_writes_it_once(tmp_path):
+    course = course_folder(tmp_path)
+    out = tmp_path / "site"
+    r = run_cli(
+        "export", str(course / "a_cube.py"), str(course / "b_fails.py"), "-o", str(out), "--shared-library"
+    )
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "a_cube.html",
+        "b_fails.html",
+        "gradstep.css",
+        "gradstep.js",
+    ]
+    single = len(export_html(record(POW)))
+    for name in ("a_cube.html", "b_fails.html"):
+        page = parse((out / name).read_text())
+        refs = sorted(
+            a.get("src") or a.get("href")
+            for t, a in page.tags
+            if t in ("script", "link") and (a.get("src") or a.get("rel") == "stylesheet")
+        )
+        assert refs == ["gradstep.css", "gradstep.js"]
+        assert len((out / name).read_text()) < single / 10  # the front end is not in the page
+
+
+def test_cli_export_of_two_files_of_one_name_is_refused_before_running(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        (tmp_path / d / "lesson.py").write_text(POW)
+    r = run_cli(
+        "export",
+        str(tmp_path / "a" / "lesson.py"),
+        str(tmp_path / "b" / "lesson.py"),
+        "-o",
+        str(tmp_path / "o"),
+    )
+    assert r.returncode == 2
+    assert "same page: lesson.html" in r.stderr and "starting the sandbox" not in r.stderr
+
+
+def test_shared_library_for_one_page_is_refused(tmp_path):
+    r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "p.html"), "--shared-library")
+    assert r.returncode == 2
+    assert "several snippets" in r.stderr
