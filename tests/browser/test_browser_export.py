@@ -7,7 +7,9 @@ for the app.
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -441,3 +443,50 @@ def test_a_page_whose_shared_library_is_missing_says_so(tmp_path, browser):
         )
     finally:
         p.close()
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def documented_export_frame() -> str:
+    """The iframe and script docs/export.md gives for a page written by gradstep export."""
+    text = (DOCS / "export.md").read_text(encoding="utf-8")
+    start = text.index("```html\n", text.index("## One HTML file")) + len("```html\n")
+    return text[start : text.index("```", start)]
+
+
+@pytest.mark.parametrize(("width", "height"), SCREENS)
+def test_the_documented_frame_of_an_export_shows_the_whole_stepper_in_a_course_page(
+    browser, http_folder, width, height
+):
+    folder, base = http_folder
+    snippet = documented_export_frame()
+    src = re.search(r'src="([^"]+)"', snippet).group(1)
+    export_with_fixes(folder, snippets.load_all()["backward_twice_fails"].code, name=src)
+    (folder / "lesson.html").write_text(
+        f"<!doctype html><meta charset=utf-8><link rel=icon href='data:,'><body><h1>Lesson</h1><p>Text.</p>{snippet}<p>After.</p>",
+        encoding="utf-8",
+    )
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        page = ctx.new_page()
+        page.goto(f"{base}/lesson.html")
+        page.frame_locator("iframe").locator("body[data-ready=true]").wait_for(timeout=30_000)
+        frame = page.frames[1]
+        # the frame grows to the stepper: nothing is cut or scrolls inside it
+        deadline = time.monotonic() + 10
+        while True:
+            inner = frame.evaluate(
+                "Math.ceil(document.querySelector('#gradstep').getBoundingClientRect().bottom)"
+            )
+            outer = page.evaluate("document.querySelector('iframe').getBoundingClientRect().height")
+            if outer >= inner:
+                break
+            assert time.monotonic() < deadline, f"the frame ({outer} px) cuts the stepper ({inner} px)"
+            time.sleep(0.1)
+        page.evaluate("document.querySelector('iframe').scrollIntoView()")
+        top = page.evaluate("document.querySelector('iframe').getBoundingClientRect().top")
+        assert_stepper_on_one_screen(frame.evaluate(EMBED_BOXES, "#gradstep"), -top, height)
+        assert frame.locator(".gs-embed-diagnoses .gs-apply-fix").is_visible()
+    finally:
+        ctx.close()
