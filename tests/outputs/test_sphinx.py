@@ -254,3 +254,27 @@ def test_built_page_shows_the_diagnosis_under_a_stepper_on_one_screen_and_applie
         assert requests == [] and errors == []
     finally:
         ctx.close()
+
+
+def test_the_built_site_writes_the_front_end_once_for_all_its_steppers(built):
+    pages = sorted((built / "_gradstep").glob("*.html"))
+    assert len(pages) == 2
+    assert sorted(p.name for p in (built / "_gradstep").iterdir() if p.suffix != ".html") == [
+        "gradstep.css",
+        "gradstep.js",
+    ]
+    for page in pages:
+        text = page.read_text()
+        assert (
+            'src="gradstep.js"' in text and "@@gradstep-module:" not in text
+        )  # no inlined module of its own
+        assert len(text) < (built / "_gradstep" / "gradstep.js").stat().st_size / 10
+
+
+def test_a_site_can_inline_the_front_end_in_each_page(tmp_path):
+    src = project(tmp_path, {"index.rst": f"Demo\n====\n\n.. gradstep::\n\n{indent(CUBE)}\n"})
+    (src / "conf.py").write_text((src / "conf.py").read_text() + "gradstep_shared_library = False\n")
+    r, out = build(src)
+    assert r.returncode == 0, r.stderr
+    (page,) = (out / "_gradstep").iterdir()
+    assert 'src="gradstep.js"' not in page.read_text() and "@@gradstep-module:" in page.read_text()
