@@ -490,3 +490,19 @@ def test_the_documented_frame_of_an_export_shows_the_whole_stepper_in_a_course_p
         assert frame.locator(".gs-embed-diagnoses .gs-apply-fix").is_visible()
     finally:
         ctx.close()
+
+
+def test_keep_the_fix_in_an_export_shows_the_fixed_run_and_its_code(tmp_path, opened):
+    path, data, fixes = export_with_fixes(tmp_path, snippets.load_all()["backward_twice_fails"].code)
+    fix = data["diagnoses"][0]["fixes"][0]
+    page = opened(path)
+    page.page.click(".gs-apply-fix")
+    page.page.wait_for_function("document.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+    page.page.click(".gs-cmp-keep")
+    page.page.wait_for_function(
+        "!document.querySelector('#gradstep').classList.contains('gs-embed-comparing')"
+    )
+    assert page.graph_state()["steps"] == len(fixes[fix["code"]]["steps"])
+    assert page.page.evaluate("window.gradstepViewer.editor.getCode()") == fix["code"]
+    assert page.page.locator(".gs-embed-diagnoses").is_hidden()  # the fixed run has no mistake to show
+    assert page.errors == []
