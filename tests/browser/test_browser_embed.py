@@ -581,3 +581,32 @@ def test_documented_frame_of_a_failing_snippet_shows_its_diagnosis_and_the_stepp
         assert tab.errors == []
     finally:
         tab.close()
+
+
+def test_the_share_dialogs_frame_shows_the_whole_stepper_in_a_course_column(browser, site, server):
+    app = Page(browser, server, reduced_motion="reduce")
+    try:
+        app.open("?snippet=backward_twice_fails")
+        app.page.click("#gs-share")
+        snippet = app.page.locator("#gs-share-embed").input_value()
+    finally:
+        app.close()
+    tab = course_tab(browser, server, 700, 900)
+    try:
+        tab.page.goto(site.page("shared.html", f"<h1>Lesson</h1>{snippet}<p>After.</p>"))
+        tab.page.frame_locator("iframe").locator("body[data-state=ready]").wait_for(timeout=60_000)
+        frame, frame_el = tab.page.frames[1], tab.page.locator("iframe")
+        deadline = time.monotonic() + 10
+        while (
+            abs(frame_el.bounding_box()["height"] - frame.evaluate("document.documentElement.scrollHeight"))
+            > 2
+        ):
+            assert time.monotonic() < deadline, "the frame did not take its content's height"
+            time.sleep(0.1)
+        tab.page.evaluate("document.querySelector('iframe').scrollIntoView()")
+        top = tab.page.evaluate("document.querySelector('iframe').getBoundingClientRect().top")
+        assert_stepper_on_one_screen(frame.evaluate(EMBED_BOXES, "#gs-frame-viewer"), -top, 900)
+        assert frame.locator(".gs-embed-diagnoses .gs-apply-fix").is_visible()
+        assert tab.errors == []
+    finally:
+        tab.close()
