@@ -455,3 +455,16 @@ def test_shared_library_for_one_page_is_refused(tmp_path):
     r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "p.html"), "--shared-library")
     assert r.returncode == 2
     assert "several snippets" in r.stderr
+
+
+def test_widget_format_carries_the_runs_of_the_fixes(tmp_path):
+    from gradstep.notebook import record_dict
+
+    fixes: dict[str, dict] = {}
+    data = record_dict(POW, fix_runs=fixes)
+    out = tmp_path / "pow.mjs"
+    ran = (orjson.dumps(data), {code: orjson.dumps(t) for code, t in fixes.items()})
+    assert write_export(lambda: ran, output=str(out), fmt="widget") == 0
+    defaults = json.loads(re.search(r"^const DEFAULTS = (.*);$", out.read_text(), re.M).group(1))
+    assert fixes and sorted(defaults["fixes"]) == sorted(fixes)
+    assert all(run["status"] == "ok" for run in defaults["fixes"].values())
