@@ -506,3 +506,22 @@ def test_keep_the_fix_in_an_export_shows_the_fixed_run_and_its_code(tmp_path, op
     assert page.page.evaluate("window.gradstepViewer.editor.getCode()") == fix["code"]
     assert page.page.locator(".gs-embed-diagnoses").is_hidden()  # the fixed run has no mistake to show
     assert page.errors == []
+
+
+def test_widget_export_applies_a_fix_in_its_shadow_root_offline(opened, tmp_path):
+    from gradstep.export import export_widget
+    from gradstep.notebook import record_dict
+
+    fixes: dict[str, dict] = {}
+    trace = record_dict(snippets.load_all()["backward_twice_fails"].code, fix_runs=fixes)
+    esm = export_widget(trace, fixes=fixes)
+    host = tmp_path / "host.html"
+    host.write_text('<!doctype html><body data-ready="true"></body>')
+    page = opened(host)
+    page.page.evaluate(MYST_HOST, [esm, {}])
+    shadow = "document.querySelector('.gradstep-widget-host').shadowRoot"
+    page.page.evaluate(f"{shadow}.querySelector('.gs-apply-fix').click()")
+    page.page.wait_for_function(f"{shadow}.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+    assert page.page.evaluate(f"{shadow}.querySelectorAll('.gs-cmp-col').length") == 2
+    assert page.network() == []
+    assert page.errors == []
