@@ -594,8 +594,14 @@ def test_the_share_dialogs_frame_shows_the_whole_stepper_in_a_course_column(brow
     tab = course_tab(browser, server, 700, 900)
     try:
         tab.page.goto(site.page("shared.html", f"<h1>Lesson</h1>{snippet}<p>After.</p>"))
-        tab.page.frame_locator("iframe").locator("body[data-state=ready]").wait_for(timeout=60_000)
+        tab.page.frame_locator("iframe").locator("body[data-state]").wait_for(
+            state="attached", timeout=60_000
+        )
         frame, frame_el = tab.page.frames[1], tab.page.locator("iframe")
+        state = frame.evaluate(
+            "[document.body.dataset.state, document.querySelector('#gs-frame-status').textContent]"
+        )
+        assert state[0] == "ready", state
         deadline = time.monotonic() + 10
         while (
             abs(frame_el.bounding_box()["height"] - frame.evaluate("document.documentElement.scrollHeight"))
