@@ -594,14 +594,19 @@ def test_the_share_dialogs_frame_shows_the_whole_stepper_in_a_course_column(brow
     tab = course_tab(browser, server, 700, 900)
     try:
         tab.page.goto(site.page("shared.html", f"<h1>Lesson</h1>{snippet}<p>After.</p>"))
-        tab.page.frame_locator("iframe").locator("body[data-state]").wait_for(
-            state="attached", timeout=60_000
-        )
-        frame, frame_el = tab.page.frames[1], tab.page.locator("iframe")
-        state = frame.evaluate(
-            "[document.body.dataset.state, document.querySelector('#gs-frame-status').textContent]"
-        )
-        assert state[0] == "ready", state
+        frame_el = tab.page.locator("iframe")
+        deadline = time.monotonic() + 120
+        while True:  # the frame's own state, or what it shows meanwhile
+            frame = frame_el.element_handle().content_frame()
+            state = frame and frame.evaluate(
+                "[location.href, document.body && document.body.dataset.state,"
+                " (document.querySelector('#gs-frame-status') || {}).textContent]"
+            )
+            if state and state[1]:
+                break
+            assert time.monotonic() < deadline, f"the frame never got ready: {state}"
+            time.sleep(0.2)
+        assert state[1] == "ready", state
         deadline = time.monotonic() + 10
         while (
             abs(frame_el.bounding_box()["height"] - frame.evaluate("document.documentElement.scrollHeight"))
