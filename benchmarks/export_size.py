@@ -3,7 +3,7 @@
 For each, prints the page raw and gzip, split into what every page carries (the inlined front
 end: modules and CSS, the same for every trace) and the trace itself, and the page's gzip size as
 a ratio of the raw trace's gzip size measured in the same run (the baseline: what `--format json`
-would serve). Usage:
+would serve), and a page that shares the library with others (`--shared-library`). Usage:
     python benchmarks/export_size.py
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 from gradstep import snippets
 from gradstep.columns import pack
-from gradstep.export import collect, export_html
+from gradstep.export import collect, export_html, library_files
 from gradstep.pages import DEFAULT_SNIPPET
 from gradstep.pipeline import explained
 
@@ -50,6 +50,10 @@ def main() -> None:
             f"trace {kb(len(trace))} raw, {kb(gz(trace))} gzip; "
             f"page/trace gzip {gz(page) / gz(trace):.2f}x; {len(data['nodes'])} nodes, {len(data['steps'])} steps"
         )
+        shared = export_html(data, library="").encode()
+        print(f"  sharing the library (--shared-library): page {kb(len(shared))} raw, {kb(gz(shared))} gzip")
+    library = sum(len(t.encode()) for t in library_files().values())
+    print(f"the shared library, written once for all pages: {kb(library)} raw")
 
 
 if __name__ == "__main__":

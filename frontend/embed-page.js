@@ -146,6 +146,8 @@ async function start() {
     editable,
     onRun: editable ? () => rerun() : null,
     onStep: () => afterStep(),
+    // Apply fix: the fix's run, which the server kept when it verified the fix
+    runFix: (fixCode) => runTrace(fixCode),
   });
   if (editable) {
     $("#gs-frame-editbar").hidden = false;

@@ -5,7 +5,8 @@
 //
 // model keys: "trace" (a trace object or its JSON text), or "trace_url" (fetched; for MyST pages
 // next to a `gradstep export --format json` file), "step" (from 0, clamped), "theme"
-// ("light" | "dark" | "auto"). Changing "step" moves the stepper; changing "trace" or "theme" redraws.
+// ("light" | "dark" | "auto"), "fixes" (optional: the trace of each fix's run by the fix's code, for
+// Apply fix). Changing "step" moves the stepper; changing "trace" or "theme" redraws.
 // Stepping in the page sets "step" back (two-way), where the host can save changes.
 // "auto" follows the host's own theme where it says one (JupyterLab's data-jp-theme-light, VS
 // Code's body classes, a "dark" class or data-theme on <html>/<body> as marimo and MyST set),
@@ -126,7 +127,10 @@ async function render({ model, el }) {
         const view = document.createElement("div");
         box.replaceChildren(view);
         if (viewer && viewer.destroy) viewer.destroy();
-        viewer = await renderTrace({ trace, el: view, step: Number(model.get("step")) || 0, theme: resolveTheme(asked()), styles: false, onStep: onViewStep });
+        // "fixes": the run of each fix offered, by its code (made when the trace was), for Apply fix
+        const runs = model.get("fixes");
+        const runFix = async (code) => (runs && typeof runs === "object" && Object.hasOwn(runs, code) ? runs[code] : null);
+        viewer = await renderTrace({ trace, el: view, step: Number(model.get("step")) || 0, theme: resolveTheme(asked()), styles: false, onStep: onViewStep, runFix });
         applyTheme();
       } catch (e) {
         viewer = null;

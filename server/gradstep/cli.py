@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import time
 from pathlib import Path
 
 
@@ -20,22 +22,66 @@ def _read_snippet(file: str) -> str | None:
     return code
 
 
-def _run_sandboxed(code: str, timeout: float) -> bytes:
-    from gradstep.checker import CheckerPool
-    from gradstep.encoding import decompress
-    from gradstep.runs import TraceRunner
-    from gradstep.settings import Settings
+class _Sandbox:
+    """The sandbox the server uses, started once for every snippet of one command (its start-up,
+    the zygote importing torch, is most of a small snippet's time): the CLI is exactly as confined.
+    One run and its fixes at a time: no spare beyond the one slot's."""
 
-    # The same sandbox the server uses: the CLI is exactly as confined. One run and its fixes
-    # (one at a time): no spare beyond the one slot's.
-    settings = Settings.from_env(workers=1, extra_slots=0, wall_seconds=timeout)
-    runner = TraceRunner(settings, checker=CheckerPool(0))  # checked here: no server to keep responsive
-    runner.start()
-    try:
-        stored = runner.trace(code).stored
-    finally:
-        runner.close()
-    return decompress(stored)
+    def __init__(self, timeout: float):
+        self.timeout = timeout  # nothing starts (nor imports torch) before the options are checked
+
+    def __enter__(self) -> _Sandbox:
+        with _progress("starting the sandbox (torch)"):
+            from gradstep.checker import CheckerPool
+            from gradstep.runs import TraceRunner
+            from gradstep.settings import Settings
+
+            settings = Settings.from_env(workers=1, extra_slots=0, wall_seconds=self.timeout)
+            # checked here: no server to keep responsive
+            self.runner = TraceRunner(settings, checker=CheckerPool(0))
+            self.runner.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.runner.close()
+
+    def run(self, code: str) -> bytes:
+        """The trace of `code`, as the server serves it."""
+        from gradstep.encoding import decompress
+
+        return decompress(self.runner.trace(code).stored)
+
+    def run_with_fixes(self, code: str) -> tuple[bytes, dict[str, bytes]]:
+        """The trace of `code`, and the run of each fix its diagnoses offer (by the fix's code): what
+        the server answers when Apply fix asks for it, the run made when the fix was verified."""
+        import orjson
+
+        from gradstep.encoding import decompress
+
+        traced = self.runner.trace(code)
+        body = decompress(traced.stored)
+        offered = {f["code"] for d in orjson.loads(body).get("diagnoses") or () for f in d.get("fixes") or ()}
+        fixes = {}
+        for fix_code in offered:
+            kept = traced.fix_runs.get(fix_code)
+            if kept is not None:
+                served = self.runner.trace(fix_code, verified=decompress(kept))
+                fixes[fix_code] = decompress(served.stored)
+        return body, fixes
+
+
+@contextlib.contextmanager
+def _progress(what: str):
+    """`what…` on stderr as it starts and how long it took once done: nothing slow goes unsaid."""
+    print(f"gradstep: {what}…", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    yield
+    print(f"gradstep: {what}: {time.monotonic() - t0:.1f} s", file=sys.stderr, flush=True)
+
+
+def _run_sandboxed(code: str, timeout: float) -> bytes:
+    with _Sandbox(timeout) as sandbox, _progress("running the snippet"):
+        return sandbox.run(code)
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -63,20 +109,66 @@ def _title_of(file: str, code: str) -> str:
     return f"gradstep: {first or Path(file).name}"
 
 
-def _export(args: argparse.Namespace) -> int:
-    from gradstep.export import ExportError, write_export
+def _snippet_files(inputs: list[str]) -> list[Path] | None:
+    """The snippets named: files as given, a folder's *.py files in name order."""
+    files: list[Path] = []
+    for name in inputs:
+        path = Path(name)
+        if path.is_dir():
+            found = sorted(p for p in path.glob("*.py") if p.is_file())
+            if not found:
+                print(f"gradstep: no .py file in the folder {path}", file=sys.stderr)
+                return None
+            files.extend(found)
+        else:
+            files.append(path)
+    return files
 
-    code = _read_snippet(args.file)
-    if code is None:
+
+def _export(args: argparse.Namespace) -> int:
+    from gradstep.export import ExportError, write_export, write_exports
+
+    files = _snippet_files(args.file)
+    if files is None:
         return 2
+    codes = [_read_snippet(str(f)) for f in files]
+    if any(c is None for c in codes):
+        return 2
+    several = len(args.file) > 1 or Path(args.file[0]).is_dir() or Path(args.output).is_dir()
     try:
-        return write_export(
-            lambda: _run_sandboxed(code, args.timeout),
+        if not several:
+            if args.shared_library:
+                raise ExportError("--shared-library is for several snippets exported into one folder")
+            code = codes[0]
+
+            def run() -> tuple[bytes, dict[str, bytes]]:
+                with _Sandbox(args.timeout) as sandbox, _progress(f"running {files[0].name}"):
+                    return sandbox.run_with_fixes(code)
+
+            return write_export(
+                run,
+                output=args.output,
+                fmt=args.format,
+                step=args.step,
+                theme=args.theme,
+                title=args.title or _title_of(str(files[0]), code),
+            )
+        snippets = [(f, c, args.title or _title_of(str(f), c)) for f, c in zip(files, codes, strict=True)]
+        sandbox = _Sandbox(args.timeout)
+
+        def run_one(i: int, path: Path, code: str) -> tuple[bytes, dict[str, bytes]]:
+            with _progress(f"[{i}/{len(snippets)}] running {path.name}"):
+                return sandbox.run_with_fixes(code)
+
+        return write_exports(
+            run_one,
+            snippets,
             output=args.output,
             fmt=args.format,
             step=args.step,
             theme=args.theme,
-            title=args.title or _title_of(args.file, code),
+            shared=args.shared_library,
+            start=sandbox,
         )
     except ExportError as e:
         print(f"gradstep: {e}", file=sys.stderr)
@@ -114,10 +206,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pretty", action="store_true", help="indent the JSON")
     p.set_defaults(func=_trace)
     e = sub.add_parser(
-        "export", help="run a snippet in the sandbox and write one self-contained HTML page (or its trace)"
+        "export",
+        help="run snippets in the sandbox and write a self-contained HTML page (or its trace) for each",
     )
-    e.add_argument("file", help="a Python file using torch")
-    e.add_argument("-o", "--output", required=True, help="the file to write (- for standard output)")
+    e.add_argument(
+        "file",
+        nargs="+",
+        help="a Python file using torch; several files or a folder (its *.py files) export into the"
+        " folder -o names, one page each, with one sandbox start-up for all",
+    )
+    e.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="the file to write (- for standard output); for several snippets, a folder (made if missing)",
+    )
+    e.add_argument(
+        "--shared-library",
+        action="store_true",
+        help="with several snippets: write the front end once (gradstep.js, gradstep.css) next to the"
+        " pages, which refer to it, instead of inlining it in every page",
+    )
     e.add_argument(
         "--format",
         choices=["html", "json", "widget"],

@@ -16,10 +16,11 @@ imports as data: URLs: from ``file://`` Chromium starts a module worker from not
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -227,14 +228,22 @@ def _signature(folder: Path, names: tuple[str, ...]) -> tuple:
 
 
 def export_widget(
-    trace: Trace | dict, *, step: int = 0, theme: str = "auto", folder: Path | None = None
+    trace: Trace | dict,
+    *,
+    step: int = 0,
+    theme: str = "auto",
+    folder: Path | None = None,
+    fixes: Mapping[str, Trace | dict] | None = None,
 ) -> str:
-    """The anywidget module (frontend/widget.js, inlined) carrying `trace`: one file a MyST or
-    Jupyter Book page shows with ```{anywidget} ./file.mjs``` (its JSON body may set "step", "theme")."""
+    """The anywidget module (frontend/widget.js, inlined) carrying `trace` (and its `fixes`' runs): one
+    file a MyST or Jupyter Book page shows with ```{anywidget} ./file.mjs``` (its JSON body may set
+    "step", "theme")."""
     check_options(step, theme)
     data = trace_json(trace)
     sources = [[m.name, m.mime, m.source] for m in collect(["widget.js"], folder)]
     defaults = {"trace": data, "step": clamp_step(data, step), "theme": theme}
+    if fixes:
+        defaults["fixes"] = fixes_json(data, fixes)
     default = _WIDGET_DEFAULTS % {"defaults": _js_string(defaults)}
     return _LOADER % {"sources": _js_string(sources), "entry": _js_string("widget.js"), "default": default}
 
@@ -299,6 +308,56 @@ def trace_json(trace: Trace | dict) -> dict:
     return trace.model_dump(mode="json") if isinstance(trace, Trace) else wire_of(trace)
 
 
+def fixes_json(trace: dict, fixes: Mapping[str, Trace | dict] | None) -> dict[str, dict]:
+    """The runs of `trace`'s fixes a page ships for Apply fix (by the fix's code), as the page reads
+    them: only those of fixes the trace offers, up to MAX_FIX_TRACES_BYTES in all."""
+    import orjson
+
+    out: dict[str, dict] = {}
+    if not fixes:
+        return out
+    total = 0
+    for d in trace.get("diagnoses") or ():
+        for f in d.get("fixes") or ():
+            code = f.get("code")
+            if code in out or code not in fixes:
+                continue
+            data = trace_json(fixes[code])
+            total += len(orjson.dumps(data))
+            if total > MAX_FIX_TRACES_BYTES:
+                return out
+            out[code] = data
+    return out
+
+
+MAX_FIX_TRACES_BYTES = 4 << 20  # a fix's run the size of a large model's is left to a server
+
+
+# Pages that share one copy of the front end (`gradstep export --shared-library`): the library's two
+# files, next to the pages. The script is a classic one (a module is refused from file://), which
+# hands the page's inline loader the sources it would otherwise carry.
+LIBRARY_JS = "gradstep.js"
+LIBRARY_CSS = "gradstep.css"
+_SHARED_SOURCES = (
+    "globalThis.gradstepSources ?? (() => { const m = 'gradstep could not show this trace: its front end, "
+    + LIBRARY_JS
+    + ", did not load (keep it next to this page)'; document.getElementById('gradstep').textContent = m;"
+    " throw new Error(m); })()"
+)
+
+
+def library_files(folder: Path | None = None) -> dict[str, str]:
+    """The files pages made with `library=` refer to: {file name: text}."""
+    folder = folder or frontend_folder()
+    sources = [[m.name, m.mime, m.source] for m in collect(["embed.js"], folder, stub=("style.css",))]
+    js = (
+        "// gradstep: the front end's modules for the pages exported next to this file"
+        " (gradstep export --shared-library).\n"
+        f"globalThis.gradstepSources = {_js_string(sources)};\n"
+    )
+    return {LIBRARY_JS: js, LIBRARY_CSS: (folder / "style.css").read_text(encoding="utf-8")}
+
+
 def export_html(
     trace: Trace | dict,
     *,
@@ -306,34 +365,48 @@ def export_html(
     theme: str = "auto",
     title: str | None = None,
     folder: Path | None = None,
+    fixes: Mapping[str, Trace | dict] | None = None,
+    library: str | None = None,
 ) -> str:
-    """The self-contained page for `trace`, opening at `step` (clamped) in `theme`."""
+    """The self-contained page for `trace`, opening at `step` (clamped) in `theme`. `fixes` (a fix's
+    code -> the trace of its run) are shipped in the page: Apply fix shows them with no server.
+    `library`: a URL prefix ("" for the page's own folder) where the page finds library_files()
+    instead of carrying the front end itself."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     check_options(step, theme)
     data = trace_json(trace)
     folder = folder or frontend_folder()
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
-    # the stylesheet is inlined in the page, once
-    module = bundle("embed.js", folder=folder, stub=("style.css",)) + "\n" + _MAIN.read_text(encoding="utf-8")
+    if library is None:  # the stylesheet is inlined in the page, once
+        loader = bundle("embed.js", folder=folder, stub=("style.css",))
+    else:
+        loader = _LOADER % {"sources": _SHARED_SOURCES, "entry": _js_string("embed.js"), "default": _DEFAULT}
+    module = loader + "\n" + _MAIN.read_text(encoding="utf-8")
     return env.get_template("export.html").render(
         title=title or "gradstep",
         theme=theme,
-        css=(folder / "style.css").read_text(encoding="utf-8").replace("</", "<\\/"),
+        css=None
+        if library is not None
+        else (folder / "style.css").read_text(encoding="utf-8").replace("</", "<\\/"),
+        library=None if library is None else {"js": library + LIBRARY_JS, "css": library + LIBRARY_CSS},
         trace_json=_js_string(data),
+        fixes_json=_js_string(fixes_json(data, fixes)),
         options_json=_js_string({"step": clamp_step(data, step), "theme": theme}),
         module=module,
-        policy=page_policy(module),
+        policy=page_policy(module, shared=library is not None),
     )
 
 
-def page_policy(module: str) -> str:
+def page_policy(module: str, shared: bool = False) -> str:
     """The page's own Content-Security-Policy (a <meta>): its one inline module, by hash, and the
-    Blob and data: URLs that module makes of the front end's sources; no network, no other script."""
+    Blob and data: URLs that module makes of the front end's sources; no network, no other script.
+    `shared`: the library's two files too, from the page's own site (or disk)."""
     digest = base64.b64encode(hashlib.sha256(module.encode("utf-8")).digest()).decode()
+    own = " 'self' file:" if shared else ""
     return (
-        f"default-src 'none'; script-src 'sha256-{digest}' blob: data:; worker-src blob: data:; "
-        "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+        f"default-src 'none'; script-src 'sha256-{digest}' blob: data:{own}; worker-src blob: data:; "
+        f"style-src 'unsafe-inline'{own}; img-src data:; base-uri 'none'; form-action 'none'"
     )
 
 
@@ -343,8 +416,45 @@ def export_json(trace: Trace | dict) -> bytes:
     return orjson.dumps(trace_json(trace))
 
 
+_EXTENSIONS = {"html": ".html", "json": ".json", "widget": ".mjs"}
+
+Ran = bytes | tuple[bytes, Mapping[str, bytes]]  # a trace's JSON, or it and its fixes' runs by code
+
+
+def _split(ran: Ran) -> tuple[dict, dict[str, dict]]:
+    import orjson
+
+    body, fixes = ran if isinstance(ran, tuple) else (ran, {})
+    return orjson.loads(body), {code: orjson.loads(t) for code, t in fixes.items()}
+
+
+def _render(
+    data: dict, fixes: dict, fmt: str, step: int, theme: str, title: str | None, library=None
+) -> bytes:
+    if fmt == "json":
+        return export_json(data) + b"\n"
+    if fmt == "widget":
+        return export_widget(data, step=step, theme=theme, fixes=fixes).encode()
+    return export_html(data, step=step, theme=theme, title=title, fixes=fixes, library=library).encode()
+
+
+def _check_format(fmt: str, step: int, theme: str) -> None:
+    if fmt not in FORMATS:
+        raise ExportError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    check_options(step, theme)
+    if fmt != "json":
+        frontend_folder()  # before the run: a missing front end is a misuse, not a snippet error
+
+
+def _write(target: Path, body: bytes) -> None:
+    try:
+        target.write_bytes(body)
+    except OSError as e:
+        raise ExportError(f"cannot write {target}: {e.strerror or e}") from e
+
+
 def write_export(
-    run: Callable[[], bytes],
+    run: Callable[[], Ran],
     *,
     output: str,
     fmt: str = "html",
@@ -352,38 +462,77 @@ def write_export(
     theme: str = "auto",
     title: str | None = None,
 ) -> int:
-    """`gradstep export`: check the options, run the snippet (`run` returns its trace JSON), write it.
+    """`gradstep export`: check the options, run the snippet (`run` returns its trace JSON, or it
+    and the runs of its fixes), write it.
 
     Options are checked before the run (a misuse costs nothing); the snippet's own failure is in
     the trace (the page shows it), so it still exports. Returns the exit code.
     """
-    import orjson
-
-    if fmt not in FORMATS:
-        raise ExportError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-    check_options(step, theme)
+    _check_format(fmt, step, theme)
     target = None if output == "-" else Path(output)
     if target is not None and not target.parent.is_dir():
         raise ExportError(f"cannot write {target}: folder {target.parent} does not exist")
-    if fmt != "json":
-        frontend_folder()  # before the run: a missing front end is a misuse, not a snippet error
-    data = orjson.loads(run())
-    if fmt == "json":
-        body = export_json(data) + b"\n"
-    elif fmt == "widget":
-        body = export_widget(data, step=step, theme=theme).encode()
-    else:
-        body = export_html(data, step=step, theme=theme, title=title).encode()
+    data, fixes = _split(run())
+    body = _render(data, fixes, fmt, step, theme, title)
     if target is None:
         sys.stdout.buffer.write(body)
         return 0
-    try:
-        target.write_bytes(body)
-    except OSError as e:
-        raise ExportError(f"cannot write {target}: {e.strerror or e}") from e
+    _write(target, body)
+    _wrote(target, body, data)
+    return 0
+
+
+def _wrote(target: Path, body: bytes, data: dict) -> None:
     steps = len(data.get("steps") or ())
     print(
         f"gradstep: wrote {target} ({len(body) / 1024:.0f} KB, {steps} steps, status {data.get('status')})",
         file=sys.stderr,
     )
+
+
+def write_exports(
+    run: Callable[[int, Path, str], Ran],
+    snippets: list[tuple[Path, str, str | None]],
+    *,
+    output: str,
+    fmt: str = "html",
+    step: int = 0,
+    theme: str = "auto",
+    shared: bool = False,
+    start: contextlib.AbstractContextManager | None = None,
+) -> int:
+    """`gradstep export` of several snippets ((file, code, title) each) into the folder `output`, one
+    page each named after its file; `run(i, file, code)` runs the i-th (from 1) inside `start` (the
+    sandbox, started once for all). `shared`: the front end is written once beside the pages
+    (library_files) instead of into each. Returns the exit code."""
+    _check_format(fmt, step, theme)
+    if shared and fmt != "html":
+        raise ExportError("--shared-library is for html pages")
+    folder = Path(output)
+    if folder.exists() and not folder.is_dir():
+        raise ExportError(f"cannot write several pages into {folder}: it is a file, not a folder")
+    if not folder.parent.is_dir():
+        raise ExportError(f"cannot write into {folder}: folder {folder.parent} does not exist")
+    names = [f.with_suffix(_EXTENSIONS[fmt]).name for f, _, _ in snippets]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ExportError(f"two snippets would write the same page: {', '.join(clash)}")
+    folder.mkdir(exist_ok=True)
+    total = 0
+    with start or contextlib.nullcontext():
+        for i, ((path, code, title), name) in enumerate(zip(snippets, names, strict=True), 1):
+            data, fixes = _split(run(i, path, code))
+            body = _render(data, fixes, fmt, step, theme, title, library="" if shared else None)
+            _write(folder / name, body)
+            _wrote(folder / name, body, data)
+            total += len(body)
+    if shared:
+        for name, text in library_files().items():
+            _write(folder / name, text.encode())
+            total += len(text.encode())
+            print(
+                f"gradstep: wrote {folder / name} ({len(text.encode()) / 1024:.0f} KB, shared)",
+                file=sys.stderr,
+            )
+    print(f"gradstep: {len(snippets)} pages in {folder} ({total / 1024:.0f} KB in all)", file=sys.stderr)
     return 0

@@ -18,7 +18,15 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from gradstep.export import FRAME_RESIZER_JS, ExportError, check_options, clamp_step, export_html, trace_json
+from gradstep.export import (
+    FRAME_RESIZER_JS,
+    ExportError,
+    check_options,
+    clamp_step,
+    export_html,
+    fixes_json,
+    trace_json,
+)
 from gradstep.schema import Trace
 from gradstep.trace_dicts import typed
 
@@ -50,9 +58,18 @@ class Stepper:
     """A traced snippet that displays as the stepper (``_repr_html_``); ``.data`` is its trace as the
     tracer's dicts (rows), ``.trace`` its typed trace."""
 
-    def __init__(self, data: dict, *, step: int = 0, theme: str = "auto", height: int | None = None):
+    def __init__(
+        self,
+        data: dict,
+        *,
+        step: int = 0,
+        theme: str = "auto",
+        height: int | None = None,
+        fixes: dict[str, dict] | None = None,
+    ):
         _check(step, theme, height)
         self.data = data
+        self.fixes = fixes or {}  # the run of each fix offered, by its code: Apply fix shows it
         self.step = clamp_step(data, step)
         self.theme = theme
         self.height = height
@@ -63,7 +80,7 @@ class Stepper:
 
     def html(self) -> str:
         """The self-contained page (what ``gradstep export`` writes)."""
-        return export_html(self.data, step=self.step, theme=self.theme, title="gradstep")
+        return export_html(self.data, step=self.step, theme=self.theme, title="gradstep", fixes=self.fixes)
 
     def save(self, path: str | Path) -> Path:
         """Write the page to `path` (a static export of this trace)."""
@@ -92,13 +109,16 @@ class Stepper:
         light or dark setting."""
         import marimo as mo
 
-        page = export_html(self.data, step=self.step, theme=_marimo_theme(self.theme), title="gradstep")
+        page = export_html(
+            self.data, step=self.step, theme=_marimo_theme(self.theme), title="gradstep", fixes=self.fixes
+        )
         return mo.iframe(page, height=f"{self.height or MARIMO_HEIGHT}px")
 
     def widget(self) -> Any:
         """The same stepper as an anywidget (``pip install anywidget``); ``.step`` follows the page
         and moves it. In marimo: ``mo.ui.anywidget(gradstep.show(code).widget())``."""
-        return _widget_class()(trace=trace_json(self.data), step=self.step, theme=self.theme)
+        fixes = fixes_json(self.data, self.fixes)
+        return _widget_class()(trace=trace_json(self.data), step=self.step, theme=self.theme, fixes=fixes)
 
     def __repr__(self) -> str:
         steps = len(self.data.get("steps") or ())
@@ -119,15 +139,15 @@ def _marimo_theme(theme: str) -> str:
     return chosen if chosen in ("light", "dark") else theme
 
 
-def record_dict(code: str, diagnose: bool = True) -> dict:
+def record_dict(code: str, diagnose: bool = True, fix_runs: dict[str, dict] | None = None) -> dict:
     """Trace `code` in this process, as the plain JSON-able dict the front end reads; with
     `diagnose`, known autograd mistakes come with fixes verified by running them here too
-    (as gradstep.trace does)."""
+    (as gradstep.trace does), and `fix_runs` receives each offered fix's run by its code."""
     if not isinstance(code, str):
         raise TypeError(f"code must be a string of Python, not {type(code).__name__}")
     from gradstep.pipeline import in_process
 
-    return in_process(code, diagnose=diagnose)
+    return in_process(code, diagnose=diagnose, fix_runs=fix_runs)
 
 
 def show(
@@ -137,7 +157,9 @@ def show(
     `height` (pixels) fixes the output's height; by default it fits the stepper. `diagnose=False`
     skips running the fixes of known mistakes."""
     _check(step, theme, height)
-    return Stepper(record_dict(code, diagnose), step=step, theme=theme, height=height)
+    fixes: dict[str, dict] = {}
+    data = record_dict(code, diagnose, fixes)
+    return Stepper(data, step=step, theme=theme, height=height, fixes=fixes)
 
 
 # ---------------------------------------------------------------- anywidget
@@ -174,6 +196,7 @@ def _widget_class():
 
         _esm = widget_loader()
         trace = traitlets.Dict().tag(sync=True)
+        fixes = traitlets.Dict().tag(sync=True)  # each fix's run by its code: Apply fix shows it
         step = traitlets.Int(0).tag(sync=True)
         theme = traitlets.Unicode("auto").tag(sync=True)
 

@@ -20,12 +20,19 @@ def explained(code: str, limits: Limits | None = None) -> TraceDict:
     return narrate(record(code, limits))
 
 
-def in_process(code: str, limits: Limits | None = None, *, diagnose: bool = True) -> TraceDict:
+def in_process(
+    code: str,
+    limits: Limits | None = None,
+    *,
+    diagnose: bool = True,
+    fix_runs: dict[str, TraceDict] | None = None,
+) -> TraceDict:
     """``explained``, with diagnoses whose fixes were verified by running them here (the user's
-    own code, re-run unconfined)."""
+    own code, re-run unconfined). ``fix_runs`` receives the trace of each fix offered, by its code
+    (what a static page ships for Apply fix)."""
     trace = explained(code, limits)
     if diagnose:
         from gradstep.diagnose import add_in_process  # the rules load only when asked for
 
-        add_in_process(trace)
+        add_in_process(trace, fix_runs)
     return trace

@@ -13,8 +13,10 @@ In ``conf.py``: ``extensions = ["gradstep.sphinx"]``, then::
 The body is traced at build time by the in-process tracer (docs are trusted code, like any code
 Sphinx runs; nothing is sandboxed), each one written as a static export page to
 ``_gradstep/<docname>-<n>.html`` in the HTML output and shown in an iframe that grows to the
-stepper's height (``:height:`` fixes it; the stepper then scrolls inside it). Built pages need no
-server: host them anywhere. Other builders (LaTeX, text, ...) show the code as a literal block.
+stepper's height (``:height:`` fixes it; the stepper then scrolls inside it). The front end is
+written once, ``_gradstep/gradstep.js`` and ``gradstep.css``, for all of them
+(``gradstep_shared_library = False`` in conf.py inlines it in each page instead). Each page ships
+the runs of its diagnoses' fixes: built pages need no server, host them anywhere. Other builders (LaTeX, text, ...) show the code as a literal block.
 """
 
 from __future__ import annotations
@@ -61,11 +63,16 @@ class GradstepDirective(SphinxDirective):
             raise self.error("gradstep: the directive needs the code to trace as its body")
         from gradstep.notebook import record_dict
 
+        fixes: dict[str, dict] = {}
+        data = record_dict(code, fix_runs=fixes)
         page = export_html(
-            record_dict(code),
+            data,
             step=self.options.get("step", 0),
             theme=self.options.get("theme", "auto"),
             title=f"gradstep: {self.env.docname}",
+            fixes=fixes,  # Apply fix shows their runs: the built pages need no server
+            # the front end once in _gradstep/, beside the pages (gradstep_shared_library = False: in each)
+            library="" if self.config.gradstep_shared_library else None,
         )
         pages = _pages(self.env).setdefault(self.env.docname, {})
         digest = hashlib.sha256(code.encode()).hexdigest()[:8]
@@ -114,10 +121,17 @@ def write_pages(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
     out = Path(app.outdir) / OUT_DIR
+    wrote = False
     for pages in _pages(app.env).values():
         for name, page in pages.items():
             out.mkdir(parents=True, exist_ok=True)
             (out / name).write_text(page, encoding="utf-8")
+            wrote = True
+    if wrote and app.config.gradstep_shared_library:
+        from gradstep.export import library_files
+
+        for name, text in library_files().items():
+            (out / name).write_text(text, encoding="utf-8")
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
@@ -130,6 +144,8 @@ def setup(app: Sphinx) -> dict[str, Any]:
         texinfo=(visit_frame_other, depart_frame_other),
     )
     app.add_directive("gradstep", GradstepDirective)
+    # one copy of the front end for every stepper of the site (False: each page carries its own)
+    app.add_config_value("gradstep_shared_library", True, "env")
     app.add_js_file(None, body=FRAME_RESIZER_JS)  # frames grow to their page's height
     app.connect("env-purge-doc", purge_doc)
     app.connect("env-merge-info", merge_info)

@@ -341,3 +341,42 @@ def assert_step_matches(state: dict, trace: dict, i: int) -> None:
             assert got["alive"] == "false", (
                 f"step {i}: node {node_id} is drawn alive but the step does not list it"
             )
+
+
+# ---------------------------------------------------------------- an embed on a course page
+
+# The boxes of an embed's parts in its document's viewport (a JS function expression taking the
+# selector of the embed): what a reader sees without scrolling inside it.
+EMBED_BOXES = """(sel) => {
+  const root = document.querySelector(sel);
+  const box = (e) => {
+    if (!e || !e.checkVisibility()) return null; // a folded <details> keeps its box, unseen
+    const r = e.getBoundingClientRect();
+    return r.width && r.height ? { top: r.top, bottom: r.bottom, left: r.left, right: r.right } : null;
+  };
+  const q = (s) => box(root.querySelector(s));
+  const canvas = root.querySelector('.gs-embed-right .gs-graph-canvas').getBoundingClientRect();
+  const nodes = [...root.querySelectorAll('.gs-embed-right [data-node-id]')].map((e) => e.getBoundingClientRect());
+  return {
+    controls: q('.gs-embed-stepper .gs-controls'), narration: q('.gs-embed-right .gs-banner'),
+    graph: q('.gs-embed-right .gs-graph-canvas'), diagnosis: q('.gs-embed-diagnoses .gs-diag'),
+    fix: q('.gs-embed-diagnoses .gs-apply-fix'), fixTitle: q('.gs-embed-diagnoses .gs-fix-title'),
+    code: q('.gs-embed-codebox .cm-editor'), codeToggle: q('.gs-embed-code-summary'),
+    nodes: nodes.length,
+    nodesInside: nodes.every((n) => n.left >= canvas.left - 1 && n.right <= canvas.right + 1 && n.top >= canvas.top - 1 && n.bottom <= canvas.bottom + 1),
+    smallestNode: Math.min(...nodes.map((n) => n.height)),
+  };
+}"""
+
+
+def assert_stepper_on_one_screen(boxes: dict, top: float, height: float) -> None:
+    """The narration, the fitted graph and the step controls within one screen of `height` px from
+    `top` (the viewport's coordinates), the graph's nodes inside it and big enough to read."""
+    for part in ("narration", "graph", "controls"):
+        b = boxes[part]
+        assert b is not None, f"the {part} is not shown"
+        assert b["top"] >= top - 1 and b["bottom"] <= top + height + 1, f"the {part} is off screen: {b}"
+    assert boxes["nodes"] > 0 and boxes["nodesInside"], "the graph is not fitted to its box"
+    assert boxes["smallestNode"] >= 28, (
+        f"the graph's nodes are too small to read ({boxes['smallestNode']} px)"
+    )

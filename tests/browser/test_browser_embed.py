@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import functools
 import http.server
+import re
 import threading
+import time
+from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import quote
 
@@ -19,7 +22,15 @@ from gradstep import snippets
 from gradstep.columns import rows_of
 from gradstep.permalink import MAX_ENCODED, encode_code
 from playwright.sync_api import expect
-from testkit.browser_support import Page, assert_step_matches, fmt_grad, needs_chromium, running_server
+from testkit.browser_support import (
+    EMBED_BOXES,
+    Page,
+    assert_step_matches,
+    assert_stepper_on_one_screen,
+    fmt_grad,
+    needs_chromium,
+    running_server,
+)
 
 pytestmark = needs_chromium
 
@@ -511,5 +522,102 @@ def test_share_dialog_copies_the_link_and_the_iframe(browser, server):
         assert copied == tab.page.locator("#gs-share-embed").input_value() and copied.startswith("<iframe")
         tab.page.keyboard.press("Escape")
         assert not tab.page.locator("#gs-share-dialog").is_visible()
+    finally:
+        tab.close()
+
+
+# ---------------------------------------------------------------- on a course page's column, and a phone
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def documented_iframe(server: str, query: str) -> str:
+    """The iframe and resize script of docs/embed.md, as an instructor pastes them, framing `query`."""
+    text = (DOCS / "embed.md").read_text(encoding="utf-8")
+    section = text[text.index("## The `/embed` page") :]
+    block = section[section.index("```html\n") + 8 : section.index("```", section.index("```html\n") + 8)]
+    src = re.search(r'src="([^"]+)"', block).group(1)
+    return block.replace(src, f"{server}/embed?{query}")
+
+
+def course_tab(browser, server, width: int, height: int):
+    return Page(browser, server, reduced_motion="reduce", viewport={"width": width, "height": height})
+
+
+@pytest.mark.parametrize(("width", "height"), [(700, 900), (390, 844)])
+def test_documented_frame_of_a_failing_snippet_shows_its_diagnosis_and_the_stepper_on_one_screen(
+    browser, site, server, width, height
+):
+    trace = trace_of(server, snippet_code("backward_twice_fails"))
+    (diagnosis,) = trace["diagnoses"]
+    tab = course_tab(browser, server, width, height)
+    try:
+        body = f"<h1>Lesson</h1><p>Run this.</p>{documented_iframe(server, 'snippet=backward_twice_fails')}<p>After.</p>"
+        tab.page.goto(site.page(f"lesson-{width}.html", body))
+        tab.page.frame_locator("iframe").locator("body[data-state=ready]").wait_for(timeout=60_000)
+        frame = tab.page.frames[1]
+        frame_el = tab.page.locator("iframe")
+        # the frame takes its content's height (the documented script): nothing scrolls inside it
+        deadline = time.monotonic() + 10
+        while (
+            abs(frame_el.bounding_box()["height"] - frame.evaluate("document.documentElement.scrollHeight"))
+            > 2
+        ):
+            assert time.monotonic() < deadline, "the frame did not take its content's height"
+            time.sleep(0.1)
+        tab.page.evaluate("document.querySelector('iframe').scrollIntoView()")
+        boxes = frame.evaluate(EMBED_BOXES, "#gs-frame-viewer")
+        frame_top = tab.page.evaluate("document.querySelector('iframe').getBoundingClientRect().top")
+        assert_stepper_on_one_screen(boxes, -frame_top, height)  # the frame's coordinates
+        card = frame.locator(".gs-embed-diagnoses .gs-diag")
+        assert card.get_attribute("data-kind") == diagnosis["kind"]
+        assert diagnosis["fixes"][0]["title"].replace("`", "") in card.inner_text()
+        assert frame.locator(".gs-apply-fix").is_visible()
+        # Apply fix: the side-by-side view of the fix's run, which the server kept when it verified it
+        frame.click(".gs-apply-fix")
+        frame.wait_for_function("document.querySelector('.gs-embed-compare').dataset.rows", timeout=30_000)
+        fixed = trace_of(server, diagnosis["fixes"][0]["code"])
+        assert f"of {len(fixed['steps'])}:" in frame.locator(".gs-cmp-col").nth(1).inner_text()
+        assert tab.errors == []
+    finally:
+        tab.close()
+
+
+def test_the_share_dialogs_frame_shows_the_whole_stepper_in_a_course_column(browser, site, server):
+    app = Page(browser, server, reduced_motion="reduce")
+    try:
+        app.open("?snippet=backward_twice_fails")
+        app.page.click("#gs-share")
+        snippet = app.page.locator("#gs-share-embed").input_value()
+    finally:
+        app.close()
+    tab = course_tab(browser, server, 700, 900)
+    try:
+        tab.page.goto(site.page("shared.html", f"<h1>Lesson</h1>{snippet}<p>After.</p>"))
+        frame_el = tab.page.locator("iframe")
+        deadline = time.monotonic() + 120
+        while True:  # the frame's own state, or what it shows meanwhile
+            frame = frame_el.element_handle().content_frame()
+            state = frame and frame.evaluate(
+                "[location.href, document.body && document.body.dataset.state,"
+                " (document.querySelector('#gs-frame-status') || {}).textContent]"
+            )
+            if state and state[1]:
+                break
+            assert time.monotonic() < deadline, f"the frame never got ready: {state}"
+            time.sleep(0.2)
+        assert state[1] == "ready", state
+        deadline = time.monotonic() + 10
+        while (
+            abs(frame_el.bounding_box()["height"] - frame.evaluate("document.documentElement.scrollHeight"))
+            > 2
+        ):
+            assert time.monotonic() < deadline, "the frame did not take its content's height"
+            time.sleep(0.1)
+        tab.page.evaluate("document.querySelector('iframe').scrollIntoView()")
+        top = tab.page.evaluate("document.querySelector('iframe').getBoundingClientRect().top")
+        assert_stepper_on_one_screen(frame.evaluate(EMBED_BOXES, "#gs-frame-viewer"), -top, 900)
+        assert frame.locator(".gs-embed-diagnoses .gs-apply-fix").is_visible()
+        assert tab.errors == []
     finally:
         tab.close()

@@ -7,14 +7,22 @@ for the app.
 
 from __future__ import annotations
 
+import re
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from gradstep import snippets
 from gradstep.export import export_html
 from gradstep.tracer import record
-from testkit.browser_support import GRAPH_STATE, assert_step_matches, needs_chromium
+from testkit.browser_support import (
+    EMBED_BOXES,
+    GRAPH_STATE,
+    assert_step_matches,
+    assert_stepper_on_one_screen,
+    needs_chromium,
+)
 
 pytestmark = needs_chromium
 
@@ -25,7 +33,7 @@ class FilePage:
     """A page opened from a file: any request but the file itself is aborted and recorded."""
 
     def __init__(self, browser, path: Path, also: tuple[Path, ...] = (), **context):
-        self.ctx = browser.new_context(viewport={"width": 1280, "height": 900}, **context)
+        self.ctx = browser.new_context(**{"viewport": {"width": 1280, "height": 900}, **context})
         self.url = path.resolve().as_uri()
         self.allowed = {self.url, *(p.resolve().as_uri() for p in also)}
         self.refused: list[str] = []
@@ -88,6 +96,20 @@ def export(tmp_path: Path, code: str, name: str = "page.html", **options) -> tup
     path = tmp_path / name
     path.write_text(export_html(data, **options), encoding="utf-8")
     return path, data
+
+
+def export_with_fixes(tmp_path: Path, code: str, name: str = "page.html") -> tuple[Path, dict, dict]:
+    """What gradstep export, Sphinx and notebooks write: the diagnoses, and the run of each fix."""
+    from gradstep.notebook import record_dict
+
+    fixes: dict[str, dict] = {}
+    data = record_dict(code, fix_runs=fixes)
+    path = tmp_path / name
+    path.write_text(export_html(data, fixes=fixes), encoding="utf-8")
+    return path, data, fixes
+
+
+SCREENS = [(700, 900), (390, 844)]  # a course page's content column; a phone
 
 
 @pytest.fixture
@@ -313,3 +335,193 @@ def test_widget_module_fetches_a_trace_url_next_to_the_page(browser, http_folder
         )
     finally:
         ctx.close()
+
+
+# ---------------------------------------------------------------- on a course page: the explanation, one screen
+
+
+@pytest.mark.parametrize(("width", "height"), SCREENS)
+def test_export_of_a_failing_snippet_shows_its_diagnosis_and_fix_under_a_stepper_on_one_screen(
+    tmp_path, opened, width, height
+):
+    path, data, _ = export_with_fixes(tmp_path, snippets.load_all()["backward_twice_fails"].code)
+    (diagnosis,) = data["diagnoses"]
+    page = opened(path, viewport={"width": width, "height": height})
+    boxes = page.page.evaluate(EMBED_BOXES, "#gradstep")
+    assert_stepper_on_one_screen(boxes, 0, height)
+    card = page.page.locator(".gs-embed-diagnoses .gs-diag")
+    assert card.get_attribute("data-kind") == diagnosis["kind"]
+    assert diagnosis["fixes"][0]["title"].replace("`", "") in card.inner_text()
+    page.page.locator(".gs-apply-fix").scroll_into_view_if_needed()
+    assert page.page.locator(".gs-apply-fix").is_visible()
+    assert boxes["code"] is None and boxes["codeToggle"] is not None  # folded, a click away
+    page.page.click(".gs-embed-code-summary")
+    assert page.page.locator(".gs-embed-codebox .cm-editor").is_visible()
+    assert page.errors == []
+
+
+@pytest.mark.parametrize(("width", "height"), SCREENS)
+def test_apply_fix_in_an_export_shows_the_fixed_run_beside_the_original_offline(
+    tmp_path, opened, width, height
+):
+    path, data, fixes = export_with_fixes(tmp_path, snippets.load_all()["backward_twice_fails"].code)
+    fix = data["diagnoses"][0]["fixes"][0]
+    page = opened(path, viewport={"width": width, "height": height})
+    page.page.click(".gs-apply-fix")
+    page.page.wait_for_function("document.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+    cols = page.page.locator(".gs-cmp-col")
+    assert cols.count() == 2
+    fixed_steps = len(fixes[fix["code"]]["steps"])
+    assert f"of {fixed_steps}:" in cols.nth(1).locator(".gs-cmp-col-step").inner_text()
+    assert page.page.locator(".gs-cmp-diff li").count() >= 1
+    page.page.click(".gs-cmp-back")
+    assert page.page.locator(".gs-embed-diagnoses .gs-diag").is_visible()
+    assert page.network() == []
+    assert page.errors == []
+
+
+def test_an_export_without_its_fixes_runs_says_so_at_apply_fix(tmp_path, opened):
+    from gradstep.notebook import record_dict
+
+    data = record_dict(snippets.load_all()["backward_twice_fails"].code)
+    path = tmp_path / "page.html"
+    path.write_text(export_html(data), encoding="utf-8")  # no fixes shipped
+    page = opened(path)
+    page.page.click(".gs-apply-fix")
+    expect_text = "not part of this page"
+    page.page.wait_for_function(
+        f"(document.querySelector('.gs-fix-unavailable') || {{}}).textContent?.includes({expect_text!r})",
+        timeout=5_000,
+    )
+    assert page.errors == []
+
+
+def test_an_export_opened_on_its_own_takes_the_keys_without_a_click(tmp_path, opened):
+    path, trace = export(tmp_path, snippets.load_all()["shared_trunk_partial_grads"].code)
+    page = opened(path, viewport={"width": 700, "height": 600})
+    page.page.keyboard.press("End")
+    assert page.graph_state()["step"] == len(trace["steps"]) - 1
+    page.page.keyboard.press("Home")
+    page.page.keyboard.press("ArrowRight")
+    assert page.graph_state()["step"] == 1
+    assert page.page.evaluate("window.scrollY") == 0  # the keys stepped; the page did not scroll
+
+
+def test_pages_sharing_one_library_replay_from_file_and_apply_fixes_offline(tmp_path, opened):
+    from gradstep.export import library_files
+    from gradstep.notebook import record_dict
+
+    for name, text in library_files().items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    fixes: dict[str, dict] = {}
+    data = record_dict(snippets.load_all()["backward_twice_fails"].code, fix_runs=fixes)
+    path = tmp_path / "lesson.html"
+    path.write_text(export_html(data, fixes=fixes, library=""), encoding="utf-8")
+    page = opened(
+        path,
+        also=(tmp_path / "gradstep.js", tmp_path / "gradstep.css"),
+        viewport={"width": 700, "height": 900},
+    )
+    assert_step_matches(page.graph_state(), data, 0)
+    assert_stepper_on_one_screen(
+        page.page.evaluate(EMBED_BOXES, "#gradstep"), 0, 900
+    )  # the shared stylesheet applies
+    page.page.click(".gs-apply-fix")
+    page.page.wait_for_function("document.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+    assert page.network() == []
+    assert page.errors == []
+
+
+def test_a_page_whose_shared_library_is_missing_says_so(tmp_path, browser):
+    path, _ = tmp_path / "lesson.html", None
+    path.write_text(export_html(record("import torch\n"), library=""), encoding="utf-8")
+    p = FilePage(browser, path)
+    try:
+        p.page.goto(p.url)
+        p.page.wait_for_function(
+            "document.querySelector('#gradstep').textContent.includes('did not load')", timeout=10_000
+        )
+    finally:
+        p.close()
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def documented_export_frame() -> str:
+    """The iframe and script docs/export.md gives for a page written by gradstep export."""
+    text = (DOCS / "export.md").read_text(encoding="utf-8")
+    start = text.index("```html\n", text.index("## One HTML file")) + len("```html\n")
+    return text[start : text.index("```", start)]
+
+
+@pytest.mark.parametrize(("width", "height"), SCREENS)
+def test_the_documented_frame_of_an_export_shows_the_whole_stepper_in_a_course_page(
+    browser, http_folder, width, height
+):
+    folder, base = http_folder
+    snippet = documented_export_frame()
+    src = re.search(r'src="([^"]+)"', snippet).group(1)
+    export_with_fixes(folder, snippets.load_all()["backward_twice_fails"].code, name=src)
+    (folder / "lesson.html").write_text(
+        f"<!doctype html><meta charset=utf-8><link rel=icon href='data:,'><body><h1>Lesson</h1><p>Text.</p>{snippet}<p>After.</p>",
+        encoding="utf-8",
+    )
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        page = ctx.new_page()
+        page.goto(f"{base}/lesson.html")
+        page.frame_locator("iframe").locator("body[data-ready=true]").wait_for(timeout=30_000)
+        frame = page.frames[1]
+        # the frame grows to the stepper: nothing is cut or scrolls inside it
+        deadline = time.monotonic() + 10
+        while True:
+            inner = frame.evaluate(
+                "Math.ceil(document.querySelector('#gradstep').getBoundingClientRect().bottom)"
+            )
+            outer = page.evaluate("document.querySelector('iframe').getBoundingClientRect().height")
+            if outer >= inner:
+                break
+            assert time.monotonic() < deadline, f"the frame ({outer} px) cuts the stepper ({inner} px)"
+            time.sleep(0.1)
+        page.evaluate("document.querySelector('iframe').scrollIntoView()")
+        top = page.evaluate("document.querySelector('iframe').getBoundingClientRect().top")
+        assert_stepper_on_one_screen(frame.evaluate(EMBED_BOXES, "#gradstep"), -top, height)
+        assert frame.locator(".gs-embed-diagnoses .gs-apply-fix").is_visible()
+    finally:
+        ctx.close()
+
+
+def test_keep_the_fix_in_an_export_shows_the_fixed_run_and_its_code(tmp_path, opened):
+    path, data, fixes = export_with_fixes(tmp_path, snippets.load_all()["backward_twice_fails"].code)
+    fix = data["diagnoses"][0]["fixes"][0]
+    page = opened(path)
+    page.page.click(".gs-apply-fix")
+    page.page.wait_for_function("document.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+    page.page.click(".gs-cmp-keep")
+    page.page.wait_for_function(
+        "!document.querySelector('#gradstep').classList.contains('gs-embed-comparing')"
+    )
+    assert page.graph_state()["steps"] == len(fixes[fix["code"]]["steps"])
+    assert page.page.evaluate("window.gradstepViewer.editor.getCode()") == fix["code"]
+    assert page.page.locator(".gs-embed-diagnoses").is_hidden()  # the fixed run has no mistake to show
+    assert page.errors == []
+
+
+def test_widget_export_applies_a_fix_in_its_shadow_root_offline(opened, tmp_path):
+    from gradstep.export import export_widget
+    from gradstep.notebook import record_dict
+
+    fixes: dict[str, dict] = {}
+    trace = record_dict(snippets.load_all()["backward_twice_fails"].code, fix_runs=fixes)
+    esm = export_widget(trace, fixes=fixes)
+    host = tmp_path / "host.html"
+    host.write_text('<!doctype html><body data-ready="true"></body>')
+    page = opened(host)
+    page.page.evaluate(MYST_HOST, [esm, {}])
+    shadow = "document.querySelector('.gradstep-widget-host').shadowRoot"
+    page.page.evaluate(f"{shadow}.querySelector('.gs-apply-fix').click()")
+    page.page.wait_for_function(f"{shadow}.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+    assert page.page.evaluate(f"{shadow}.querySelectorAll('.gs-cmp-col').length") == 2
+    assert page.network() == []
+    assert page.errors == []

@@ -168,7 +168,42 @@ def test_code_and_output_with_script_tags_cannot_break_out_of_the_page():
     data = record(code)
     page = parse(export_html(data))
     assert json.loads(page.scripts["gradstep-trace"]) == orjson.loads(orjson.dumps(pack(data)))
-    assert [t for t, _ in page.tags].count("script") == 3  # trace, options, the module
+    assert [t for t, _ in page.tags].count("script") == 4  # trace, fixes' runs, options, the module
+
+
+def test_a_page_ships_the_run_of_each_fix_it_offers_and_the_run_matches_plain_torch():
+    from gradstep.notebook import record_dict
+
+    fixes: dict[str, dict] = {}
+    data = record_dict(POW, fix_runs=fixes)
+    page = parse(export_html(data, fixes={**fixes, "print(1)": record("print(1)")}))
+    shipped = json.loads(page.scripts["gradstep-fixes"])
+    offered = [f["code"] for d in data["diagnoses"] for f in d["fixes"]]
+    assert offered and sorted(shipped) == sorted(offered)  # only the fixes offered
+    for code, run in shipped.items():
+        namespace: dict = {}
+        exec(compile(code, "<fix>", "exec"), namespace)  # plain torch: the fix runs cleanly
+        assert run["status"] == "ok" and run["code"] == code
+        assert grads_in(run, "x")[-1] == pytest.approx(namespace["x"].grad.item())
+
+
+def test_a_fix_whose_code_holds_a_script_tag_cannot_break_out_of_the_page():
+    fix_code = 'import torch\nprint("</script><script>alert(1)</script>")\n'
+    data = {
+        **record(POW),
+        "diagnoses": [
+            {
+                "kind": "k",
+                "severity": "error",
+                "line": 1,
+                "message": "m",
+                "fixes": [{"title": "t", "explanation": "e", "code": fix_code}],
+            }
+        ],
+    }
+    page = parse(export_html(data, fixes={fix_code: record(fix_code)}))
+    assert list(json.loads(page.scripts["gradstep-fixes"])) == [fix_code]
+    assert [t for t, _ in page.tags].count("script") == 4
 
 
 def test_the_page_runs_only_its_own_module_by_its_hash():
@@ -322,3 +357,114 @@ def test_an_unknown_format_is_refused_before_the_snippet_runs(tmp_path):
     with pytest.raises(ExportError, match="format must be one of html, json, widget, not 'pdf'"):
         write_export(lambda: ran.append(1) or b"{}", output=str(tmp_path / "x"), fmt="pdf")
     assert ran == []
+
+
+# ---------------------------------------------------------------- a course's worth: fixes, several snippets, one library
+
+
+def test_cli_export_ships_the_run_of_each_fix_the_sandbox_verified(tmp_path):
+    out = tmp_path / "page.html"
+    r = run_cli("export", str(SNIPPET), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    page = parse(out.read_text())
+    trace = json.loads(page.scripts["gradstep-trace"])
+    shipped = json.loads(page.scripts["gradstep-fixes"])
+    offered = [f["code"] for d in trace["diagnoses"] for f in d["fixes"]]
+    assert offered and sorted(shipped) == sorted(offered)
+    for code, run in shipped.items():
+        namespace: dict = {}
+        exec(compile(code, "<fix>", "exec"), namespace)  # plain torch runs the fix cleanly, as its run says
+        assert run["status"] == "ok" and run["code"] == code
+        assert grads_in(run, "x")[-1] == pytest.approx(namespace["x"].grad.item())
+
+
+def test_cli_export_says_what_it_is_doing_while_the_sandbox_starts(tmp_path):
+    r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "page.html"))
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    starting = lines.index("gradstep: starting the sandbox (torch)…")
+    running = lines.index(f"gradstep: running {SNIPPET.name}…")
+    assert starting < running < next(i for i, x in enumerate(lines) if x.startswith("gradstep: wrote"))
+
+
+def course_folder(tmp_path: Path) -> Path:
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "a_cube.py").write_text(POW)
+    (course / "b_fails.py").write_text(SNIPPET.read_text())
+    (course / "notes.txt").write_text("not a snippet")
+    return course
+
+
+def test_cli_export_of_a_folder_writes_a_page_per_snippet_starting_the_sandbox_once(tmp_path):
+    course = course_folder(tmp_path)
+    out = tmp_path / "site"
+    r = run_cli("export", str(course), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("starting the sandbox (torch)…") == 1
+    assert sorted(p.name for p in out.iterdir()) == ["a_cube.html", "b_fails.html"]
+    for name, src in (("a_cube.html", course / "a_cube.py"), ("b_fails.html", course / "b_fails.py")):
+        trace = json.loads(parse((out / name).read_text()).scripts["gradstep-trace"])
+        assert trace["code"] == src.read_text()
+    fails = json.loads(parse((out / "b_fails.html").read_text()).scripts["gradstep-trace"])
+    assert grads_in(fails, "x")[-1] == pytest.approx(plain_grad_after_first_backward())
+
+
+def test_cli_export_of_several_files_with_a_shared_library_writes_it_once(tmp_path):
+    course = course_folder(tmp_path)
+    out = tmp_path / "site"
+    r = run_cli(
+        "export", str(course / "a_cube.py"), str(course / "b_fails.py"), "-o", str(out), "--shared-library"
+    )
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "a_cube.html",
+        "b_fails.html",
+        "gradstep.css",
+        "gradstep.js",
+    ]
+    single = len(export_html(record(POW)))
+    for name in ("a_cube.html", "b_fails.html"):
+        page = parse((out / name).read_text())
+        refs = sorted(
+            a.get("src") or a.get("href")
+            for t, a in page.tags
+            if t in ("script", "link") and (a.get("src") or a.get("rel") == "stylesheet")
+        )
+        assert refs == ["gradstep.css", "gradstep.js"]
+        assert len((out / name).read_text()) < single / 10  # the front end is not in the page
+
+
+def test_cli_export_of_two_files_of_one_name_is_refused_before_running(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for d in ("a", "b"):
+        (tmp_path / d / "lesson.py").write_text(POW)
+    r = run_cli(
+        "export",
+        str(tmp_path / "a" / "lesson.py"),
+        str(tmp_path / "b" / "lesson.py"),
+        "-o",
+        str(tmp_path / "o"),
+    )
+    assert r.returncode == 2
+    assert "same page: lesson.html" in r.stderr and "starting the sandbox" not in r.stderr
+
+
+def test_shared_library_for_one_page_is_refused(tmp_path):
+    r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "p.html"), "--shared-library")
+    assert r.returncode == 2
+    assert "several snippets" in r.stderr
+
+
+def test_widget_format_carries_the_runs_of_the_fixes(tmp_path):
+    from gradstep.notebook import record_dict
+
+    fixes: dict[str, dict] = {}
+    data = record_dict(POW, fix_runs=fixes)
+    out = tmp_path / "pow.mjs"
+    ran = (orjson.dumps(data), {code: orjson.dumps(t) for code, t in fixes.items()})
+    assert write_export(lambda: ran, output=str(out), fmt="widget") == 0
+    defaults = json.loads(re.search(r"^const DEFAULTS = (.*);$", out.read_text(), re.M).group(1))
+    assert fixes and sorted(defaults["fixes"]) == sorted(fixes)
+    assert all(run["status"] == "ok" for run in defaults["fixes"].values())

@@ -299,3 +299,50 @@ def test_module_widget_shows_an_exported_module_with_its_step(tmp_path):
     path.write_text(export_widget(gradstep.trace(CODE)))
     w = module_widget(path, step=2)
     assert (w._esm, w.step, w.theme) == (path.read_text(), 2, None)
+
+
+FAILING = "import torch\nx = torch.tensor(2.0, requires_grad=True)\ny = x ** 7\ny.backward()\ny.backward()\n"
+
+
+def test_show_keeps_the_run_of_each_fix_it_offers_and_the_widget_carries_them():
+    shown = gradstep.show(FAILING)
+    offered = [f["code"] for d in shown.data["diagnoses"] for f in d["fixes"]]
+    assert offered and sorted(shown.fixes) == sorted(offered)
+    for code, run in shown.fixes.items():
+        namespace: dict = {}
+        exec(compile(code, "<fix>", "exec"), namespace)  # plain torch runs the fix cleanly
+        assert run["status"] == "ok"
+    try:
+        import anywidget  # noqa: F401
+    except ImportError:
+        return  # the widget needs it
+    assert sorted(shown.widget().fixes) == sorted(offered)
+
+
+@needs_chromium
+@pytest.mark.parametrize(("width", "height"), [(700, 900), (390, 844)])
+def test_notebook_output_of_a_failing_cell_shows_its_diagnosis_and_applies_the_fix_offline(
+    browser, width, height
+):
+    from testkit.browser_support import EMBED_BOXES, assert_stepper_on_one_screen
+
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    requests: list[str] = []
+    ctx.route("**/*", lambda r: (requests.append(r.request.url), r.abort()))
+    p = ctx.new_page()
+    try:
+        p.set_content(gradstep.show(FAILING)._repr_html_())
+        p.frame_locator("iframe.gradstep-frame").locator("body[data-ready=true]").wait_for(timeout=30_000)
+        inner = next(f for f in p.frames if f != p.main_frame)
+        top = p.evaluate("document.querySelector('iframe.gradstep-frame').getBoundingClientRect().top")
+        assert_stepper_on_one_screen(inner.evaluate(EMBED_BOXES, "#gradstep"), -top, height)
+        assert (
+            inner.locator(".gs-embed-diagnoses .gs-diag").get_attribute("data-kind")
+            == "backward_through_freed_graph"
+        )
+        inner.click(".gs-apply-fix")
+        inner.wait_for_function("document.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+        assert inner.locator(".gs-cmp-col").count() == 2
+        assert requests == []
+    finally:
+        ctx.close()

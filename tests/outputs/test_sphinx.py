@@ -191,3 +191,90 @@ def test_a_rebuild_keeps_the_exports_of_pages_it_did_not_reread(tmp_path):
     assert r.returncode == 0, r.stderr
     (frame,) = iframes(out / "index.html")
     assert (out / frame["src"]).is_file()
+
+
+FAILING = """\
+import torch
+x = torch.tensor(2.0, requires_grad=True)
+y = x ** 7
+y.backward()
+y.backward()"""
+
+
+@pytest.fixture(scope="module")
+def built_failing(tmp_path_factory):
+    src = project(
+        tmp_path_factory.mktemp("docs"),
+        {"index.rst": f"Lesson\n======\n\n.. gradstep::\n\n{indent(FAILING)}\n"},
+    )
+    r, out = build(src)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+@needs_chromium
+@pytest.mark.parametrize(("width", "height"), [(700, 900), (390, 844)])
+def test_built_page_shows_the_diagnosis_under_a_stepper_on_one_screen_and_applies_the_fix_offline(
+    built_failing, browser, width, height
+):
+    from testkit.browser_support import EMBED_BOXES, assert_stepper_on_one_screen
+
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        exec(FAILING, {})  # plain torch fails as the page says
+    ctx = browser.new_context(viewport={"width": width, "height": height})
+    requests: list[str] = []
+    ctx.route(
+        "**/*",
+        lambda r: (
+            r.continue_()
+            if r.request.url.startswith(("file:", "blob:", "data:"))
+            else (requests.append(r.request.url), r.abort())
+        ),
+    )
+    errors: list[str] = []
+    page = ctx.new_page()
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto((built_failing / "index.html").as_uri())
+        page.frame_locator("iframe.gradstep-frame").locator("body[data-ready=true]").wait_for(timeout=30_000)
+        frame = next(f for f in page.frames if f != page.main_frame)
+        page.evaluate("document.querySelector('iframe.gradstep-frame').scrollIntoView()")
+        boxes = frame.evaluate(EMBED_BOXES, "#gradstep")
+        frame_top = page.evaluate(
+            "document.querySelector('iframe.gradstep-frame').getBoundingClientRect().top"
+        )
+        assert_stepper_on_one_screen(boxes, -frame_top, height)  # the frame's coordinates
+        assert (
+            frame.locator(".gs-embed-diagnoses .gs-diag").get_attribute("data-kind")
+            == "backward_through_freed_graph"
+        )
+        frame.click(".gs-apply-fix")
+        frame.wait_for_function("document.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+        assert frame.locator(".gs-cmp-col").count() == 2
+        assert requests == [] and errors == []
+    finally:
+        ctx.close()
+
+
+def test_the_built_site_writes_the_front_end_once_for_all_its_steppers(built):
+    pages = sorted((built / "_gradstep").glob("*.html"))
+    assert len(pages) == 2
+    assert sorted(p.name for p in (built / "_gradstep").iterdir() if p.suffix != ".html") == [
+        "gradstep.css",
+        "gradstep.js",
+    ]
+    for page in pages:
+        text = page.read_text()
+        assert (
+            'src="gradstep.js"' in text and "@@gradstep-module:" not in text
+        )  # no inlined module of its own
+        assert len(text) < (built / "_gradstep" / "gradstep.js").stat().st_size / 10
+
+
+def test_a_site_can_inline_the_front_end_in_each_page(tmp_path):
+    src = project(tmp_path, {"index.rst": f"Demo\n====\n\n.. gradstep::\n\n{indent(CUBE)}\n"})
+    (src / "conf.py").write_text((src / "conf.py").read_text() + "gradstep_shared_library = False\n")
+    r, out = build(src)
+    assert r.returncode == 0, r.stderr
+    (page,) = (out / "_gradstep").iterdir()
+    assert 'src="gradstep.js"' not in page.read_text() and "@@gradstep-module:" in page.read_text()

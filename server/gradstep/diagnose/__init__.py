@@ -202,12 +202,26 @@ def diagnose(trace: TraceDict, run: Run) -> list[dict]:
     return verify(candidates, trace, run) if candidates else []
 
 
-def add_in_process(trace: TraceDict) -> TraceDict:
-    """Fill ``trace["diagnoses"]``, verifying fixes with the tracer in this process; returns the trace."""
+def add_in_process(trace: TraceDict, fix_runs: dict[str, TraceDict] | None = None) -> TraceDict:
+    """Fill ``trace["diagnoses"]``, verifying fixes with the tracer in this process; returns the trace.
+
+    ``fix_runs``, when given, receives the run of each fix offered (its code -> its trace): what a
+    page without a server shows when Apply fix is pressed."""
+
+    def run(codes: list[str]) -> list[dict]:
+        ran = run_locally(codes)
+        if fix_runs is not None:
+            fix_runs.update(zip(codes, ran, strict=True))
+        return ran
+
     try:
-        trace["diagnoses"] = diagnose(trace, run_locally)
+        trace["diagnoses"] = diagnose(trace, run)
     except Exception as e:  # the trace matters more than its diagnoses
         trace.setdefault("notes", []).append(f"No diagnoses for this trace: {type(e).__name__}: {e}")
+    if fix_runs is not None:
+        offered = {f["code"] for d in trace.get("diagnoses") or () for f in d.get("fixes") or ()}
+        for code in [c for c in fix_runs if c not in offered]:
+            del fix_runs[code]
     return trace
 
 

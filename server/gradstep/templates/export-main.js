@@ -26,16 +26,34 @@ function talkToHost(viewer, steps, autoTheme) {
   post({ type: "gradstep:ready", steps, step: viewer.step });
 }
 
+// Opened on its own, the stepper is the page: its keys work before it is clicked (a key on the
+// page's body goes to it), and the page does not scroll on End, → or space instead.
+function takeKeys(viewer) {
+  document.addEventListener("keydown", (ev) => {
+    const t = ev.target;
+    if (t !== document.body && t !== document.documentElement) return;
+    (viewer.compare && viewer.compare.active ? viewer.compare : viewer).handleKey(ev);
+  });
+}
+
+// The runs of the trace's fixes, made when the page was exported: Apply fix shows them offline.
+function shippedFixes() {
+  const node = document.getElementById("gradstep-fixes");
+  const runs = node ? JSON.parse(node.textContent) : {};
+  return async (code) => (Object.hasOwn(runs, code) ? runs[code] : null);
+}
+
 try {
   const trace = JSON.parse(document.getElementById("gradstep-trace").textContent);
   const { step, theme } = JSON.parse(document.getElementById("gradstep-options").textContent);
   const steps = trace.steps ? trace.steps.length : 0;
   const framed = window.parent !== window;
   const onStep = framed ? (i) => window.parent.postMessage({ type: "gradstep:step", step: i, steps }, "*") : null;
-  const viewer = await render({ trace, el, step, theme, styles: false, onStep });
+  const viewer = await render({ trace, el, step, theme, styles: false, onStep, runFix: shippedFixes() });
   window.gradstepViewer = viewer;
   document.body.dataset.ready = "true";
   if (framed) talkToHost(viewer, steps, theme === "auto");
+  else takeKeys(viewer);
 } catch (e) {
   el.replaceChildren();
   const p = document.createElement("p");
