@@ -18,6 +18,7 @@ from gradstep.diagnose.source import moved_line
 from gradstep.printing import fmt_bytes
 from gradstep.schema import Diagnosis
 from gradstep.tracer import record
+from testkit.learner_code import REBOUND_LEAF_LOOP
 from testkit.torch_print import printed_number
 from testkit.truth import run_plain
 
@@ -861,3 +862,64 @@ def test_fix_runs_per_trace_are_bounded():
     found = diagnose(record(code), counting)
     assert len(found) == 12 and len(ran) == MAX_FIX_RUNS
     assert sum(len(d["fixes"]) for d in found) == MAX_FIX_RUNS
+
+
+# ---------------------------------------------------------------- a hand-written step that rebinds its leaf
+
+REBINDING_VARIANTS = {
+    "the_learners_loop": REBOUND_LEAF_LOOP,
+    "a_learning_rate_and_a_bias": """
+        import torch
+        w = torch.randn(3, requires_grad=True)
+        b = torch.zeros(1, requires_grad=True)
+        x = torch.tensor([1., 2., 3.])
+        lr = 0.05
+        for step in range(4):
+            loss = ((w * x).sum() + b - 1.0) ** 2
+            loss.backward()
+            w = w - lr * w.grad
+            b = b - lr * b.grad
+        """,
+}
+
+
+def _sgd_as_meant(code: str) -> dict[str, torch.Tensor]:
+    """The loop's gradient steps done as meant (each iteration's own gradient, leaves kept leaves), by
+    running the code with the update lines replaced by an explicit step of plain torch.autograd.grad."""
+    scope: dict = {}
+    meant = []
+    for text in code.splitlines():
+        stripped = text.strip()
+        head, _, rest = stripped.partition(" = ")
+        if rest.startswith(f"{head} - ") and f"{head}.grad" in rest:
+            pad = text[: len(text) - len(text.lstrip())]
+            step = rest[len(head) + 3 :].replace(f"{head}.grad", "__g")
+            meant.append(f"{pad}__g = {head}.grad")
+            meant.append(f"{pad}{head} = ({head} - {step}).detach().requires_grad_()")
+        else:
+            meant.append(text)
+    torch.manual_seed(0)
+    exec(compile("\n".join(meant), "<meant>", "exec"), scope)
+    return {k: v for k, v in scope.items() if isinstance(v, torch.Tensor) and v.is_leaf and v.requires_grad}
+
+
+@pytest.mark.parametrize("variant", sorted(REBINDING_VARIANTS))
+def test_a_rebinding_update_is_diagnosed_at_the_read_with_the_rebinding_named(variant: str):
+    code = code_of(REBINDING_VARIANTS[variant])
+    found = [d for d in diagnoses(code) if d["kind"] == NON_LEAF]
+    assert found, "no diagnosis"
+    rebinding = next(i for i, text in enumerate(code.splitlines(), 1) if " = w - " in text)
+    assert f"`w` names a non-leaf from line {rebinding} on" in found[0]["message"]
+
+
+@pytest.mark.parametrize("variant", sorted(REBINDING_VARIANTS))
+def test_the_in_place_update_fix_trains_as_the_loop_meant(variant: str):
+    code = code_of(REBINDING_VARIANTS[variant])
+    d = next(d for d in diagnoses(code) if d["kind"] == NON_LEAF)
+    fixed_code = fix(d, "Update w")
+    scope: dict = {}
+    torch.manual_seed(0)
+    exec(compile(fixed_code, "<fixed>", "exec"), scope)
+    meant = _sgd_as_meant(code)
+    for name, value in meant.items():
+        assert scope[name].is_leaf and close(scope[name].detach(), value.detach()), name

@@ -16,7 +16,7 @@ import bisect
 
 from gradstep.diagnose import facts
 from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
-from gradstep.diagnose.source import Source, assigned_names, moved_line
+from gradstep.diagnose.source import Source, assigned_names, moved_line, torch_alias
 from gradstep.schema import CALL_KINDS
 
 KIND = "grad_of_non_leaf"
@@ -68,6 +68,7 @@ def _read(trace: dict, src: Source) -> list[Candidate]:
     seen: set[str] = set()
     lines: set[int] = set()
     index: _Index | None = None
+    rebound_said = False
     for warning in trace.get("warnings") or ():
         line = warning.get("line")
         if line in lines or line is None or facts.NON_LEAF_MARK not in warning["message"]:
@@ -85,9 +86,20 @@ def _read(trace: dict, src: Source) -> list[Candidate]:
             ".grad, unless you ask for it."
         )
         fixes = []
+        rebinding = _rebinding_update(index, name)
+        if rebinding is not None:
+            if rebound_said:
+                continue  # one diagnosis (and one fix) for all of a loop's hand-written updates
+            rebound_said = True
+            message = (
+                f"`{name}` names a non-leaf from line {rebinding.lineno} on: `{src.text(rebinding)}` makes a new "
+                f"tensor computed from the old `{name}` (a graph node, not a leaf), so `{name}.grad` at line {line} "
+                f"is None, and the next backward accumulates into the old leaf's .grad, not into `{name}`'s."
+            )
+            fixes.extend(present(_in_place_updates(src, index)))
         stmt = index.assignment_before(name, line)
         code = src.apply([src.insert_after(stmt, f"{name}.retain_grad()")]) if stmt is not None else None
-        if code:
+        if code and rebinding is None:  # retain_grad cannot help a name whose leaf an update replaced
             at = moved_line(src.code, code, line)
 
             def intent(fixed: dict, original: dict, siblings: dict, name=name, at=at) -> bool:
@@ -112,6 +124,81 @@ def _read(trace: dict, src: Source) -> list[Candidate]:
         if len(out) >= MAX_CANDIDATES:
             break
     return out
+
+
+_IN_PLACE = {ast.Sub: "-=", ast.Add: "+="}
+
+
+def _rebinding_update(index: _Index, name: str) -> ast.Assign | None:
+    """``w = w - lr * w.grad`` (or ``+``): a hand-written gradient step that rebinds the name to a
+    non-leaf, where an in-place update under no_grad was meant."""
+    for stmt in index.assignments.get(name, ()):
+        value = stmt.value if isinstance(stmt, ast.Assign) else None
+        if (
+            isinstance(value, ast.BinOp)
+            and type(value.op) in _IN_PLACE
+            and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(value.left, ast.Name)
+            and value.left.id == name
+            and any(
+                isinstance(n, ast.Attribute)
+                and n.attr == "grad"
+                and isinstance(n.value, ast.Name)
+                and n.value.id == name
+                for n in ast.walk(value.right)
+            )
+        ):
+            return stmt
+    return None
+
+
+def _in_place_updates(src: Source, index: _Index) -> CandidateFix | None:
+    """Every hand-written update that rebinds its name, made in place under no_grad (and the
+    gradient cleared after it, as zero_grad() would): fixing one of a loop's updates leaves the next
+    one failing."""
+    torch_name = torch_alias(src)
+    updates = [(name, u) for name in index.assignments if (u := _rebinding_update(index, name)) is not None]
+    if torch_name is None or not all(src.owns_its_lines(u) for _, u in updates):
+        return None
+    edits = []
+    for name, stmt in updates:
+        value = stmt.value
+        assert isinstance(value, ast.BinOp)
+        inner = src.indent_of(stmt.lineno) + "    "
+        edits.append(
+            src.replace(
+                stmt,
+                f"with {torch_name}.no_grad():\n"
+                f"{inner}{name} {_IN_PLACE[type(value.op)]} {src.text(value.right)}\n"
+                f"{inner}{name}.grad.zero_()",
+            )
+        )
+    names = [name for name, _ in updates]
+
+    def intent(fixed: dict, original: dict, siblings: dict) -> bool:
+        # one leaf all along: wherever the fixed run lists the names, they are leaves that require grad
+        shown = [
+            t for step in fixed.get("steps") or () for t in step.get("tensors") or () if t["name"] in names
+        ]
+        return bool(shown) and all(t["is_leaf"] and t["requires_grad"] for t in shown)
+
+    listed = " and ".join(", ".join(names).rsplit(", ", 1))
+    lines = " and ".join(", ".join(str(u.lineno) for _, u in updates).rsplit(", ", 1))
+    one = len(names) == 1
+    return fix_of(
+        src,
+        edits,
+        "in_place_update",
+        f"Update {listed} in place under {torch_name}.no_grad() (line{'' if one else 's'} {lines})",
+        f"An update in place under `{torch_name}.no_grad()` changes the values without recording a graph node, "
+        f"so {listed} stay{'s' if one else ''} the same leaf{'' if one else 'ves'} and every backward writes "
+        f"{'its' if one else 'their'} `.grad` (checked: the fixed run shows {listed} as {'a leaf' if one else 'leaves'} at every step). "
+        "`.grad.zero_()` after the update clears the gradient, so each iteration sees its own gradient instead of "
+        "the sum of all so far, as the original did in its first iteration. This is what an optimizer's step() "
+        "and zero_grad() do.",
+        intent=intent,
+    )
 
 
 def _retain_call(src: Source, name: str, line: int) -> ast.stmt | None:
