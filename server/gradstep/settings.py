@@ -54,6 +54,7 @@ class Settings:
     # it writes into oEmbed answers and discovery links. Empty: http://<host>:<port> of these
     # settings, never the request's Host header (anyone can send any Host).
     public_url: str = ""
+    health_detail: bool = False  # /healthz's detail for every client, not only local ones (routes/health.py)
     api_docs: bool = False  # serve Swagger UI at /docs (it loads its script and CSS from a CDN)
     # Slow clients (uvicorn, `gradstep serve`): a request must arrive whole (headers and body)
     # within request_timeout seconds; an idle keep-alive connection is closed after keep_alive

@@ -20,7 +20,7 @@ from testkit.sandbox_guard import uid_base
 
 
 def app_without(layer: str, require: str):
-    settings = Settings(workers=1, rate=0, require_layers=require, uid_base=uid_base())
+    settings = Settings(workers=1, rate=0, require_layers=require, uid_base=uid_base(), health_detail=True)
     sandbox = Sandbox(sandbox_config(settings, disable=frozenset({layer})))
     return create_app(settings, runner=TraceRunner(settings, sandbox=sandbox))
 

@@ -262,7 +262,12 @@ def test_a_run_is_stored_in_redis_for_the_other_replicas(shared_client, redis_se
 
 def test_with_redis_down_runs_still_answer(redis_server):
     settings = Settings(
-        workers=1, queue=4, rate=0, uid_base=uid_base(), cache_url=f"redis://127.0.0.1:{free_port()}/0"
+        workers=1,
+        queue=4,
+        rate=0,
+        uid_base=uid_base(),
+        cache_url=f"redis://127.0.0.1:{free_port()}/0",
+        health_detail=True,
     )
     code = CODE + "# redis is down\n"
     with TestClient(create_app(settings)) as client:

@@ -7,6 +7,7 @@ handing these one-line lookups to threads)."""
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections.abc import AsyncIterator
 
@@ -45,6 +46,20 @@ async def client_of(request: Request) -> str:
         if entries and entries[-1]:
             return entries[-1]
     return request.client.host if request.client else "?"
+
+
+_FORWARDED = ("x-forwarded-for", "forwarded", "x-real-ip")
+
+
+def is_local(request: Request) -> bool:
+    """A request from this host itself: a loopback peer that no proxy forwarded (a proxy on the same
+    host adds its client's address)."""
+    host = request.client.host if request.client else ""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+    return loopback and not any(h in request.headers for h in _FORWARDED)
 
 
 async def client_gone(request: Request) -> AsyncIterator[threading.Event]:

@@ -1,12 +1,17 @@
-"""``GET /healthz`` (liveness, the sandbox's layers: states and counts, never a process id) and
-``GET /api/schema``."""
+"""``GET /healthz`` and ``GET /api/schema``.
+
+``/healthz`` answers every client what a load balancer needs: whether the server can run snippets
+(``status``) and its trace version. The detail (the sandbox's layers, counts, the paths a run's root
+holds, the cache) goes only to a local request, from a loopback address with no forwarded header
+(an operator on the host, a container's own health check), or to every client with
+``GRADSTEP_HEALTH_DETAIL=1``: it told strangers the host's paths and its load."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import torch
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel
 
 from gradstep.cache import TraceCache
@@ -45,9 +50,16 @@ class CheckerHealth(BaseModel):
     died: int
 
 
-class Health(BaseModel):
-    status: str
+class PublicHealth(BaseModel):
+    """What /healthz tells any client."""
+
+    status: str  # "ok": the sandbox can run snippets; "degraded": it cannot
     version: int
+
+
+class Health(PublicHealth):
+    """What /healthz tells a local client (or any, with the health_detail setting)."""
+
     torch: str
     workers: int
     running_or_queued: int
@@ -56,16 +68,24 @@ class Health(BaseModel):
     checkers: CheckerHealth
 
 
-@router.get("/healthz", response_model=Health, summary="Liveness, and which sandbox layers are active")
+@router.get(
+    "/healthz",
+    response_model=Health | PublicHealth,
+    summary="Liveness; locally also which sandbox layers are active",
+)
 async def healthz(  # on the event loop: a thread hand-off would wait for the GIL (routes/deps.py)
+    request: Request,
     settings: Annotated[Settings, Depends(deps.settings)],
     runner: Annotated[TraceRunner, Depends(deps.runner)],
     service: Annotated[TraceService, Depends(deps.service)],
     cache: Annotated[TraceCache, Depends(deps.cache)],
 ) -> Health:
     sandbox = runner.health()
+    status = "ok" if sandbox.get("zygote") else "degraded"
+    if not (settings.health_detail or deps.is_local(request)):
+        return PublicHealth(status=status, version=VERSION)
     return Health(
-        status="ok" if sandbox.get("zygote") else "degraded",
+        status=status,
         version=VERSION,
         torch=torch.__version__,
         workers=settings.workers,
