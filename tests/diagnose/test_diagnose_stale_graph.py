@@ -9,6 +9,7 @@ import pytest
 import torch
 from test_diagnose import FREED, code_of, diagnoses, only, plain_ok
 from testkit.truth import named_tensors, run_plain
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 KIND = "stale_graph_in_loop"
 CONSEQUENCE = (
@@ -452,3 +453,44 @@ def test_an_autograd_grad_loop_is_diagnosed_and_its_outcome_quotes_what_grad_ret
     quoted = moved["outcome"].split("has norm ", 1)[1].split(";", 1)[0]
     assert [float(v) for v in quoted.split(", ")] == pytest.approx(returned, rel=1e-3)
     assert "returned by each autograd.grad call" in moved["outcome"]
+
+
+def test_outcomes_quote_how_far_each_optimizer_step_moved_the_weights_as_plain_torch_does():
+    moved, retained = _diagnosis("forward_over_several_lines")["fixes"]
+
+    def step_moves(code: str) -> list[float]:
+        """‖after − before‖ of model.weight at each optimizer step of a plain run."""
+        before: dict[int, torch.Tensor] = {}
+        moves: dict[int, list[float]] = {}
+
+        def pre(opt, args, kwargs):
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    before[id(p)] = p.detach().clone()
+
+        def post(opt, args, kwargs):
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    moves.setdefault(id(p), []).append((p.detach() - before[id(p)]).norm().item())
+
+        hooks = [
+            register_optimizer_step_pre_hook(pre),
+            register_optimizer_step_post_hook(post),
+        ]
+        globs: dict = {"__name__": "__main__"}
+        try:
+            torch.manual_seed(0)
+            exec(compile(code, "<snippet>", "exec"), globs)
+        finally:
+            for h in hooks:
+                h.remove()
+        (weight,) = [t for t, names in named_tensors(globs).values() if "model.weight" in names]
+        return moves[id(weight)]
+
+    for fix in (moved, retained):
+        quoted = fix["outcome"].split("\n")[0].split("moved `model.weight` by ", 1)[1].rstrip(".")
+        values = [float(v) for v in quoted.split(", ")]
+        plain = step_moves(fix["code"])
+        assert values == pytest.approx(plain[: len(values)], rel=1e-3)
+        # a loop longer than the steps a trace records of one line says it quotes the first ones
+        assert len(values) == len(plain) or f"the first {len(values)} optimizer steps moved" in fix["outcome"]

@@ -300,6 +300,23 @@ def _norms(grads: list[dict]) -> str:
     return shown + (", …" if len(grads) > MAX_SHOWN else "")
 
 
+def _moves(trace: dict, name: str, iterations: int) -> str:
+    """How far each optimizer step (an update step of the trace) moved ``name``: ‖after − before‖. A
+    trace records a line's first steps only (tracer/loops.py), so a longer loop is quoted in part."""
+    norms = [
+        change["delta_norm"]
+        for step in trace.get("steps") or ()
+        if step["kind"] == "update" and (step.get("update") or {}).get("op") == "step"
+        for change in step["update"].get("params") or ()
+        if change.get("name") == name and change.get("delta_norm") is not None
+    ]
+    if not norms:
+        return ""
+    shown = ", ".join(fmt_number(n) for n in norms[:MAX_SHOWN]) + (", …" if len(norms) > MAX_SHOWN else "")
+    which = "each optimizer step" if len(norms) >= iterations else f"the first {len(norms)} optimizer steps"
+    return f"; {which} moved `{name}` by {shown}"
+
+
 def _watched(fixed: dict, line: int | None) -> str | None:
     """The tensor whose .grad the outcome quotes: the first one the loop's backward fills."""
     growth = _per_iteration(fixed, line)
@@ -323,7 +340,9 @@ def _outcome(other: str, label: str, other_label: str) -> Outcome:
         text = (
             f"{label}: {grad} {_gives(fixed, here)} in the loop has norm {_norms(mine)}"
             + (" — the same every iteration" if same else "")
-            + f"; at the end {grad} is {_quoted(mine[-1])}."
+            + f"; at the end {grad} is {_quoted(mine[-1])}"
+            + _moves(fixed, name, len(mine))
+            + "."
         )
         twin, twin_label = siblings.get(other), other_label
         if twin is None and facts.runs_cleanly(original):  # the run as written trained on the stale graph
@@ -331,7 +350,7 @@ def _outcome(other: str, label: str, other_label: str) -> Outcome:
         if twin is not None:
             theirs = _per_iteration(twin, _loop_line(twin)).get(name, [])
             if theirs:
-                text += f"\n{twin_label}: norm {_norms(theirs)}; at the end {_quoted(theirs[-1])}."
+                text += f"\n{twin_label}: norm {_norms(theirs)}; at the end {_quoted(theirs[-1])}{_moves(twin, name, len(theirs))}."
         return text
 
     return outcome
