@@ -24,6 +24,18 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(8, 3); y = torch.randn(8, 1)
 """
 
+# the loop as meant for the variants whose loss is an mse_loss of the model: built in the loop
+MEANT_MSE = (
+    SETUP
+    + """
+for epoch in range(3):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+)
+
 # variant -> (snippet, the same loop as meant: the forward inside it, written out by hand)
 VARIANTS = {
     "one_line_loop_body": (
@@ -74,14 +86,7 @@ for epoch in range(3):
     loss.backward()
     opt.step()
 """,
-        SETUP
-        + """
-for epoch in range(3):
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-""",
+        MEANT_MSE,
     ),
     "a_penalty_added_to_the_loss": (
         SETUP
@@ -114,14 +119,7 @@ for epoch in range(3):
     loss.backward()
     opt.step()
 """,
-        SETUP
-        + """
-for epoch in range(3):
-    loss = torch.nn.functional.mse_loss(model(x), y)
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-""",
+        MEANT_MSE,
     ),
     "while_loop": (
         SETUP
