@@ -588,6 +588,9 @@ def test_the_share_dialogs_frame_shows_the_whole_stepper_in_a_course_column(brow
     try:
         app.open("?snippet=backward_twice_fails")
         app.page.click("#gs-share")
+        app.page.wait_for_selector(
+            "#gs-share-dialog[open]"
+        )  # its fields are filled (compressed) before it opens
         snippet = app.page.locator("#gs-share-embed").input_value()
     finally:
         app.close()
