@@ -3,8 +3,9 @@
 // Parameters (query, overridden by the fragment; docs/embed.md): snippet=NAME or #code=<c>,
 // step (from 0, clamped), theme=light|dark|auto, editor=hidden|readonly|editable, autoplay=1.
 // Bad parameters get a readable message in the frame (and a gradstep:error message to the parent),
-// never a blank frame. No document-wide key handlers: keys work once the stepper has focus, so the
-// frame never takes keys from the page around it.
+// never a blank frame. Framed, no document-wide key handlers: keys work once the stepper has focus, so
+// the frame never takes keys from the page around it; opened on its own, the stepper is the page and
+// takes its keys (embed.js, pageKeys).
 
 import { render } from "./embed.js";
 import { createFrameMessenger } from "./messages.js";
@@ -148,6 +149,7 @@ async function start() {
     onStep: () => afterStep(),
     // Apply fix: the fix's run, which the server kept when it verified the fix
     runFix: (fixCode) => runTrace(fixCode),
+    pageKeys: window.parent === window, // opened on its own, not framed
   });
   if (editable) {
     $("#gs-frame-editbar").hidden = false;

@@ -49,10 +49,13 @@ export function widthClasses(width) {
  * diagnoses: show the run's diagnoses and their fixes (default true).
  * runFix(code): a promise of the fix's trace (null: not available), for "Apply fix"; without it the
  *   fixes show without the button.
+ * pageKeys: the stepper is the page (opened on its own, not framed): a key on the page's body goes to
+ *   it before it is clicked, and the page does not scroll on End, → or space instead. A framed
+ *   stepper never takes keys from the page around it.
  * Returns the viewer: setStep(i), next(), prev(), play(), stop(), step, editor, compare, destroy().
  */
 export async function render({ trace, el, step = 0, theme = "auto", code = true, panels = true, styles = true,
-  editable = false, onRun = null, onStep = null, diagnoses: showDiagnoses = true, runFix = null }) {
+  editable = false, onRun = null, onStep = null, diagnoses: showDiagnoses = true, runFix = null, pageKeys = false }) {
   if (!el) throw new Error("render: `el` is required");
   if (styles) ensureStyles();
   el.replaceChildren();
@@ -182,9 +185,16 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
     showDiagnosesOf(shown);
   };
 
+  const onPageKey = (ev) => {
+    if (ev.target !== document.body && ev.target !== document.documentElement) return;
+    (compare.active ? compare : viewer).handleKey(ev);
+  };
+  if (pageKeys) document.addEventListener("keydown", onPageKey);
+
   const destroy = viewer.destroy;
   viewer.destroy = () => {
     if (sizer) sizer.disconnect();
+    document.removeEventListener("keydown", onPageKey);
     compare.close();
     destroy();
   };

@@ -263,6 +263,19 @@ def test_keys_pressed_outside_the_stepper_do_not_step_the_frame(tab, site, serve
     assert graph_state(frame)["step"] == 2
 
 
+def test_the_embed_opened_on_its_own_takes_the_keys_without_a_click(tab, server):
+    tab.page.set_viewport_size({"width": 700, "height": 600})
+    tab.page.goto(f"{server}/embed?snippet={SNIPPET}")
+    tab.page.locator("body[data-state='ready']").wait_for(state="attached", timeout=60_000)
+    steps = int(tab.page.evaluate("document.querySelector('.gs-stepper').dataset.steps"))
+    tab.page.keyboard.press("End")  # nothing clicked or focused: the page's body has the key
+    assert graph_state(tab.page)["step"] == steps - 1
+    tab.page.keyboard.press("Home")
+    tab.page.keyboard.press("ArrowRight")
+    assert graph_state(tab.page)["step"] == 1
+    assert tab.page.evaluate("window.scrollY") == 0  # the keys stepped; the page did not scroll
+
+
 def test_open_in_gradstep_links_to_the_app_at_the_current_step(tab, site, server):
     frame = frame_page(tab, site, server, f"/embed?snippet={SNIPPET}&step=2")
     href = frame.locator("#gs-frame-open").get_attribute("href")

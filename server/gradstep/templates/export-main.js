@@ -26,16 +26,6 @@ function talkToHost(viewer, steps, autoTheme) {
   post({ type: "gradstep:ready", steps, step: viewer.step });
 }
 
-// Opened on its own, the stepper is the page: its keys work before it is clicked (a key on the
-// page's body goes to it), and the page does not scroll on End, → or space instead.
-function takeKeys(viewer) {
-  document.addEventListener("keydown", (ev) => {
-    const t = ev.target;
-    if (t !== document.body && t !== document.documentElement) return;
-    (viewer.compare && viewer.compare.active ? viewer.compare : viewer).handleKey(ev);
-  });
-}
-
 // The runs of the trace's fixes, made when the page was exported: Apply fix shows them offline.
 function shippedFixes() {
   const node = document.getElementById("gradstep-fixes");
@@ -49,11 +39,11 @@ try {
   const steps = trace.steps ? trace.steps.length : 0;
   const framed = window.parent !== window;
   const onStep = framed ? (i) => window.parent.postMessage({ type: "gradstep:step", step: i, steps }, "*") : null;
-  const viewer = await render({ trace, el, step, theme, styles: false, onStep, runFix: shippedFixes() });
+  // opened on its own, the stepper is the page: it takes the page's keys (embed.js, pageKeys)
+  const viewer = await render({ trace, el, step, theme, styles: false, onStep, runFix: shippedFixes(), pageKeys: !framed });
   window.gradstepViewer = viewer;
   document.body.dataset.ready = "true";
   if (framed) talkToHost(viewer, steps, theme === "auto");
-  else takeKeys(viewer);
 } catch (e) {
   el.replaceChildren();
   const p = document.createElement("p");
