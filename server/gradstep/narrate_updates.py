@@ -99,6 +99,10 @@ def narrate_update(
     def plain(p: dict) -> None:
         name_link(p["name"], p["name"])
 
+    def grad_norms(p: dict) -> None:  # a clipped .grad: its norm before and after
+        name_link(p["name"], f"{p['name']}.grad")
+        t.add(f" ‖{fmt_number(p['grad_norm_before'])}‖ → ‖{fmt_number(p['grad_norm_after'])}‖")
+
     if op == "zero_grad":
         cleared = [p for p in params if p.get("grad")]
         if not cleared:
@@ -170,11 +174,7 @@ def narrate_update(
             )
             t.add(f"{fmt_number(before)} to {fmt_number(after)} (max_norm {fmt_number(max_norm)}): ")
 
-            def scaled(p: dict) -> None:
-                name_link(p["name"], f"{p['name']}.grad")
-                t.add(f" ‖{fmt_number(p['grad_norm_before'])}‖ → ‖{fmt_number(p['grad_norm_after'])}‖")
-
-            names(clipped, scaled)
+            names(clipped, grad_norms)
             t.add(".")
         elif have:
             t.add(
@@ -191,11 +191,7 @@ def narrate_update(
         if clipped:
             t.add(f" clamped the .grad of {_plural(len(clipped), 'parameter')} into [-{bound}, {bound}]: ")
 
-            def clamped(p: dict) -> None:
-                name_link(p["name"], f"{p['name']}.grad")
-                t.add(f" ‖{fmt_number(p['grad_norm_before'])}‖ → ‖{fmt_number(p['grad_norm_after'])}‖")
-
-            names(clipped, clamped)
+            names(clipped, grad_norms)
             t.add(".")
         else:
             t.add(f" changed no .grad: every value was within [-{bound}, {bound}].")
