@@ -179,7 +179,7 @@ def narrate_update(
         elif have:
             t.add(
                 f" left the .grad of {_plural(len(have), 'parameter')} as it was: their total norm "
-                f"{fmt_number(before)} is within max_norm {fmt_number(max_norm)}."
+                f"{fmt_number(before)} is within max_norm {fmt_number(max_norm)}, so none was scaled."
             )
         else:
             t.add(" found no .grad to clip.")

@@ -311,3 +311,13 @@ def test_a_step_after_zero_grad_changes_nothing_and_says_why():
     step = next(s for s in updates(trace) if s["update"]["op"] == "step")
     assert "changed no parameter" in step["explanation"]
     assert "model.weight and model.bias have no .grad" in step["explanation"]
+
+
+def test_clipping_within_max_norm_is_narrated_without_a_doubled_full_stop():
+    # torch prints a whole max_norm as "1.": the sentence must not end on it ("1..")
+    code = (
+        "import torch\nm = torch.nn.Linear(3, 1)\nm(torch.ones(2, 3)).sum().backward()\n"
+        "torch.nn.utils.clip_grad_norm_(m.parameters(), 1000.0)\n"
+    )
+    (step,) = [s for s in narrate(record(code))["steps"] if s["kind"] == "update"]
+    assert "is within max_norm 1000." in step["explanation"] and ".." not in step["explanation"]
