@@ -81,7 +81,9 @@ class Leaves:
                     if isinstance(p, torch.Tensor) and id(p) not in named:
                         held.setdefault(id(p), (p, f"{path}.param_groups[{gi}]['params'][{pi}]"))
         objs = graph.objs
-        for key, nid in graph.accumulators.items():
+        # By node id, not by the dict's order: ids of freed tensors are reused, so an entry's
+        # place in ``accumulators`` depends on the allocator (the C and Python passes differ).
+        for key, nid in sorted(graph.accumulators.items(), key=lambda item: item[1]):
             if key in named:
                 continue
             node = objs.get(nid)
