@@ -8,7 +8,10 @@ own CPU, memory and wall limits — never in the server:
   knows which fixes to run (it runs them itself, and never shows a proposal);
 * a **check** job gets a trace and the traces of the fix runs the server made for it, and
   returns the diagnoses with the fixes that passed (``gradstep.diagnose.check``). No snippet
-  runs in a check job's child.
+  runs in a check job's child;
+* a **propose** job gets a trace the server kept (a fix's verified run, served to Apply fix) and
+  returns the rules' proposals for it: the fixes to run next come from the rules, in a child
+  where no snippet ran, never from what a cache holds.
 
 ``cpu_seconds`` lowers the run's CPU limit below the sandbox's (a fix run's share of its
 request's budget; a check's own small limit).
@@ -60,6 +63,9 @@ class Job(BaseModel):
     code: str = ""
     options: Options = Options()
     check: CheckInput | None = None
+    propose: dict[str, Any] | None = Field(
+        None, description="A kept trace, as the wire has it, to propose fixes for"
+    )
     cpu_seconds: Annotated[int, Field(ge=1)] | None = None
 
 
@@ -70,6 +76,11 @@ def run(payload: str) -> bytes:
     if job.check is not None:
         fixes = {code: unpack(fixed) for code, fixed in job.check.fixes}
         return orjson.dumps(check(unpack(job.check.trace), fixes))
+    if job.propose is not None:
+        kept = unpack(job.propose)
+        return orjson.dumps(
+            (may_need_diagnosis(kept) and within_cpu(PROPOSE_CPU_SECONDS, lambda: propose(kept))) or []
+        )
     limits = Limits.sandboxed(**job.options.model_dump(exclude_none=True))
     trace = explained(job.code, limits)
     body = _result(trace)

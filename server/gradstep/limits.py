@@ -70,8 +70,8 @@ class RateLimiter:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def acquire(self, client: str) -> float:
-        """0 when the client may run now; else the seconds until it may."""
+    def acquire(self, client: str, cost: float = 1.0) -> float:
+        """0 when the client may have what costs ``cost`` runs now (spent); else the seconds until it may."""
         if self.rate <= 0:
             return 0.0
         now = time.monotonic()
@@ -79,10 +79,10 @@ class RateLimiter:
             tokens, last = self._buckets.pop(client, (float(self.burst), now))
             tokens = min(self.burst, tokens + (now - last) * self.rate)
             wait = 0.0
-            if tokens >= 1:
-                tokens -= 1
+            if tokens >= cost:
+                tokens -= cost
             else:
-                wait = (1 - tokens) / self.rate
+                wait = (cost - tokens) / self.rate
             self._store(client, tokens, now)
             return wait
 

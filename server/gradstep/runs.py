@@ -9,6 +9,10 @@ its output is data, never authority:
   codes to run, runs those itself (each charged to the request's ``RunBudget``), and has a check
   job, in a sandbox too, decide what to show. A fix is offered only if the server ran its code
   and that run ended cleanly;
+* a fix's run is kept (``Traced.fix_runs``) only when the check offered that fix, and is served
+  only as the answer to that very code (Apply fix), never stored as that code's own trace: it ran
+  with a share of the request's budget, not under a normal run's limits. What it proposes is not
+  read from it: a propose job (rules, no snippet) says which fixes to run next;
 * the server's own work on the bytes is linear in their size: checking them against the contract
   and compressing them, in checker processes of their own (gradstep.checker), with its own
   fields written in. Rules, narration and checks run in sandboxed children.
@@ -187,8 +191,10 @@ class TraceRunner:
         options = options or {}
         budget = budget or RunBudget(seconds=self.fix_seconds)
         timings: dict[str, float] = {}
-        if verified is not None:
-            trace = orjson.loads(verified)
+        if verified is not None:  # a kept fix run: its fields are the server's, its proposals ignored
+            trace = {**orjson.loads(verified), **served_fields(code), "diagnoses": []}
+            with _timed(timings, "propose"):
+                proposed = self._propose(trace, budget)
         else:
             with _timed(timings, "run"):
                 result = self._run(payload_for(code, options), budget)
@@ -206,7 +212,7 @@ class TraceRunner:
                 keep = encoding.worth_keeping(len(result.output), checked.stored)
                 return Traced(checked.stored, cacheable=keep, timings=timings)
             trace = {**orjson.loads(result.output), **fields}  # checked: it is a trace
-        proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
+            proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
         trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
         complete, ran = True, {}
         # Apply fix's answer (a kept run, nothing proposed) is only encoded again: not a diagnosis
@@ -216,14 +222,19 @@ class TraceRunner:
                 if not complete and trace["diagnoses"]:
                     trace.setdefault("notes", []).append(NOT_CHECKED)
             fix_runs = {}
+            offered = {f["code"] for d in trace["diagnoses"] for f in d["fixes"]}
             for fix_code, fix_trace in ran.items():
-                fix_body = orjson.dumps(fix_trace)
+                if fix_code not in offered:
+                    continue  # kept only for Apply fix, which only an offered fix has
+                fix_body = orjson.dumps({**fix_trace, "diagnoses": []})
                 fix_stored = self.checker.compress(fix_body)
                 if encoding.worth_keeping(len(fix_body), fix_stored):
                     fix_runs[fix_code] = fix_stored
             body = orjson.dumps(trace)
             stored = self.checker.compress(body)
-        return Traced(stored, complete and encoding.worth_keeping(len(body), stored), fix_runs, timings)
+        # a kept fix run is never this code's own entry: it ran with a fix run's share of the budget
+        cacheable = verified is None and complete and encoding.worth_keeping(len(body), stored)
+        return Traced(stored, cacheable, fix_runs, timings)
 
     def _check_output(self, output: bytes, fields: dict, encode: bool = True) -> Checked:
         """``checker.check``, with new spares held back meanwhile: on 2 cores a spare's fork and
@@ -290,6 +301,21 @@ class TraceRunner:
                 pool.shutdown(cancel_futures=True)  # the fixes not yet started never start
                 raise
         return {code: trace for code, trace in ran if trace is not None}
+
+    def _propose(self, trace: dict, budget: RunBudget) -> list[str]:
+        """The fix codes the rules propose for ``trace``, from a propose job in the sandbox (none
+        when it failed or the trace is too large to send)."""
+        body = orjson.dumps({"propose": trace, "cpu_seconds": CHECK_CPU_SECONDS})
+        if len(body) > MAX_CHECK_BYTES:
+            return []
+        result = self._run(body.decode(), budget, time.monotonic() + CHECK_WALL_SECONDS)
+        if result.status != "ok":
+            return []
+        try:
+            found = _DIAGNOSES.validate_json(result.output)
+        except ValidationError:
+            return []
+        return proposed_codes([d.model_dump(mode="json") for d in found[:MAX_DIAGNOSES]], MAX_FIX_CODE)
 
     def _check(self, trace: dict, fixed: dict[str, dict], budget: RunBudget) -> list[dict] | None:
         """The diagnoses of ``trace`` with the fixes that passed, from a check job in the sandbox

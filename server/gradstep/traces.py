@@ -2,9 +2,10 @@
 
 One request's costs are its client's: its run and the fix runs it causes come out of the client's
 rate budget (fix runs only as far as the budget goes, never into debt), and all of them stop when
-the client goes away. What costs nothing is not charged: a cached trace, or a share of an
-identical run already under way — so a class opening the same page (one address behind a NAT)
-pays for one run and its fixes, not thirty.
+the client goes away. What costs little is charged little: a cached trace, or a share of an
+identical run already under way, costs ``HIT_COST`` of a run — so a class opening the same page
+(one address behind a NAT) pays for about one run and its fixes, not thirty, while one client
+asking for the same large answer over and over runs out of budget as if it ran it.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from gradstep.limits import Admission, ClientRuns, RateLimiter, retry_after
 from gradstep.runs import Cancelled, RunBudget, Traced, TraceRunner
 from gradstep.settings import Settings
 
+HIT_COST = 0.05  # of one run: an answer served without a run still costs its sending
 DESCRIPTIONS = {
     "run": "sandboxed run",
     "check": "trace checked",
+    "propose": "fixes proposed by the rules",
     "diagnose": "fixes run and checked",
     "encode": "kept run encoded again",
 }
@@ -58,17 +61,9 @@ class TraceService:
         """The trace for this request. Raises ``Cancelled`` once ``gone`` is set (every run of the
         request is stopped), HTTPException 429 / 503 when refused."""
         key = cache_key(code, options, self.caps)
-        while True:
-            cached = await self.cache.get(key)
-            if cached is not None:
-                return Answer(cached, "hit")
-            shared = self.in_flight.get(key)
-            if shared is None:
-                break
-            try:
-                return Answer(await asyncio.shield(shared), "shared")
-            except Cancelled:
-                continue  # its own client went away before it finished: run it for this one
+        answered = await self._answered(key, client)
+        if answered is not None:
+            return answered
         if not await self.client_runs.enter(client):  # before the rate: a refused run spends no budget
             raise HTTPException(
                 429,
@@ -77,11 +72,10 @@ class TraceService:
                 {"Retry-After": "2"},
             )
         try:
-            wait = self.rate.acquire(client)
-            if wait > 0:
-                raise HTTPException(
-                    429, "Too many runs from this client: slow down.", {"Retry-After": retry_after(wait)}
-                )
+            answered = await self._answered(key, client)  # it may have been answered while this one waited
+            if answered is not None:
+                return answered
+            self._charge(client, 1.0)
             if not self.admission.enter():
                 raise HTTPException(503, "All workers are busy: try again shortly.", {"Retry-After": "2"})
             future = asyncio.get_running_loop().create_future()
@@ -99,6 +93,30 @@ class TraceService:
                 self.in_flight.pop(key, None)
         finally:
             self.client_runs.leave(client)
+
+    async def _answered(self, key: str, client: str) -> Answer | None:
+        """The cached trace, or a share of an identical run under way; None when it must be run."""
+        while True:
+            cached = await self.cache.get(key)
+            if cached is not None:
+                self._charge(client, HIT_COST)
+                return Answer(cached, "hit")
+            shared = self.in_flight.get(key)
+            if shared is None:
+                return None
+            self._charge(client, HIT_COST)
+            try:
+                return Answer(await asyncio.shield(shared), "shared")
+            except Cancelled:
+                continue  # its own client went away before it finished: run it for this one
+
+    def _charge(self, client: str, cost: float) -> None:
+        """Spend ``cost`` runs of ``client``'s rate budget, or refuse the request (429)."""
+        wait = self.rate.acquire(client, cost)
+        if wait > 0:
+            raise HTTPException(
+                429, "Too many runs from this client: slow down.", {"Retry-After": retry_after(wait)}
+            )
 
     def keep(self, code: str, options: dict, stored: bytes) -> None:
         """A new stored form of this trace (gzip made for a client) goes into the cache's entry, if

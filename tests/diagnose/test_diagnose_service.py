@@ -148,14 +148,14 @@ def test_api_serves_the_diagnosed_trace_from_its_cache(client):
 
 @contextlib.contextmanager
 def sandbox_runs(client) -> Iterator[list[str]]:
-    """The codes the server runs in its sandbox while the block runs (not its check jobs)."""
+    """The codes the server runs in its sandbox while the block runs (not its check or propose jobs)."""
     sandbox = client.app.state.runner.sandbox
     ran: list[str] = []
     run = sandbox.run
 
     def counting(payload: str, **kw):
         job = orjson.loads(payload)
-        if "check" not in job:
+        if "code" in job:
             ran.append(job["code"])
         return run(payload, **kw)
 
@@ -177,7 +177,8 @@ def test_apply_fix_gets_the_run_that_verified_the_fix_and_it_agrees_with_torch(c
         applied = client.post("/api/trace", json={"code": fix.code})  # ...what Apply fix sends
         assert ran == []  # ...and not run there a second time
     assert applied.headers["x-gradstep-cache"] == "verified"
-    assert list(server_timing(applied.headers)) == ["encode"]  # not run, not diagnosed: encoded again
+    # not run: the rules proposed nothing more for it (in a job of their own), and it was encoded again
+    assert list(server_timing(applied.headers)) == ["propose", "encode"]
     fixed, plain = orjson.loads(applied.content), truth.run_plain(fix.code)
     assert fixed["status"] == "ok" and plain.error is None
     assert truth.mismatches(fixed, plain) == []

@@ -32,13 +32,14 @@ from gradstep import serving
 from gradstep.app import create_app
 from gradstep.cache import cache_key, fix_run_key
 from gradstep.diagnose import RULES, facts
-from gradstep.encoding import decompress
+from gradstep.encoding import compress, decompress
 from gradstep.export import export_html
 from gradstep.routes.trace import TraceOptions
 from gradstep.runs import NOT_CHECKED, TraceRunner, sandbox_config
 from gradstep.sandbox import Sandbox
 from gradstep.schema import VERSION, Trace
 from gradstep.settings import Settings
+from gradstep.traces import HIT_COST
 from testkit.sandbox_guard import Guard, guard_fixture, guard_unavailable, settle, uid_base
 from testkit.server_timing import server_timing
 
@@ -135,14 +136,14 @@ def sandbox_runs(app: FastAPI) -> Iterator[list[dict]]:
     def counting(payload: str, **kw):
         job = orjson.loads(payload)
         with lock:
-            running[0] += "check" not in job
+            running[0] += runs_a_snippet(job)
             entry = {"job": job, "concurrent": running[0], "result": None}
             runs.append(entry)
         try:
             entry["result"] = run(payload, **kw)
         finally:
             with lock:
-                running[0] -= "check" not in job
+                running[0] -= runs_a_snippet(job)
         return entry["result"]
 
     sandbox.run = counting
@@ -156,8 +157,13 @@ def started(runs: list[dict], code: str) -> bool:
     return any(r["job"].get("code") == code for r in runs)
 
 
+def runs_a_snippet(job: dict) -> bool:
+    """A trace job (a snippet or a fix), not a check or propose job (rules only: gradstep.jobs)."""
+    return "check" not in job and "propose" not in job
+
+
 def trace_jobs(runs: list[dict]) -> list[dict]:
-    return [r for r in runs if "check" not in r["job"]]
+    return [r for r in runs if runs_a_snippet(r["job"])]
 
 
 def wait_for(condition, what: str, timeout: float = 90.0) -> None:
@@ -351,14 +357,11 @@ def test_a_client_short_of_budget_gets_its_diagnosis_with_the_fixes_it_could_pay
 def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy):
     show_limit = "import resource\nprint(resource.getrlimit(resource.RLIMIT_CPU))  # fix {}\n"
     fixes = [show_limit.format(i) for i in range(3)]
-    post(stingy, forge({}, [proposal(*fixes)]), **{"x-forwarded-for": "203.0.113.8"})
-    options = TraceOptions().model_dump()
+    with sandbox_runs(stingy.app) as runs:
+        post(stingy, forge({}, [proposal(*fixes)]), **{"x-forwarded-for": "203.0.113.8"})
     for fix in fixes:
-        soft, hard = ast.literal_eval(
-            orjson.loads(decompress(stingy.app.state.cache.get_now(fix_run_key(fix, options, caps(stingy)))))[
-                "stdout"
-            ]
-        )
+        (run,) = [r for r in runs if r["job"].get("code") == fix]
+        soft, hard = ast.literal_eval(orjson.loads(run["result"].output)["stdout"])
         # 6 s of CPU for 3 fixes: 2 s each (the sandbox's limit is 10), on top of the little the child
         # used before the snippet
         assert soft <= 3 and hard == soft + 1
@@ -392,7 +395,8 @@ def test_a_trivial_run_of_another_user_does_not_wait_for_an_attackers_fixes(stin
 
 def test_a_class_behind_one_address_opening_the_same_page_gets_its_fixes(guard):
     # 30 students behind one NAT address open the same diagnosed snippet at once: one run and its
-    # two fix runs, shared by all; only the first pays (burst 5 would refuse 25 of 30 otherwise).
+    # two fix runs, shared by all; the first pays for them, the others a share's small cost
+    # (29 × HIT_COST: burst 5 would refuse 25 of 30 if each paid for a run).
     app = guarded_app(guard, uid_base(2200), rate=0.001, burst=5)
     with live_server(app, guard) as base, sandbox_runs(app) as runs:
         code = FREED + "# class\n"
@@ -407,6 +411,55 @@ def test_a_class_behind_one_address_opening_the_same_page_gets_its_fixes(guard):
     assert [r.status_code for r in answers] == [200] * 30
     assert all(len(r.json()["diagnoses"][0]["fixes"]) == 2 for r in answers)
     assert len(trace_jobs(runs)) == 3  # the snippet and its two fixes, once
+
+
+def test_a_client_asking_for_one_cached_answer_again_and_again_spends_its_budget(stingy):
+    me, other = {"x-forwarded-for": "203.0.113.20"}, {"x-forwarded-for": "198.51.100.20"}
+    code = TRIVIAL + "# asked again and again\n"
+    assert post(stingy, code, **me).headers["x-gradstep-cache"] == "miss"  # 1 of its 4 runs
+    answers = [post(stingy, code, **me).status_code for _ in range(100)]
+    served = answers.index(429)  # the 3 runs left, spent a hit's cost at a time
+    assert 0 < served <= 3 / HIT_COST + 1 and set(answers[served:]) == {429}
+    assert post(stingy, code, **other).status_code == 200  # another client is served
+
+
+# -- 3b. a fix's run answers only for that fix ---------------------------------------------------
+
+
+def test_a_forged_proposal_of_another_users_code_is_not_kept_as_its_trace(client):
+    victim = TRIVIAL + "print('a victim snippet')\n"
+    post(client, forge({}, [proposal(victim)]))  # the server runs it as a fix run, and offers nothing
+    assert (
+        client.app.state.cache.get_now(fix_run_key(victim, TraceOptions().model_dump(), caps(client))) is None
+    )
+    with sandbox_runs(client.app) as runs:
+        answer = post(client, victim)
+    assert answer.headers["x-gradstep-cache"] == "miss" and started(runs, victim)  # a run of its own
+    assert answer.json()["stdout"] == "a victim snippet\n"
+
+
+def test_the_answer_to_apply_fix_is_never_stored_as_the_fixed_codes_own_trace(client):
+    fix = post(client, FREED + "# applied\n").json()["diagnoses"][0]["fixes"][0]["code"]
+    options = TraceOptions().model_dump()
+    assert client.app.state.cache.get_now(fix_run_key(fix, options, caps(client))) is not None
+    applied = post(client, fix)
+    assert applied.headers["x-gradstep-cache"] == "verified" and applied.json()["status"] == "ok"
+    assert client.app.state.cache.get_now(cache_key(fix, options, caps(client))) is None
+
+
+def test_proposals_planted_in_a_kept_fix_run_are_never_run(client):
+    fix = post(client, FREED + "# planted\n").json()["diagnoses"][0]["fixes"][0]["code"]
+    key = fix_run_key(fix, TraceOptions().model_dump(), caps(client))
+    kept = orjson.loads(decompress(client.app.state.cache.get_now(key)))
+    planted = TRIVIAL + "print('planted')\n"
+    kept["diagnoses"] = [proposal(planted)]  # what a writer to the shared cache could put there
+    client.app.state.cache.put_now(key, compress(orjson.dumps(kept)))
+    with sandbox_runs(client.app) as runs:
+        applied = post(client, fix)
+    assert applied.headers["x-gradstep-cache"] == "verified"
+    assert not started(runs, planted)
+    assert "FORGED" not in applied.text
+    assert any("propose" in r["job"] for r in runs)  # what to run next: the rules' say, in a sandbox
 
 
 # -- 4. a client that goes away takes its runs with it ----------------------------------------
