@@ -27,6 +27,14 @@ export function limitName(limit) {
   return names[limit] || limit || "resource";
 }
 
+/** A crashed run's own report (TraceError.reported) as a quote after the server's words, or "". The
+ * run's process can write anything there: it is never said in gradstep's voice. */
+export function reportedText(error, max = 300) {
+  const said = error && error.reported;
+  if (!said) return "";
+  return ` Reported by the code: “${said.length > max ? `${said.slice(0, max)}…` : said}”`;
+}
+
 export function fmtShape(shape) {
   return shape && shape.length ? shape.join("×") : "scalar";
 }

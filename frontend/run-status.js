@@ -1,7 +1,7 @@
 // The line under the editor that says what the last run did: running (with a progress bar), how
 // long it took and what it built, or why it stopped.
 
-import { limitName } from "./model.js";
+import { limitName, reportedText } from "./model.js";
 import { h } from "./dom.js";
 
 /** What a finished run's trace says, as [kind, text] ("ok" or "error"); `ms` from click to render. */
@@ -16,7 +16,7 @@ export function runSummary(trace, ms) {
   }
   if (trace.status === "timeout") return ["error", `Stopped: the run hit the time limit. ${more}`];
   if (trace.status === "limit") return ["error", `Stopped: the run hit the ${limitName(trace.limit)} limit. ${more}`];
-  return ["error", `The run crashed. ${more}`];
+  return ["error", `The run crashed. ${more}${reportedText(trace.error)}`];
 }
 
 /** The status line in `el`: set(kind, text, extra) with kind idle / running / ok / error. A finished

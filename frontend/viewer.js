@@ -6,6 +6,7 @@
 
 import {
   buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
+  reportedText,
 } from "./model.js";
 import { layoutGraph, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
@@ -528,7 +529,8 @@ export function createViewer(el, options = {}) {
     const notes = [];
     if (t.status === "timeout" || t.status === "limit" || t.status === "crashed") {
       const which = t.status === "timeout" ? "the wall-clock time limit" : t.status === "limit" ? `the ${limitName(t.limit)} limit` : "a crash";
-      notes.push(h("div", { class: "gs-note gs-note-error" }, h("strong", {}, `Run stopped by ${which}.`), ` ${t.error ? t.error.message : ""}`));
+      notes.push(h("div", { class: "gs-note gs-note-error" }, h("strong", {}, `Run stopped by ${which}.`),
+        ` ${t.error ? t.error.message : ""}${reportedText(t.error, 2000)}`));
     }
     if (t.status === "error" && outOfMemory(t.error)) {
       // the sandbox's per-run memory limit refused an allocation (RLIMIT_DATA): say so in words

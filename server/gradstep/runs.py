@@ -140,13 +140,16 @@ class Traced:
     timings: dict[str, float] = field(default_factory=dict)  # ms of each part: run, check, diagnose
 
 
-def failed_trace(code: str, status: str, message: str, limit: str | None = None) -> bytes:
+def failed_trace(
+    code: str, status: str, message: str, limit: str | None = None, reported: str | None = None
+) -> bytes:
+    """A run that gave no trace: ``message`` in the server's words; ``reported``, the child's own."""
     return orjson.dumps(
         {
             "version": VERSION,
             "status": status,
             "limit": limit,
-            "error": {"type": status, "message": message, "line": None},
+            "error": {"type": status, "message": message, "line": None, "reported": reported},
             "code": code,
             "torch": torch.__version__,
         }
@@ -199,7 +202,7 @@ class TraceRunner:
             with _timed(timings, "run"):
                 result = self._run(payload_for(code, options), budget)
             if result.status != "ok":
-                failed = failed_trace(code, result.status, result.detail, result.limit)
+                failed = failed_trace(code, result.status, result.detail, result.limit, result.reported)
                 return Traced(encoding.compress(failed), cacheable=False, timings=timings)
             fields = served_fields(code)
             with _timed(timings, "check"):

@@ -71,6 +71,11 @@ class TraceError(_Model):
     file: int | None = _in_file()
     column: int | None = Field(None, description="Column (1-based), for syntax errors.")
     traceback: str | None = Field(None, description="Traceback limited to the snippet's frames.")
+    reported: str | None = Field(
+        None,
+        description="What the run's own process wrote about why it ended without a trace (status crashed): "
+        "the run's words, never the server's; shown quoted, as reported by the code.",
+    )
 
 
 class SavedValue(_Model):

@@ -47,6 +47,7 @@ class TraceErrorDict(TypedDict):
     file: NotRequired[int | None]
     column: NotRequired[int | None]
     traceback: NotRequired[str | None]
+    reported: NotRequired[str | None]
 
 
 @_strict_keys

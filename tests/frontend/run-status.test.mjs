@@ -14,3 +14,12 @@ test("the status line says how long a run took and what it built, or why it stop
   assert.deepEqual(runSummary({ status: "timeout" }, 0), ["error", "Stopped: the run hit the time limit. "]);
   assert.deepEqual(runSummary({ status: "crashed", error: { message: "signal 9" } }, 0), ["error", "The run crashed. signal 9"]);
 });
+
+test("what a crashed run's own process reported is quoted as the code's, after the server's words", () => {
+  const said = "Security notice from gradstep: log in again";
+  const crashed = { status: "crashed", error: { message: "The run ended without a trace.", reported: said } };
+  assert.deepEqual(runSummary(crashed, 0),
+    ["error", `The run crashed. The run ended without a trace. Reported by the code: “${said}”`]);
+  const long = { status: "crashed", error: { message: "m", reported: "x".repeat(1000) } };
+  assert.ok(runSummary(long, 0)[1].endsWith(`“${"x".repeat(300)}…”`));
+});

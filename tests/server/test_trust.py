@@ -246,6 +246,20 @@ def test_diagnoses_with_verified_fixes_still_come_from_the_sandbox(client, rules
 # -- 2. a forged trace is served as the child's claim, never as the server's truth -------------
 
 
+def test_a_forged_error_frame_is_quoted_as_the_codes_words_never_the_servers(client):
+    claim = "Security notice from gradstep: your session expired, log in at evil.example"
+    code = (
+        "import os, struct\n"
+        f"text = {claim!r}.encode()\n"
+        "os.write(3, b'E' + struct.pack('<Q', len(text)) + text)\n"  # the frame the job code writes when it raises
+        "os._exit(1)\n"
+    )
+    trace = Trace.model_validate_json(post(client, code).content)
+    assert trace.status == "crashed" and trace.error is not None
+    assert claim not in trace.error.message  # the server's sentence is its own...
+    assert trace.error.reported == claim  # ...and the child's text is kept apart, as the child's
+
+
 def test_a_forged_result_frame_shows_the_code_that_ran_not_the_code_it_claims(client):
     claim = {"code": "print('an innocent snippet')\n", "torch": "9.9.9", "version": 1, "stdout": "hello\n"}
     code = forge(claim)

@@ -17,6 +17,7 @@ API
     r.output                  # the target's bytes when "ok" (untrusted: validate before use)
     r.limit, r.signal         # "memory" | "cpu" | "wall" | "output", "SIGKILL"... when relevant
     r.detail                  # one human sentence: which limit, which signal, what failed
+    r.reported                # when the target raised: the child's own text (untrusted: quote it as its)
     r.seconds, r.timings      # wall time of run(); ms: queue, spare, the child's fork and layers, target
     sb.health()               # {"zygote": bool, "layers": {name: "active" | "disabled" | "unavailable: why"},
                               #  "workers": runs at once, "slots": workers + extra_slots,

@@ -89,7 +89,8 @@ class RunResult:
     output: bytes = b""  # the target's return value when status == "ok"
     limit: str | None = None  # "memory", "cpu", "wall", "output" when status is "limit"/"timeout"
     signal: str | None = None  # the signal that ended the child, if one did ("SIGKILL")
-    detail: str = ""  # one human sentence: which limit, which signal, what failed
+    detail: str = ""  # one human sentence: which limit, which signal, what failed (the server's words)
+    reported: str | None = None  # what the child wrote about its own failure: untrusted, its words only
     seconds: float = 0.0  # wall time of run(), queueing included
     # milliseconds: "queue" (waiting for a slot), "spare" (from handing over the code until
     # the child had it, confined: ~0 for a ready spare), the child's own "fork" and one

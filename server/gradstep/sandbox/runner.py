@@ -29,6 +29,10 @@ LINGER_CHECK = 0.5  # seconds between the reader's checks for children that outs
 _CANCEL_CHECK = 0.05  # seconds between a cancellable run's looks at its cancel event
 SPARE_HOLD_MAX = 0.25  # seconds a new spare waits at most for ``spares_held`` sections to end
 _CANCELLED = "The run was cancelled: the request it belonged to was withdrawn."
+RAISED_DETAIL = (
+    "The run ended without a trace: the code in its process stopped with an exception of its own "
+    "(what it reported is shown as the code's words)."
+)
 
 
 def _package_root() -> Path:
@@ -742,8 +746,9 @@ class Sandbox:
                     text = payload[:2000].decode("utf-8", "replace")  # trusted, but capped
                     return RunResult("crashed", detail=f"Confinement failed, so nothing ran: {text}")
                 elif kind == protocol.RAISED:
-                    text = payload[:2000].decode("utf-8", "replace")  # untrusted: capped
-                    return RunResult("crashed", detail=f"The sandbox's target raised {text}", timings=timings)
+                    # the child's words (a snippet can write this frame): never said in the server's voice
+                    text = payload[:2000].decode("utf-8", "replace")
+                    return RunResult("crashed", detail=RAISED_DETAIL, reported=text, timings=timings)
                 else:
                     # A whole result: answer now. The child exits on its own (or is killed
                     # EXIT_GRACE later); nothing that happens to it now changes this result.
