@@ -65,8 +65,9 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
   if (theme === "light" || theme === "dark") el.dataset.theme = theme;
   else delete el.dataset.theme;
   const codeEl = h("div", { class: "gs-editor gs-embed-code" });
-  const codeBox = h("details", { class: "gs-embed-codebox", open: true },
-    h("summary", { class: "gs-embed-code-summary" }, "Code"), codeEl);
+  // Without `code` the code is folded, not gone: whoever sees a run can always read the code behind it.
+  const codeBox = h("details", { class: "gs-embed-codebox", open: code },
+    h("summary", { class: "gs-embed-code-summary" }, code ? "Code" : "The code behind this"), codeEl);
   const stepperEl = h("div", { class: "gs-embed-stepper" });
   const graphEl = h("div", { class: "gs-embed-graph" });
   const right = h("div", { class: "gs-embed-right" }, graphEl);
@@ -74,7 +75,7 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
   const compareEl = h("section", { class: "gs-embed-compare", "aria-label": "The run and the fixed run side by side" });
   const panelsEl = h("div");
   const bottom = h("div", { class: "gs-embed-bottom" }, panelsEl);
-  el.append(...[code ? codeBox : null, right, stepperEl, diagEl, compareEl, panels ? bottom : null].filter(Boolean));
+  el.append(...[codeBox, right, stepperEl, diagEl, compareEl, panels ? bottom : null].filter(Boolean));
 
   // the layout follows the embed's own width; the code folds when it becomes narrow (unless edited here)
   let narrow = null;
@@ -83,7 +84,7 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
     const now = width > 0 && width < NARROW;
     if (now !== narrow) {
       narrow = now;
-      codeBox.open = !now || editable;
+      if (code) codeBox.open = !now || editable;
     }
   };
   fitWidth(el.getBoundingClientRect().width);
@@ -91,9 +92,9 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
   if (sizer) sizer.observe(el);
 
   let viewer = null;
-  const editor = code
-    ? createEditor(codeEl, { doc: trace.code || "", readOnly: !editable, onRun, onHoverLine: (line) => viewer && viewer.hoverLine(line), label: "Snippet code" })
-    : null;
+  const editor = createEditor(codeEl, {
+    doc: trace.code || "", readOnly: !code || !editable, onRun, onHoverLine: (line) => viewer && viewer.hoverLine(line), label: "Snippet code",
+  });
   viewer = createViewer(el, { code: editor, onStep, slots: { stepper: stepperEl, graph: graphEl, panels: panelsEl } });
   viewer.editor = editor;
 

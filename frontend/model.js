@@ -35,6 +35,15 @@ export function reportedText(error, max = 300) {
   return ` Reported by the code: “${said.length > max ? `${said.slice(0, max)}…` : said}”`;
 }
 
+/** Why a run is the code's word, not gradstep's (Trace.reaches: the server's look at the code), or "". */
+export function reachSentence(reaches) {
+  if (!reaches || !reaches.length) return "";
+  const where = reaches.slice(0, 3).map((r) => `line ${r.line}: ${r.what}`).join("; ");
+  return `This code reaches beyond PyTorch (${where}${reaches.length > 3 ? "; …" : ""}), so it could make its run `
+    + "report anything: the steps, values and words here are what its process reported, not gradstep's, "
+    + "and no fixes are checked for it.";
+}
+
 export function fmtShape(shape) {
   return shape && shape.length ? shape.join("×") : "scalar";
 }
@@ -218,6 +227,7 @@ export function buildModel(input) {
     truncated: raw.truncated ?? [],
     notes: raw.notes ?? [],
     diagnoses: raw.diagnoses ?? [], // trace version 2
+    reaches: raw.reaches ?? [], // added within version 4
     files: (raw.files ?? []).map((f) => ({ path: f.path, code: f.code ?? null })), // added within version 3
   };
   const nodes = (raw.nodes ?? []).map((n) => nodeInfo(n, trace.files));

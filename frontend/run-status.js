@@ -9,7 +9,8 @@ export function runSummary(trace, ms) {
   const steps = (trace.steps || []).length;
   const took = `${(ms / 1000).toFixed(2)} s`;
   const more = trace.error ? trace.error.message : "";
-  if (trace.status === "ok") return ["ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes`];
+  const reported = (trace.reaches || []).length ? " · reported by the code" : "";
+  if (trace.status === "ok") return ["ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes${reported}`];
   if (trace.status === "error") {
     const e = trace.error || {};
     return ["error", `${e.type || "Error"}${e.line ? ` at line ${e.line}` : ""}: ${e.message || ""}`];

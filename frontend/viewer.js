@@ -6,7 +6,7 @@
 
 import {
   buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
-  reportedText,
+  reportedText, reachSentence,
 } from "./model.js";
 import { layoutGraph, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
@@ -527,6 +527,10 @@ export function createViewer(el, options = {}) {
     if (!model) return;
     const t = model.trace;
     const notes = [];
+    // first, above the narration: what follows is the code's word
+    const reported = t.reaches.length
+      ? h("div", { class: "gs-note gs-note-reported" }, h("strong", {}, "Reported by the code."), ` ${reachSentence(t.reaches)}`)
+      : null;
     if (t.status === "timeout" || t.status === "limit" || t.status === "crashed") {
       const which = t.status === "timeout" ? "the wall-clock time limit" : t.status === "limit" ? `the ${limitName(t.limit)} limit` : "a crash";
       notes.push(h("div", { class: "gs-note gs-note-error" }, h("strong", {}, `Run stopped by ${which}.`),
@@ -547,6 +551,7 @@ export function createViewer(el, options = {}) {
     const tone = step ? renderNarration(banner, model, index, { highlight: highlightLinked, select: selectNode }) : null;
     banner.className = tone ? `gs-banner gs-tone-${tone}` : "gs-banner";
     banner.append(...notes);
+    if (reported) banner.prepend(reported);
   }
 
   function outOfMemory(error) {

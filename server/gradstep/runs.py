@@ -21,6 +21,7 @@ its output is data, never authority:
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import threading
 import time
@@ -35,6 +36,7 @@ from pydantic import TypeAdapter, ValidationError
 from gradstep import encoding
 from gradstep.checker import Checked, CheckerPool
 from gradstep.diagnose import facts, proposed_codes
+from gradstep.reach import reaches
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
 from gradstep.schema import SERVER_FIELDS, VERSION, Diagnosis
 from gradstep.settings import Settings
@@ -215,7 +217,8 @@ class TraceRunner:
                 keep = encoding.worth_keeping(len(result.output), checked.stored)
                 return Traced(checked.stored, cacheable=keep, timings=timings)
             trace = {**orjson.loads(result.output), **fields}  # checked: it is a trace
-            proposed = proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
+            # code that reaches past torch could have written anything here: nothing is checked for it
+            proposed = [] if fields["reaches"] else proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
         trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
         complete, ran = True, {}
         # Apply fix's answer (a kept run, nothing proposed) is only encoded again: not a diagnosis
@@ -356,8 +359,14 @@ def _timed(timings: dict[str, float], part: str) -> Iterator[None]:
 
 def served_fields(code: str) -> dict:
     """What the server writes into every trace it serves: never the child's to say (a snippet can
-    write its own result, claiming other code or versions)."""
-    return dict(zip(SERVER_FIELDS, (code, VERSION, torch.__version__), strict=True))
+    write its own result, claiming other code or versions). ``reaches``: the server's own look at
+    the code (gradstep.reach)."""
+    return dict(zip(SERVER_FIELDS, (code, VERSION, torch.__version__, list(_reaches(code))), strict=True))
+
+
+@functools.lru_cache(maxsize=256)  # a run and its fix runs, the run again on Apply fix
+def _reaches(code: str) -> tuple[dict, ...]:
+    return tuple(reaches(code))
 
 
 def payload_for(code: str, options: dict | None = None, *, cpu_seconds: int | None = None) -> str:

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 #    Added within 4: the step kind "error" (the code raised outside a backward/grad call).
 VERSION = 4
 # Written by the server into every trace it serves, never taken from the sandboxed child's bytes.
-SERVER_FIELDS = ("code", "version", "torch")
+SERVER_FIELDS = ("code", "version", "torch", "reaches")
 
 Status = Literal["ok", "error", "timeout", "limit", "crashed"]
 StepKind = Literal["forward", "backward", "grad", "update", "error"]
@@ -273,6 +273,13 @@ class Warning_(_Model):
     message: str
     line: int | None = None
     file: int | None = _in_file()
+
+
+class Reach(_Model):
+    """A place where the snippet's code reaches beyond PyTorch's public API and plain Python (gradstep.reach)."""
+
+    line: int = Field(description="Snippet line (1-based).")
+    what: str = Field(description="What it uses there, e.g. `os.write`, `getattr`, `import ctypes`.")
 
 
 class Link(_Model):
@@ -519,6 +526,12 @@ class Trace(_Model):
     )
     diagnoses: list[Diagnosis] = Field(
         default_factory=list, description="Known autograd mistakes the run shows, each with verified fixes."
+    )
+    reaches: list[Reach] = Field(
+        default_factory=list,
+        description="Written by the server from the code: where it reaches beyond PyTorch's public API and plain "
+        "Python (at most 8). Not empty: the run could write what it pleased into this trace, so a viewer shows it "
+        "as reported by the code, and no fixes are checked or offered.",
     )
 
 

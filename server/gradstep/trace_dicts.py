@@ -126,6 +126,12 @@ class WarningDict(TypedDict):
 
 
 @_strict_keys
+class ReachDict(TypedDict):
+    line: int
+    what: str
+
+
+@_strict_keys
 class LinkDict(TypedDict):
     start: int
     end: int
@@ -228,6 +234,7 @@ class TraceDict(TypedDict):
     truncated: NotRequired[list[str]]
     notes: NotRequired[list[str]]
     diagnoses: NotRequired[list[DiagnosisDict]]
+    reaches: NotRequired[list[ReachDict]]
 
 
 def _one_entry_per_row(table: dict) -> dict:

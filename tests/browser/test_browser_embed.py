@@ -151,7 +151,8 @@ def test_code_in_the_fragment_is_run_and_shown_at_its_step(tab, site, server):
     trace = trace_of(server, CODE)
     frame = frame_page(tab, site, server, f"/embed#code={encode_code(CODE)}&step=1")
     assert_step_matches(graph_state(frame), trace, 1)
-    assert frame.locator(".cm-content").inner_text().strip() == CODE.strip()
+    shown = frame.locator(".cm-content").inner_text()
+    assert shown.split() == (snippets.snippets_dir() / f"{SNIPPET}.py").read_text().split()
 
 
 def test_fragment_step_overrides_the_query_step(tab, site, server):
@@ -206,10 +207,24 @@ def test_code_over_the_api_limit_gets_a_clear_message(tab, site, server):
     assert "larger than 64 KB" in frame.locator("#gs-frame-status").inner_text()
 
 
-def test_hidden_editor_shows_no_code(tab, site, server):
+def test_hidden_editor_folds_the_code_and_a_viewer_can_still_read_it(tab, site, server):
     frame = frame_page(tab, site, server, f"/embed?snippet={SNIPPET}&editor=hidden")
-    assert frame.locator(".cm-editor").count() == 0
+    assert frame.locator(".cm-editor").is_hidden()  # the graph has the room...
     assert frame.locator("[data-node-id]").count() > 0
+    frame.get_by_text("The code behind this").click()  # ...and whoever sees the run can read its code
+    shown = frame.locator(".cm-content").inner_text()
+    assert shown.split() == (snippets.snippets_dir() / f"{SNIPPET}.py").read_text().split()
+    assert frame.locator(".cm-content").get_attribute("contenteditable") == "false"
+
+
+def test_a_run_whose_code_reaches_past_torch_says_at_every_step_that_it_is_the_codes_word(tab, site, server):
+    code = CODE + "import os\nprint(os.getpid())\n"
+    frame = frame_page(tab, site, server, f"/embed#code={encode_code(code)}")
+    for _ in range(3):
+        note = frame.locator(".gs-banner .gs-note-reported")
+        expect(note).to_contain_text("Reported by the code.")
+        expect(note).to_contain_text("line 9: os.getpid")
+        frame.get_by_role("button", name="Next step (→)").click()
 
 
 def test_readonly_editor_cannot_be_edited(tab, site, server):

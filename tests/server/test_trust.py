@@ -21,6 +21,7 @@ from pathlib import Path
 
 import gradstep.diagnose
 import gradstep.jobs
+import gradstep.runs
 import httpx
 import orjson
 import pytest
@@ -184,6 +185,13 @@ def post(client, code: str, **headers) -> httpx.Response:
     return client.post("/api/trace", json={"code": code}, headers=headers)
 
 
+@pytest.fixture
+def unseen(monkeypatch) -> None:
+    """As if the server's look at the code (gradstep.reach) missed how a forging snippet reaches its
+    process: the protections behind that look must hold on their own."""
+    monkeypatch.setattr(gradstep.runs, "_reaches", lambda code: ())
+
+
 # -- 1. the server runs no rule on what a child wrote ----------------------------------------
 
 
@@ -274,7 +282,7 @@ def test_a_forged_result_frame_shows_the_code_that_ran_not_the_code_it_claims(cl
         assert (trace.code, trace.torch, trace.version) == (code, torch.__version__, VERSION)
 
 
-def test_forged_verified_fixes_are_never_shown(client):
+def test_forged_verified_fixes_are_never_shown(client, unseen):
     # The child claims a failed second backward with a "verified" fix that does run cleanly.
     steps = [
         {"index": 0, "kind": "backward", "line": 2, "nodes": {"id": []}},
@@ -294,6 +302,27 @@ def test_forged_verified_fixes_are_never_shown(client):
     assert "FORGED" not in shown and "Forged fix" not in shown
     # ...but only a diagnosis the sandboxed check found in the claim is shown, without that fix
     assert all(f["code"] != "print('fixed')\n" for d in body["diagnoses"] for f in d["fixes"])
+
+
+def test_a_forging_snippet_is_shown_as_reported_by_its_code_and_no_fix_is_run_for_it(client):
+    steps = [{"index": 0, "kind": "backward", "line": 2, "nodes": {"id": []}}]
+    code = forge(
+        {"steps": steps, "stdout": "gradstep checked this against plain PyTorch\n"}, [proposal(TRIVIAL)]
+    )
+    with sandbox_runs(client.app) as runs:
+        trace = Trace.model_validate_json(post(client, code).content)
+    line = code.splitlines().index(next(x for x in code.splitlines() if x.startswith("os.write"))) + 1
+    assert [r.what for r in trace.reaches if r.line == line] == ["os.write"]  # the server's look at the code
+    assert trace.diagnoses == [] and [r["job"]["code"] for r in runs] == [
+        code
+    ]  # nothing run or checked for it
+
+
+def test_the_same_mistake_without_reaching_past_torch_gets_its_fixes(client):
+    plain = FREED + "# reaching or not\n"
+    reaching = plain + "import os\nprint(os.getpid())\n"
+    kinds = [[d["kind"] for d in post(client, code).json()["diagnoses"]] for code in (plain, reaching)]
+    assert kinds == [["backward_through_freed_graph"], []]
 
 
 def test_an_export_carries_the_code_that_ran(client):
@@ -338,7 +367,7 @@ def stingy(guard):
         yield c
 
 
-def test_forged_proposals_run_only_as_far_as_the_clients_budget_goes(stingy):
+def test_forged_proposals_run_only_as_far_as_the_clients_budget_goes(stingy, unseen):
     fixes = [f"x = {i}\n" for i in range(8)]
     code = forge({}, [proposal(*fixes)])
     me = {"x-forwarded-for": "203.0.113.7"}
@@ -368,7 +397,7 @@ def test_a_client_short_of_budget_gets_its_diagnosis_with_the_fixes_it_could_pay
     assert stingy.app.state.cache.get_now(cache_key(code, TraceOptions().model_dump(), caps(stingy))) is None
 
 
-def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy):
+def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy, unseen):
     show_limit = "import resource\nprint(resource.getrlimit(resource.RLIMIT_CPU))  # fix {}\n"
     fixes = [show_limit.format(i) for i in range(3)]
     with sandbox_runs(stingy.app) as runs:
@@ -381,7 +410,7 @@ def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy):
         assert soft <= 3 and hard == soft + 1
 
 
-def test_a_trivial_run_of_another_user_does_not_wait_for_an_attackers_fixes(stingy):
+def test_a_trivial_run_of_another_user_does_not_wait_for_an_attackers_fixes(stingy, unseen):
     fix_a, fix_b = SLEEP_FOREVER + "# a\n", SLEEP_FOREVER + "# b\n"
     code = forge({}, [proposal(fix_a, fix_b)])
     attacker_done = threading.Event()
@@ -518,7 +547,7 @@ def test_a_client_that_hangs_up_gives_back_its_place_and_its_run_is_killed(patie
     assert r.json()["status"] == "ok"
 
 
-def test_a_client_that_hangs_up_during_its_fix_runs_stops_them(patient):
+def test_a_client_that_hangs_up_during_its_fix_runs_stops_them(patient, unseen):
     app, base = patient
     fixes = [SLEEP_FOREVER + f"# fix {i}\n" for i in range(4)]
     with sandbox_runs(app) as runs:
