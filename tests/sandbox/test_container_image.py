@@ -33,6 +33,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from gradstep.columns import rows_of
 from testkit.container import image_env
 from testkit.sandbox_guard import MOUNT_POINTS, bound
 
@@ -264,7 +265,8 @@ def test_a_snippet_traces_as_plain_torch_computes_it(server):
 
     x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
     (x.exp() * x).sum().backward()
-    grad = next(s["grad"]["values"] for s in t["steps"][-1]["tensors"] if s["name"] == "x")
+    last = rows_of(t)["steps"][-1]  # the wire's tables are columns (trace version 4)
+    grad = next(s["grad"]["values"] for s in last["tensors"] if s["name"] == "x")
     assert grad == pytest.approx(x.grad.tolist(), rel=1e-4)
 
 
