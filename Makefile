@@ -30,7 +30,7 @@ test: install browser
 	node --test tests/frontend/
 
 # The Docker image, built by a real engine and attacked (tests/sandbox/test_container_image.py): slow
-# (≈10 min from a fresh machine, ≈1 min once built), so not part of `make test`; CI runs it last.
+# (≈7 min on a bare machine, ≈1 min once built), so not part of `make test`; CI runs it last.
 # Podman and runc (crun refuses hybrid cgroups) and mmdebstrap are installed from Debian where missing.
 # The base: IMAGE_BASE, else python:3.11-slim from Docker Hub, else a Debian base built here once
 # (deploy/image-base.sh). pip in the build reaches packages as pip does here (its config, PIP_*).

@@ -30,12 +30,16 @@ fi
 # This machine's release (its python3 is what the image's venv gets), and the Debian archives
 # its apt reads (a mirror, updates, security), as one-line sources for the base's own apt.
 . /etc/os-release
+debian_sources() {
+	apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT)' \
+		'Created-By: Packages' 'Origin: Debian' 'Component: main' 2>/dev/null | sort -u
+}
+[[ -n "$(debian_sources)" ]] || apt-get update -qq >&2 # apt's lists say where its Debian archives are
 mirrors=()
 while read -r uri release component; do
 	mirrors+=("deb $uri $release $component")
-done < <(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT)' \
-	'Created-By: Packages' 'Origin: Debian' "Component: main" 2>/dev/null | sort -u)
-# None listed (apt-get update not run yet): mmdebstrap's default, deb.debian.org with updates and security.
+done < <(debian_sources)
+# Still none: mmdebstrap's default, deb.debian.org with updates and security.
 
 tar="$(mktemp --suffix=.tar)"
 trap 'rm -f "$tar"' EXIT
