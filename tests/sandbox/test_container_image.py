@@ -153,7 +153,10 @@ def image() -> str:
     if named := os.environ.get("GRADSTEP_IMAGE"):
         return named
     tag = "localhost/gradstep:test"
+    before = engine("image", "inspect", "--format", "{{.Id}}", tag, check=False).stdout.strip()
     engine("build", "--tag", tag, *build_args(), str(REPO), timeout=3600)
+    if before and before != engine("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip():
+        engine("rmi", before, check=False)  # the image this build replaced (1.5 GB left untagged)
     return tag
 
 
