@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 TORCH   ?= torch==2.13.0
 PYTHON  ?= python3
 
-.PHONY: install browser serve test test-image test-hosts frontend format schema bench clean
+.PHONY: install browser serve test image-engine test-image test-hosts frontend format schema bench clean
 
 $(STAMP): pyproject.toml server/gradstep/tracer/_nodes.c
 	$(PYTHON) -m venv $(VENV)
@@ -29,11 +29,24 @@ test: install browser
 	$(PY) -m pytest
 	node --test tests/frontend/
 
-# The Docker image, built by a real engine (podman + runc, or GRADSTEP_ENGINE=docker) and attacked:
-# slow, so not part of `make test`. IMAGE_BASE: a local base where Docker Hub can't be pulled.
+# The Docker image, built by a real engine and attacked (tests/sandbox/test_container_image.py): slow
+# (≈7 min on a bare machine, ≈1 min once built), so not part of `make test`; CI runs it last.
+# Podman and runc (crun refuses hybrid cgroups) and mmdebstrap are installed from Debian where missing.
+# The base: IMAGE_BASE, else python:3.11-slim from Docker Hub, else a Debian base built here once
+# (deploy/image-base.sh). pip in the build reaches packages as pip does here (its config, PIP_*).
 IMAGE_BASE ?=
-test-image: install
-	GRADSTEP_TEST_IMAGE=1 GRADSTEP_IMAGE_BASE=$(IMAGE_BASE) $(PY) -m pytest tests/sandbox/test_container_image.py
+IMAGE_TOOLS := podman runc mmdebstrap
+image-engine:
+	@for tool in $(IMAGE_TOOLS); do command -v $$tool >/dev/null 2>&1 || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq $(IMAGE_TOOLS) >/dev/null 2>&1 \
+	    || { apt-get update -qq && apt-get install -y -qq $(IMAGE_TOOLS) >/dev/null; }; \
+	fi
+
+test-image: install image-engine
+	base="$$(IMAGE_BASE='$(IMAGE_BASE)' deploy/image-base.sh)" \
+	  && GRADSTEP_TEST_IMAGE=1 GRADSTEP_IMAGE_BASE="$$base" $(PY) -m pytest --durations=3 tests/sandbox/test_container_image.py
 
 # The real hosts (JupyterLab, marimo, Sphinx; MyST's model), each started and driven in Chromium:
 # slow (≈5 min on 2 shared cores), so not part of `make test`. Missing host packages are installed from

@@ -1,13 +1,17 @@
 """The Docker image, built by a real container engine and run with the README's flags.
 
 Slow (it builds the image: minutes the first time, a few seconds from the engine's cache), so
-it runs only when asked, with ``make test-image`` (GRADSTEP_TEST_IMAGE=1), and skips, saying
-why, where no engine is installed. Podman with runc (crun refuses hybrid cgroups); docker works
-the same way (GRADSTEP_ENGINE=docker). The build takes its base from GRADSTEP_IMAGE_BASE (a
-local one where Docker Hub can't be pulled: docs/deploy.md) and passes the pip settings of the
-machine it runs on (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_CERT; local paths
-mounted read-only) plus GRADSTEP_IMAGE_BUILD_ARGS. GRADSTEP_IMAGE names an image to test
-instead of building one.
+it runs only when asked, with ``make test-image`` (GRADSTEP_TEST_IMAGE=1), which installs the
+engine where it is missing. Asked for elsewhere, it skips, saying why, where no engine is
+installed; in CI (CI set) that is a failure instead: CI installs the engine, so a skip there
+would hide that the image was never tested. Podman with runc (crun refuses hybrid cgroups);
+docker works the same way (GRADSTEP_ENGINE=docker). The build takes its base from
+GRADSTEP_IMAGE_BASE (a local one where Docker Hub can't be pulled: deploy/image-base.sh) and
+reaches packages the way pip does on the machine it runs on: its index, extra indexes, find-links
+and CA bundle (from pip's config files and PIP_* variables, local paths mounted read-only) become
+build arguments, and where those find-links hold the pinned CPU build of torch, torch comes from
+there instead of the PyTorch index. GRADSTEP_IMAGE_BUILD_ARGS adds to them; GRADSTEP_IMAGE names
+an image to test instead of building one.
 
 The container runs with exactly the flags of the README's ``docker run`` line (read from it);
 then the server's /healthz, a trace compared with plain torch, and attacks from the battery.
@@ -23,11 +27,13 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+from gradstep.columns import rows_of
 from testkit.container import image_env
 from testkit.sandbox_guard import MOUNT_POINTS, bound
 
@@ -46,6 +52,13 @@ def why_not() -> str | None:
         return "the image test runs the engine as root (rootless engines need their own setup)"
     return None
 
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false")
+
+
+if os.environ.get("GRADSTEP_TEST_IMAGE") == "1" and in_ci() and why_not() is not None:
+    pytest.fail(f"the image test was asked for in CI and cannot run: {why_not()}", pytrace=False)
 
 pytestmark = [pytest.mark.image, pytest.mark.skipif(why_not() is not None, reason=str(why_not()))]
 
@@ -72,19 +85,61 @@ def documented_run_flags() -> list[str]:
     return flags[:i] + flags[i + 2 :]
 
 
+PIP_SETTINGS = ("index-url", "extra-index-url", "find-links", "cert")  # the Dockerfile's PIP_* arguments
+
+
+def pip_settings() -> dict[str, str]:
+    """Where pip on this machine finds packages, as the PIP_* names the Dockerfile takes: from its
+    config files and PIP_* variables (`pip config list`; a variable wins, then [install], then
+    [global], as in pip itself)."""
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True
+    ).stdout
+    found: dict[tuple[str, str], str] = {}
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        section, _, option = key.rpartition(".")
+        found[section, option] = ast.literal_eval(value)
+    settings = {}
+    for option in PIP_SETTINGS:
+        for section in (":env:", "install", "global"):
+            if (section, option) in found:
+                settings["PIP_" + option.upper().replace("-", "_")] = found[section, option]
+                break
+    return settings
+
+
+def local_paths(name: str, value: str) -> set[str]:
+    """What a setting names on this machine's disk, to mount into the build: a CA bundle, a
+    find-links directory, or a local index (file://.../simple) with the files beside it."""
+    paths = set()
+    for item in value.split():
+        path = item.removeprefix("file://")
+        if not (path.startswith("/") and os.path.exists(path)):
+            continue
+        paths.add(str(Path(path).parent) if name.endswith("INDEX_URL") else path)
+    return paths
+
+
+def local_torch(settings: dict[str, str]) -> bool:
+    """Whether pip's find-links hold the Dockerfile's torch, CPU build, for the base's Python."""
+    pinned = re.search(r"torch==(\S+)", (REPO / "Dockerfile").read_text())
+    assert pinned, "Dockerfile: no torch==..."
+    wheel = f"torch-{pinned.group(1)}+cpu-cp3*.whl"
+    dirs = [Path(d.removeprefix("file://")) for d in settings.get("PIP_FIND_LINKS", "").split()]
+    return any(d.is_dir() and any(d.glob(wheel)) for d in dirs)
+
+
 def build_args() -> list[str]:
     """This machine's pip settings as build arguments, local paths they name mounted read-only."""
+    settings = pip_settings()
     args: list[str] = []
     mounts: set[str] = set()
-    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_CERT"):
-        value = os.environ.get(name)
-        if not value:
-            continue
+    for name, value in settings.items():
         args += ["--build-arg", f"{name}={value}"]
-        for item in value.split():
-            path = item.removeprefix("file://")
-            if path.startswith("/") and os.path.exists(path):
-                mounts.add(path)
+        mounts |= local_paths(name, value)
+    if local_torch(settings):  # pip takes the local +cpu wheel over the index's (CUDA) one
+        args += ["--build-arg", f"TORCH_INDEX_URL={settings.get('PIP_INDEX_URL', 'https://pypi.org/simple')}"]
     args += [f"--volume={m}:{m}:ro" for m in sorted(mounts)]
     if ENGINE == "podman":
         args += ["--format", "docker"]  # OCI images drop the HEALTHCHECK
@@ -98,7 +153,10 @@ def image() -> str:
     if named := os.environ.get("GRADSTEP_IMAGE"):
         return named
     tag = "localhost/gradstep:test"
+    before = engine("image", "inspect", "--format", "{{.Id}}", tag, check=False).stdout.strip()
     engine("build", "--tag", tag, *build_args(), str(REPO), timeout=3600)
+    if before and before != engine("image", "inspect", "--format", "{{.Id}}", tag).stdout.strip():
+        engine("rmi", before, check=False)  # the image this build replaced (1.5 GB left untagged)
     return tag
 
 
@@ -210,7 +268,8 @@ def test_a_snippet_traces_as_plain_torch_computes_it(server):
 
     x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
     (x.exp() * x).sum().backward()
-    grad = next(s["grad"]["values"] for s in t["steps"][-1]["tensors"] if s["name"] == "x")
+    last = rows_of(t)["steps"][-1]  # the wire's tables are columns (trace version 4)
+    grad = next(s["grad"]["values"] for s in last["tensors"] if s["name"] == "x")
     assert grad == pytest.approx(x.grad.tolist(), rel=1e-4)
 
 
