@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 import time
@@ -365,3 +366,31 @@ def test_without_a_cache_url_no_secret_is_needed():
     assert Settings().cache_secret == ""
     with pytest.raises(SettingsError, match="GRADSTEP_CACHE_SECRET"):
         Settings(cache_url="redis://127.0.0.1:6379/0", cache_secret="x" * 31)
+
+
+# -- what deploy/ ships ------------------------------------------------------------------------------
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def rates(text: str) -> list[float]:
+    """Every GRADSTEP_RATE a manifest sets (compose's `KEY: value`, Kubernetes' `{ name, value }`)."""
+    return [float(v) for v in re.findall(r'GRADSTEP_RATE\b\W+(?:value:\s*)?"?([\d.]+)', text)]
+
+
+def test_compose_takes_the_cache_secret_from_its_environment_and_requires_it():
+    compose = (DEPLOY / "docker-compose.yml").read_text()
+    assert re.search(r'GRADSTEP_CACHE_SECRET: "\$\{GRADSTEP_CACHE_SECRET:\?[^}]+\}"', compose)
+
+
+def test_kubernetes_takes_the_cache_secret_from_a_secret():
+    k8s = (DEPLOY / "k8s" / "gradstep.yaml").read_text()
+    assert re.search(
+        r"name: GRADSTEP_CACHE_SECRET\b.*\n\s*valueFrom: \{ secretKeyRef: \{ name: \S+, key: \S+ \} \}", k8s
+    )
+
+
+def test_compose_and_kubernetes_keep_a_per_client_run_limit():
+    for manifest in (DEPLOY / "docker-compose.yml", DEPLOY / "k8s" / "gradstep.yaml"):
+        assert all(rate > 0 for rate in rates(manifest.read_text())), manifest.name
+    assert rates('      GRADSTEP_RATE: "0"') == [0.0]  # what compose shipped: the pattern finds it
