@@ -48,14 +48,15 @@ def cache_key(code: str, options: dict, caps: dict | None = None) -> str:
     """An entry's key: the run's code and options, the server's caps that change what a run says
     (``Settings.result_caps``), and what makes another gradstep or torch read it otherwise."""
     blob = orjson.dumps(
-        # "stored": what an entry holds (gradstep.encoding), so no server reads another's format
+        # "stored": what an entry holds (gradstep.encoding; signed in the shared cache), so no server
+        # reads another's format: a rolling upgrade's replicas miss each other's entries, never reject them
         {
             "code": code,
             "options": options,
             "caps": caps or {},
             "v": VERSION,
             "torch": torch.__version__,
-            "stored": "br",
+            "stored": "br+hmac",
         },
         option=orjson.OPT_SORT_KEYS,
     )
