@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import secrets
 import shutil
 import statistics
 import sys
@@ -77,7 +78,11 @@ def main() -> int:
             return 2
 
     redis = RedisServer()
-    env = {"GRADSTEP_CACHE_URL": redis.url, "GRADSTEP_TRUST_PROXY": "1"}
+    env = {
+        "GRADSTEP_CACHE_URL": redis.url,
+        "GRADSTEP_CACHE_SECRET": secrets.token_hex(32),
+        "GRADSTEP_TRUST_PROXY": "1",
+    }
     replicas = [Server(args.workers, env, uid_base=base) for base in UID_BASES]
     fronts: list[Nginx] = []
     try:

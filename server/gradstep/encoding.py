@@ -65,9 +65,34 @@ MAX_RATIO = 400
 RATIO_FROM = 1 << 20
 
 
+def largest_kept(stored_size: int) -> int:
+    """The most bytes of JSON a trace stored in ``stored_size`` bytes may hold and still be kept."""
+    return max(RATIO_FROM, MAX_RATIO * stored_size)
+
+
 def worth_keeping(inflated: int, stored: bytes) -> bool:
     """Whether a trace of ``inflated`` bytes of JSON, stored as ``stored``, may go into a cache."""
-    return inflated <= RATIO_FROM or inflated <= MAX_RATIO * len(stored)
+    return inflated <= largest_kept(len(stored))
+
+
+class TooLarge(ValueError):
+    """A brotli stream that inflates past the limit it was read with."""
+
+
+def inflate(br: bytes, limit: int) -> bytes:
+    """The whole of the brotli stream ``br``, inflating no more than ``limit`` bytes (and one
+    decoder block): raises TooLarge once the output reaches the limit with more to come (a
+    bomb costs the limit, not its size), ValueError when ``br`` is not one whole brotli stream."""
+    inflater = brotli.Decompressor()
+    try:
+        body = inflater.process(br, output_buffer_limit=max(1, limit))
+    except brotli.error:  # not brotli, or bytes after its end
+        raise ValueError("not a brotli stream") from None
+    if len(body) > limit or (len(body) == limit and not inflater.is_finished()):
+        raise TooLarge(f"inflates past {limit} bytes")
+    if not inflater.is_finished():
+        raise ValueError("the brotli stream is cut short")
+    return body
 
 
 def _gzip(body: bytes) -> bytes:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, fields
 from gradstep.sandbox.config import EXTRA_SLOTS
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+MIN_CACHE_SECRET = 32  # bytes: a 256-bit key for HMAC-SHA256 (as 32 characters or more)
 
 
 class SettingsError(ValueError):
@@ -42,6 +43,10 @@ class Settings:
     # redis://host:6379/0 (or rediss://, unix://): a trace cache shared by every replica, behind
     # the in-process one; an outage is a miss. Empty: in-process only.
     cache_url: str = ""
+    # The replicas' shared secret that signs every shared-cache entry (HMAC-SHA256 over key and
+    # trace): an entry that does not verify is a miss. Required with cache_url, at least
+    # MIN_CACHE_SECRET characters; never printed (repr=False), logged or shown in /healthz.
+    cache_secret: str = field(default="", repr=False)
     cache_entry_bytes: int = _in(4 << 20, 1024, 1 << 30)  # largest entry (compressed) put in the shared cache
     cache_timeout: float = _in(0.5, 0.001, 60)  # seconds per shared-cache call before it counts as down
     wall_seconds: float = _in(15.0, 0.1, 3600)  # per run
@@ -95,6 +100,13 @@ class Settings:
                 raise SettingsError(f"{_var(f.name)}={value}: {_kind(whole, low, high)}")
             if not low <= value <= high or value != value:  # nan is in no range
                 raise SettingsError(f"{_var(f.name)}={value}: out of range, {_kind(whole, low, high)}")
+        if self.cache_url and len(self.cache_secret.encode()) < MIN_CACHE_SECRET:
+            given = f"{len(self.cache_secret.encode())} bytes given" if self.cache_secret else "not set"
+            raise SettingsError(
+                f"{_var('cache_secret')}: {given}; with {_var('cache_url')} set, every replica needs the"
+                f" same secret of at least {MIN_CACHE_SECRET} bytes to sign the shared cache's entries"
+                " (e.g. the output of `openssl rand -hex 32`)"
+            )
 
     def runs_per_client(self) -> int:
         return self.client_runs or max(1, self.workers // 2)

@@ -17,14 +17,15 @@ from fastapi.testclient import TestClient
 from gradstep import trace as trace_in_process
 from gradstep.app import create_app
 from gradstep.cache import MemoryCache, RedisCache, TieredCache, cache_key, open_cache, shared
-from gradstep.cache.shared import MAGIC, MAX_TRACE_BYTES, PREFIX, encode_entry
-from gradstep.encoding import Encoded, compress, decompress, with_gzip
+from gradstep.cache.shared import PREFIX, encode_entry
+from gradstep.encoding import BR, Encoded, compress, decompress, with_gzip
 from gradstep.routes.trace import TraceOptions
 from gradstep.schema import Trace
 from gradstep.settings import Settings
 from testkit.sandbox_guard import uid_base
 from testkit.services import RedisServer, free_port, installed
 
+SECRET = b"a test secret shared by the replicas, 32+"
 CODE = "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * x * 3).sum()\ny.backward()\n"
 
 
@@ -55,7 +56,7 @@ def redis_server():
 @pytest.fixture
 def store(redis_server):
     redis.Redis.from_url(redis_server.url).flushdb()
-    return RedisCache(redis_server.url, ttl=60, max_entry_bytes=1 << 20)
+    return RedisCache(redis_server.url, ttl=60, max_entry_bytes=1 << 20, secret=SECRET)
 
 
 @pytest.fixture
@@ -111,7 +112,7 @@ def test_entries_are_stored_with_the_cache_ttl(store, raw):
 def test_an_entry_stored_under_another_key_is_a_miss(store, raw):
     body = trace_bytes(CODE)
     mine, other = cache_key(CODE, {}), cache_key(CODE + "# other\n", {})
-    raw.set(PREFIX + mine, encode_entry(other, body))
+    raw.set(PREFIX + mine, encode_entry(other, body, SECRET))
     assert run(_get_then_close(store, mine)) is None
     assert store.stats()["rejected"] == 1
 
@@ -124,20 +125,20 @@ def test_garbage_under_the_key_is_a_miss(store, raw):
 
 def test_a_well_framed_entry_that_is_not_a_trace_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    raw.set(PREFIX + key, encode_entry(key, compress(orjson.dumps({"version": 1, "steps": "no"}))))
+    raw.set(PREFIX + key, encode_entry(key, compress(orjson.dumps({"version": 1, "steps": "no"})), SECRET))
     assert run(_get_then_close(store, key)) is None
     assert store.stats()["rejected"] == 1
 
 
 def test_a_truncated_entry_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    raw.set(PREFIX + key, encode_entry(key, trace_bytes(CODE))[:-20])
+    raw.set(PREFIX + key, encode_entry(key, trace_bytes(CODE), SECRET)[:-20])
     assert run(_get_then_close(store, key)) is None
 
 
 def test_an_entry_that_inflates_past_the_cap_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    bomb = MAGIC + key.encode() + b"\n" + brotli.compress(b" " * (4 * MAX_TRACE_BYTES), quality=5)
+    bomb = encode_entry(key, BR + brotli.compress(b" " * (4 * shared.MAX_TRACE_BYTES), quality=5), SECRET)
     assert len(bomb) < 1024
     raw.set(PREFIX + key, bomb)
     assert run(_get_then_close(store, key)) is None
@@ -145,7 +146,7 @@ def test_an_entry_that_inflates_past_the_cap_is_a_miss(store, raw):
 
 def test_an_entry_with_bytes_after_its_brotli_stream_is_a_miss(store, raw):
     key = cache_key(CODE, {})
-    raw.set(PREFIX + key, encode_entry(key, trace_bytes(CODE)) + b"{}")
+    raw.set(PREFIX + key, encode_entry(key, trace_bytes(CODE), SECRET) + b"{}")
     assert run(_get_then_close(store, key)) is None
 
 
@@ -157,7 +158,7 @@ def test_an_entry_of_the_gzip_format_before_is_a_miss(store, raw):
 
 
 def test_an_entry_over_the_size_cap_is_not_stored(redis_server, raw):
-    cache = RedisCache(redis_server.url, ttl=60, max_entry_bytes=64)
+    cache = RedisCache(redis_server.url, ttl=60, max_entry_bytes=64, secret=SECRET)
     key = cache_key(CODE + "# big\n", {})
     run(_put_then_close(cache, key, trace_bytes(CODE)))
     assert raw.exists(PREFIX + key) == 0
@@ -165,7 +166,9 @@ def test_an_entry_over_the_size_cap_is_not_stored(redis_server, raw):
 
 
 def test_an_unreachable_redis_is_a_miss_and_is_left_alone_for_a_while():
-    cache = RedisCache(f"redis://127.0.0.1:{free_port()}/0", ttl=60, max_entry_bytes=1 << 20, pause=60)
+    cache = RedisCache(
+        f"redis://127.0.0.1:{free_port()}/0", ttl=60, max_entry_bytes=1 << 20, secret=SECRET, pause=60
+    )
     key = cache_key(CODE, {})
 
     async def twice():
@@ -180,14 +183,14 @@ def test_an_unreachable_redis_is_a_miss_and_is_left_alone_for_a_while():
 
 
 def test_a_put_to_an_unreachable_redis_does_not_raise():
-    cache = RedisCache(f"redis://127.0.0.1:{free_port()}/0", ttl=60, max_entry_bytes=1 << 20)
+    cache = RedisCache(f"redis://127.0.0.1:{free_port()}/0", ttl=60, max_entry_bytes=1 << 20, secret=SECRET)
     run(_put_then_close(cache, cache_key(CODE, {}), trace_bytes(CODE)))
     assert cache.stats()["errors"] == 1
 
 
 def test_a_cache_url_that_is_not_redis_is_refused_with_its_setting_named():
     with pytest.raises(ValueError, match="GRADSTEP_CACHE_URL"):
-        open_cache(Settings(cache_url="http://localhost:6379"))
+        open_cache(Settings(cache_url="http://localhost:6379", cache_secret=SECRET.decode()))
 
 
 def test_without_a_url_the_cache_is_in_process_only():
@@ -233,7 +236,14 @@ def test_the_memory_cache_evicts_the_least_recently_used_first():
 
 @pytest.fixture(scope="module")
 def shared_client(redis_server):
-    settings = Settings(workers=1, queue=4, rate=0, uid_base=uid_base(), cache_url=redis_server.url)
+    settings = Settings(
+        workers=1,
+        queue=4,
+        rate=0,
+        uid_base=uid_base(),
+        cache_url=redis_server.url,
+        cache_secret=SECRET.decode(),
+    )
     with TestClient(create_app(settings)) as client:
         yield client
 
@@ -244,7 +254,7 @@ def test_a_trace_another_process_computed_is_served_from_redis(shared_client, re
     with redis.Redis.from_url(redis_server.url) as client:
         client.set(
             PREFIX + cache_key(code, _default_options(), caps),
-            encode_entry(cache_key(code, _default_options(), caps), trace_bytes(code)),
+            encode_entry(cache_key(code, _default_options(), caps), trace_bytes(code), SECRET),
         )
     r = shared_client.post("/api/trace", json={"code": code})
     assert r.headers["x-gradstep-cache"] == "hit"
@@ -256,7 +266,7 @@ def test_a_run_is_stored_in_redis_for_the_other_replicas(shared_client, redis_se
     r = shared_client.post("/api/trace", json={"code": code})
     assert r.headers["x-gradstep-cache"] == "miss"
     key = cache_key(code, _default_options(), shared_client.app.state.settings.result_caps())
-    other_replica = RedisCache(redis_server.url, ttl=60, max_entry_bytes=1 << 20)
+    other_replica = RedisCache(redis_server.url, ttl=60, max_entry_bytes=1 << 20, secret=SECRET)
     assert decompress(run(_get_then_close(other_replica, key))) == r.content
 
 
@@ -267,6 +277,7 @@ def test_with_redis_down_runs_still_answer(redis_server):
         rate=0,
         uid_base=uid_base(),
         cache_url=f"redis://127.0.0.1:{free_port()}/0",
+        cache_secret=SECRET.decode(),
         health_detail=True,
     )
     code = CODE + "# redis is down\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import sys
 import time
@@ -61,6 +62,7 @@ def cluster():
         # every load client is 127.0.0.1: as many runs under way per client as the load makes
         env = {
             "GRADSTEP_CACHE_URL": redis.url,
+            "GRADSTEP_CACHE_SECRET": secrets.token_hex(32),  # one for both replicas: they share entries
             "GRADSTEP_TRUST_PROXY": "1",
             "GRADSTEP_QUEUE": "64",
             "GRADSTEP_CLIENT_RUNS": "64",

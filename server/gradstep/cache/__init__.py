@@ -7,11 +7,13 @@ of the moment. In-process by default (``MemoryCache``); with
 shared by every replica (``TieredCache``), and a Redis outage is a miss.
 
 Entries are the traces as served, compressed (``gradstep.encoding``: brotli, and gzip once a
-client needed it; the shared cache keeps brotli). Every cache has
-``await get(key) -> bytes | None``, ``await put(key, body)``, ``refresh(key, body)`` (a new
-stored form of an entry this process holds, e.g. with gzip added; never the shared cache),
-``await close()`` and ``stats() -> dict`` (for /healthz). The runs that verified a diagnosis's
-fixes are kept there too, under ``fix_run_key``.
+client needed it; the shared cache keeps brotli, signed with ``GRADSTEP_CACHE_SECRET``). Every
+cache has ``await get(key, expect=None) -> bytes | None``, ``await put(key, body)``,
+``refresh(key, body)`` (a new stored form of an entry this process holds, e.g. with gzip added;
+never the shared cache), ``await close()`` and ``stats() -> dict`` (for /healthz). ``expect``:
+fields the trace must hold (the server's, ``runs.served_fields(code)``), checked on what the
+shared cache returns, which is then kept locally; this process's own entries are not checked
+again. The runs that verified a diagnosis's fixes are kept there too, under ``fix_run_key``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from gradstep.settings import Settings
 class TraceCache(Protocol):
     kind: str
 
-    async def get(self, key: str) -> bytes | None: ...
+    async def get(self, key: str, expect: dict | None = None) -> bytes | None: ...
 
     async def put(self, key: str, body: bytes) -> None: ...
 
@@ -46,14 +48,15 @@ def cache_key(code: str, options: dict, caps: dict | None = None) -> str:
     """An entry's key: the run's code and options, the server's caps that change what a run says
     (``Settings.result_caps``), and what makes another gradstep or torch read it otherwise."""
     blob = orjson.dumps(
-        # "stored": what an entry holds (gradstep.encoding), so no server reads another's format
+        # "stored": what an entry holds (gradstep.encoding; signed in the shared cache), so no server
+        # reads another's format: a rolling upgrade's replicas miss each other's entries, never reject them
         {
             "code": code,
             "options": options,
             "caps": caps or {},
             "v": VERSION,
             "torch": torch.__version__,
-            "stored": "br",
+            "stored": "br+hmac",
         },
         option=orjson.OPT_SORT_KEYS,
     )
@@ -74,10 +77,10 @@ class TieredCache:
     def __init__(self, local: MemoryCache, shared: RedisCache):
         self.local, self.shared = local, shared
 
-    async def get(self, key: str) -> bytes | None:
+    async def get(self, key: str, expect: dict | None = None) -> bytes | None:
         body = self.local.get_now(key)
         if body is None:
-            body = await self.shared.get(key)
+            body = await self.shared.get(key, expect)
             if body is not None:
                 self.local.put_now(key, body)
         return body
@@ -103,7 +106,11 @@ def open_cache(settings: Settings) -> TraceCache:
     if not settings.cache_url:
         return local
     shared = RedisCache(
-        settings.cache_url, settings.cache_ttl, settings.cache_entry_bytes, timeout=settings.cache_timeout
+        settings.cache_url,
+        settings.cache_ttl,
+        settings.cache_entry_bytes,
+        settings.cache_secret.encode(),
+        timeout=settings.cache_timeout,
     )
     return TieredCache(local, shared)
 

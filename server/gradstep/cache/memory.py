@@ -54,8 +54,8 @@ class MemoryCache:
                 while self._size > self.max_bytes:
                     self._remove(next(iter(self._items)))
 
-    async def get(self, key: str) -> bytes | None:
-        return self.get_now(key)
+    async def get(self, key: str, expect: dict | None = None) -> bytes | None:
+        return self.get_now(key)  # this process's own entries (``expect`` is for the shared cache's)
 
     async def put(self, key: str, body: bytes) -> None:
         self.put_now(key, body)

@@ -1,9 +1,18 @@
 """The shared trace cache in Redis: what one replica computed, every replica serves.
 
-An entry is ``MAGIC + key + "\\n" + the trace's brotli encoding`` (gradstep.encoding), stored
-with the cache's TTL under ``gradstep:trace:<key>``. Nothing read back is trusted: an entry
-with another magic or key, one that does not decompress within the size cap,
-or one that is not a valid trace is a miss (and counted as ``rejected``).
+Whoever can write to Redis (anything on its network, a snapshot restored, another application
+given the same instance) could otherwise change the code, numbers, output and verified fixes
+every replica serves. So an entry is ``MAGIC + MAC + the trace's brotli encoding``
+(gradstep.encoding), stored with the cache's TTL under ``gradstep:trace:<key>``, where the MAC is
+an HMAC-SHA256, with the replicas' shared secret (``GRADSTEP_CACHE_SECRET``), of the magic, the
+key and the brotli bytes: an entry moved to another key does not verify either. Nothing read back
+is trusted. It is a miss, counted under ``rejected`` and why, when it is
+* longer than the entry cap (only that much plus one byte is ever read: ``oversized``);
+* not framed by this version, or its MAC does not verify (``forged``);
+* inflating past ``MAX_TRACE_BYTES`` or past the ratio a replica keeps (``encoding.largest_kept``),
+  found while inflating, not after (``oversized``);
+* not a valid trace (``invalid``), or its server fields (``code``, ``version``, ``torch``) are not
+  those the caller expects for the key (``foreign``).
 
 An outage is a miss, never an error: every call is bounded by ``timeout``,
 and after a failure Redis is left alone for ``pause`` seconds (runs go to the
@@ -13,68 +22,97 @@ sandbox meanwhile) so requests do not each wait for a dead server.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import logging
 import time
 
-import brotli
 import orjson
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
-from gradstep.encoding import Encoded
+from gradstep.encoding import BR, Encoded, TooLarge, inflate, largest_kept
+from gradstep.sandbox.config import SandboxConfig
+from gradstep.settings import MIN_CACHE_SECRET
 from gradstep.trace_dicts import validate
 
 PREFIX = "gradstep:trace:"
-MAGIC = b"gradstep-trace/3\n"  # 3: the trace's brotli encoding (2: gzip; 1: zlib of the JSON)
-MAX_TRACE_BYTES = 16 << 20  # decompressed; more than the sandbox ever returns (8 MB output cap)
+MAGIC = b"gradstep-trace/4\n"  # 4: a MAC before the brotli (3: brotli; 2: gzip; 1: zlib of the JSON)
+MAC_BYTES = hashlib.sha256().digest_size
+# The largest trace a replica makes: the run's output (the sandbox's cap) with the server's fields,
+# and the diagnoses a check job returns (under the same cap).
+MAX_TRACE_BYTES = 2 * SandboxConfig.max_output_bytes
 SCHEMES = ("redis://", "rediss://", "unix://")
-OFF_LOOP_BYTES = 64 << 10  # entries this large are inflated and validated in a worker thread
+OFF_LOOP_BYTES = 64 << 10  # entries this large are checked, inflated and validated in a worker thread
+REASONS = ("oversized", "forged", "invalid", "foreign")
 
 log = logging.getLogger("gradstep.cache")
 
 
-def encode_entry(key: str, stored: bytes) -> bytes:
+def _mac(secret: bytes, key: str, br: bytes) -> bytes:
+    mac = hmac.new(secret, MAGIC + key.encode() + b"\n", hashlib.sha256)
+    mac.update(br)
+    return mac.digest()
+
+
+def encode_entry(key: str, stored: bytes, secret: bytes) -> bytes:
     """The entry for a stored trace: its brotli encoding (a gzip one read back would need checking
-    against it; a replica makes gzip again when a client needs it)."""
-    return MAGIC + key.encode() + b"\n" + Encoded.unpack(stored).br
+    against it; a replica makes gzip again when a client needs it), signed for ``key``."""
+    br = Encoded.unpack(stored).br
+    return MAGIC + _mac(secret, key, br) + br
 
 
-def decode_entry(key: str, raw: bytes) -> bytes | None:
-    """The stored trace in ``raw`` if it is a well-formed entry for ``key`` holding a valid trace."""
-    head = MAGIC + key.encode() + b"\n"
-    if not raw.startswith(head):
-        return None
-    br = raw[len(head) :]
-    inflate = brotli.Decompressor()
+def decode_entry(key: str, raw: bytes, secret: bytes, expect: dict | None = None) -> bytes | str:
+    """The stored trace in ``raw`` if it is an entry this cache's replicas wrote for ``key`` holding
+    a valid trace (with ``expect``'s fields, if given); else why not (one of ``REASONS``)."""
+    if not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + MAC_BYTES:
+        return "forged"
+    mac, br = raw[len(MAGIC) : len(MAGIC) + MAC_BYTES], raw[len(MAGIC) + MAC_BYTES :]
+    if not hmac.compare_digest(mac, _mac(secret, key, br)):
+        return "forged"
+    try:  # bounded while inflating: a bomb costs the bound, not its size
+        body = inflate(br, min(MAX_TRACE_BYTES, largest_kept(len(BR) + len(br))))
+    except TooLarge:
+        return "oversized"
+    except ValueError:
+        return "invalid"
     try:
-        # the limit bounds the output (to one decoder block past it): no decompression bomb
-        body = inflate.process(br, output_buffer_limit=MAX_TRACE_BYTES)
-    except brotli.error:  # not brotli, or more after its end
-        return None
-    if not inflate.is_finished() or len(body) > MAX_TRACE_BYTES:  # cut short, or over the cap
-        return None
-    try:
-        validate(orjson.loads(body))
+        trace = orjson.loads(body)
+        validate(trace)
     except (orjson.JSONDecodeError, ValidationError):
-        return None
+        return "invalid"
+    if expect and any(trace.get(name) != value for name, value in expect.items()):
+        return "foreign"
     return Encoded(br).pack()
 
 
 class RedisCache:
     kind = "redis"
 
-    def __init__(self, url: str, ttl: float, max_entry_bytes: int, timeout: float = 0.5, pause: float = 5.0):
+    def __init__(
+        self,
+        url: str,
+        ttl: float,
+        max_entry_bytes: int,
+        secret: bytes,
+        timeout: float = 0.5,
+        pause: float = 5.0,
+    ):
         if not url.startswith(SCHEMES):
             raise ValueError(f"GRADSTEP_CACHE_URL must start with one of {', '.join(SCHEMES)}")
+        if len(secret) < MIN_CACHE_SECRET:
+            raise ValueError(f"GRADSTEP_CACHE_SECRET must be at least {MIN_CACHE_SECRET} bytes")
         self.url, self.ttl, self.max_entry_bytes = url, ttl, max_entry_bytes
+        self._secret = secret
         self.timeout, self.pause = timeout, pause
         self._client: aioredis.Redis | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._down_until = 0.0
         self.hits = self.misses = self.errors = self.rejected = self.skipped = self.too_big = 0
+        self.reasons = dict.fromkeys(REASONS, 0)  # why entries were rejected
 
     def _connection(self) -> aioredis.Redis:
         # A client belongs to the event loop it was made in (tests run several loops).
@@ -104,31 +142,49 @@ class RedisCache:
     async def _call(self, command, *args, **kwargs):
         return await asyncio.wait_for(command(*args, **kwargs), self.timeout * 2)
 
-    async def get(self, key: str) -> bytes | None:
+    async def get(self, key: str, expect: dict | None = None) -> bytes | None:
+        """The entry for ``key``, if it verifies and holds a valid trace whose fields include
+        ``expect`` (the server's fields for the key's code, when the caller knows them)."""
         if not self._available():
             return None
         try:
-            raw = await self._call(self._connection().get, PREFIX + key)
+            # one round trip that reads at most the cap and one byte more: a longer value is a miss
+            # (an absent key reads as empty)
+            raw = await self._call(self._connection().getrange, PREFIX + key, 0, self.max_entry_bytes)
+        except ResponseError as e:
+            if not str(e).startswith("WRONGTYPE"):
+                self._failed(e)
+                return None
+            self._rejected("invalid")  # not a string: nothing this cache wrote
+            return None
         except Exception as e:  # whatever Redis or the network does, the request goes on without it
             self._failed(e)
             return None
-        if raw is None:
+        if not raw:
             self.misses += 1
             return None
-        # Large entries are inflated and validated off the event loop (a 1 MB trace takes milliseconds).
+        if len(raw) > self.max_entry_bytes:
+            self._rejected("oversized")
+            return None
+        # Large entries are verified, inflated and validated off the event loop (a 1 MB trace
+        # takes milliseconds).
         body = (
-            decode_entry(key, raw)
+            decode_entry(key, raw, self._secret, expect)
             if len(raw) < OFF_LOOP_BYTES
-            else await asyncio.to_thread(decode_entry, key, raw)
+            else await asyncio.to_thread(decode_entry, key, raw, self._secret, expect)
         )
-        if body is None:
-            self.rejected += 1
+        if isinstance(body, str):
+            self._rejected(body)
             return None
         self.hits += 1
         return body
 
+    def _rejected(self, reason: str) -> None:
+        self.rejected += 1
+        self.reasons[reason] += 1
+
     async def put(self, key: str, body: bytes) -> None:
-        entry = encode_entry(key, body)
+        entry = encode_entry(key, body, self._secret)
         if len(entry) > self.max_entry_bytes:
             self.too_big += 1
             return
@@ -155,6 +211,7 @@ class RedisCache:
             "misses": self.misses,
             "errors": self.errors,
             "rejected": self.rejected,
+            **{f"rejected_{reason}": n for reason, n in self.reasons.items()},
             "skipped": self.skipped,
             "too_big": self.too_big,
         }
