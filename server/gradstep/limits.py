@@ -140,6 +140,10 @@ class ClientRuns:
         self._inside: dict[str, int] = {}  # only clients with runs under way: it never grows past them
         self._waiting: dict[str, collections.deque[asyncio.Future]] = {}
 
+    def has_room(self, client: str) -> bool:
+        """Whether ``enter`` would let ``client`` in at once."""
+        return self._inside.get(client, 0) < self.cap
+
     async def enter(self, client: str) -> bool:
         """Wait for a place among ``client``'s runs; False (at once) when too many already wait."""
         n = self._inside.get(client, 0)

@@ -21,7 +21,7 @@ from fastapi import HTTPException
 from gradstep.cache import TraceCache, cache_key, fix_run_key
 from gradstep.encoding import decompress
 from gradstep.limits import Admission, ClientRuns, RateLimiter, retry_after
-from gradstep.runs import Cancelled, RunBudget, Traced, TraceRunner
+from gradstep.runs import Cancelled, RunBudget, Traced, TraceRunner, served_fields
 from gradstep.settings import Settings
 
 HIT_COST = 0.05  # of one run: an answer served without a run still costs its sending
@@ -61,9 +61,11 @@ class TraceService:
         """The trace for this request. Raises ``Cancelled`` once ``gone`` is set (every run of the
         request is stopped), HTTPException 429 / 503 when refused."""
         key = cache_key(code, options, self.caps)
-        answered = await self._answered(key, client)
+        expect = served_fields(code)  # a shared entry with other fields than these is a miss
+        answered = await self._answered(key, client, expect)
         if answered is not None:
             return answered
+        waits = not self.client_runs.has_room(client)
         if not await self.client_runs.enter(client):  # before the rate: a refused run spends no budget
             raise HTTPException(
                 429,
@@ -72,9 +74,10 @@ class TraceService:
                 {"Retry-After": "2"},
             )
         try:
-            answered = await self._answered(key, client)  # it may have been answered while this one waited
-            if answered is not None:
-                return answered
+            if waits:  # it may have been answered while this one waited
+                answered = await self._answered(key, client, expect)
+                if answered is not None:
+                    return answered
             self._charge(client, 1.0)
             if not self.admission.enter():
                 raise HTTPException(503, "All workers are busy: try again shortly.", {"Retry-After": "2"})
@@ -94,10 +97,10 @@ class TraceService:
         finally:
             self.client_runs.leave(client)
 
-    async def _answered(self, key: str, client: str) -> Answer | None:
+    async def _answered(self, key: str, client: str, expect: dict) -> Answer | None:
         """The cached trace, or a share of an identical run under way; None when it must be run."""
         while True:
-            cached = await self.cache.get(key)
+            cached = await self.cache.get(key, expect)
             if cached is not None:
                 self._charge(client, HIT_COST)
                 return Answer(cached, "hit")
@@ -126,7 +129,7 @@ class TraceService:
     async def _run(self, key: str, code: str, options: dict, client: str, gone: threading.Event) -> Answer:
         # A fix that diagnoses verified, asked for by Apply fix: its run is in the cache
         # (shared by every replica) and needs no second run in the sandbox.
-        verified = await self.cache.get(fix_run_key(code, options, self.caps))
+        verified = await self.cache.get(fix_run_key(code, options, self.caps), served_fields(code))
         budget = RunBudget(
             take=functools.partial(self.rate.take, client), seconds=self.settings.fix_budget, cancel=gone
         )

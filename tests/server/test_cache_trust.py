@@ -396,10 +396,6 @@ def test_compose_and_kubernetes_keep_a_per_client_run_limit():
     assert rates('      GRADSTEP_RATE: "0"') == [0.0]  # what compose shipped: the pattern finds it
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TraceService passes the server's fields to cache.get (expect=served_fields(code)) once merged",
-)
 def test_the_app_does_not_serve_a_signed_entry_of_other_code(app_client, redis_server):
     # signed (a replica's bug, or a leaked secret), but its code, numbers and output are EVIL's
     code = CODE + "# signed, but another code's trace\n"

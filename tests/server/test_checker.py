@@ -50,7 +50,7 @@ def test_the_childs_bytes_are_served_with_the_servers_fields_and_nothing_else_ch
 @pytest.mark.parametrize("field", SERVER_FIELDS)
 def test_a_server_field_the_child_wrote_is_overwritten(field):
     forged = orjson.loads(jobs.run(payload_for(SMALL)))
-    forged[field] = 99 if field == "version" else "forged"
+    forged[field] = {"version": 99, "reaches": [{"line": 1, "what": "forged"}]}.get(field, "forged")
     for raw in (
         orjson.dumps(forged),
         orjson.dumps({field: forged[field]})[:-1] + b"," + orjson.dumps(forged)[1:],
