@@ -272,7 +272,9 @@ export function createViewer(el, options = {}) {
   function layoutInWorker(id, expandedList, count) {
     if (!worker) {
       const url = options.workerUrl || new URL("./layout.worker.js", import.meta.url);
-      worker = new Worker(url, { type: "module" });
+      // served, a module importing its neighbours; in a static export, one script in a Blob URL, which
+      // Chromium starts from file:// only as a classic worker (gradstep.export)
+      worker = new Worker(url, { type: String(url).startsWith("blob:") ? "classic" : "module" });
       worker.postMessage({ type: "init", graph: layoutInput(model) });
     }
     return new Promise((resolve, reject) => {

@@ -4,13 +4,16 @@ stepper from ``file://`` or any static host, with no server and no network reque
 The front end is plain ES modules importing each other by relative URLs (``./viewer.js``), which a
 single file cannot serve. Instead of a committed bundle that every front-end edit would make stale,
 the modules are inlined here, from the sources, at export time: starting from an entry module we
-follow its static relative imports (and ``new URL("./x", import.meta.url)`` assets such as the
-layout worker), rewrite each specifier to a placeholder, and emit one ES module that turns every
-source into a Blob URL (dependencies first) and substitutes those URLs for the placeholders.
-Blob URLs are absolute, so the rewritten imports resolve anywhere — ``file://``, a static host, an
-iframe ``srcdoc``, a notebook, or the string anywidget loads. Files referred to by
-``new URL(…, import.meta.url)`` — the layout worker — become data: URLs instead, with their own
-imports as data: URLs: from ``file://`` Chromium starts a module worker from nothing else.
+follow its static relative imports (and ``new URL("./x", import.meta.url)`` files such as the
+layout worker) and turn each module into a function that returns its exports, its imports into
+calls of the module functions it imports (each run once, on first use, as ES modules run), so the
+whole front end is one script. The page's Content-Security-Policy then allows that one inline
+script, by its hash, and nothing else: no Blob or data: URL runs as a script of the page, so markup
+that found its way into the page cannot run either.
+
+The layout worker is the one script started from a Blob URL (``worker-src blob:``): its modules'
+functions, written out from the page's own (``Function.prototype.toString``), as a classic worker
+(from ``file://`` Chromium starts no module worker from a Blob URL).
 """
 
 from __future__ import annotations
@@ -32,13 +35,30 @@ FORMATS: tuple[str, ...] = ("html", "json", "widget")
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 _MAIN = TEMPLATES / "export-main.js"  # the page's own code, after the inlined front end
 
-# `import … from "./x.js"`, `export … from "./x.js"`, `import "./x.js"` at the start of a line (our
-# modules put top-level statements there; comments quoting an import are indented or prefixed).
-_STATIC_IMPORT = re.compile(r"""(?m)^((?:import|export)\b[^;"'`]*?)(["'])(\.\.?/[^"'\n]+)\2""")
+# Module syntax, as our modules write it: top-level statements at the start of a line (comments
+# quoting an import are indented or prefixed), and esbuild's one `export{a as b,…};` clause, at the
+# end of a vendored bundle, after a `;` or `}`.
+_SPEC = r"""(?P<q>["'])(?P<spec>\.\.?/[^"'\n]+)(?P=q)"""
+_IMPORT_FROM = re.compile(r"(?m)^import\s*(?P<what>[^;\"'`]*?)\s*from\s*" + _SPEC + r"[ \t]*;?")
+_IMPORT_BARE = re.compile(r"(?m)^import\s*" + _SPEC + r"[ \t]*;?")
+_EXPORT_FROM = re.compile(r"(?m)^export\s*(?P<what>\{[^}]*\}|\*[^;\"'`]*?)\s*from\s*" + _SPEC + r"[ \t]*;?")
+_EXPORT_LIST = re.compile(r"(?m)(?:^|(?<=[;}]))export\s*\{(?P<list>[^}]*)\}[ \t]*;?")
+_EXPORT_DECL = re.compile(
+    r"(?m)^export\s+(?P<kind>(?:async\s+)?function\s*\*?|class|const|let|var)\s*(?P<name>[\w$]+)?"
+)
+_EXPORT_DEFAULT = re.compile(
+    r"(?m)^export\s+default\s+(?:(?P<decl>(?:async\s+)?function\s*\*?|class)\s*(?P<name>[\w$]+)?)?"
+)
 _DYNAMIC_IMPORT = re.compile(r"""\bimport\(\s*(["'])(\.\.?/[^"'\n]+)\1\s*\)""")
 _ASSET_URL = re.compile(r"""new URL\(\s*(["'])(\.\.?/[^"'\n]+)\1\s*,\s*import\.meta\.url\s*\)""")
-# Unlikely in any source (and not the "gradstep:…" prefix of frame messages).
-_MARK = "@@gradstep-"
+# What is left of module syntax after the rewriting: a form it does not know.
+_LEFTOVER = re.compile(
+    r"""(?m)^[ \t]*(?:export\b(?!\s*\()|import\s*(?:[\w$*{][^;\n]*?\bfrom\s*["']|["']))"""
+    r"""|[;}]export\s*[{*]|\bimport\s*\.\s*meta\b"""
+)
+_TOP_LEVEL_AWAIT = re.compile(r"(?m)^(?:(?:const|let|var)\s[^\n=]*=\s*|for\s+)?await\b")
+_REQUIRE = "__gsRequire"  # the parameter of every module's function: runs a module, returns its exports
+_ASSET = "__gsAsset"  # the URL of a file a module refers to by URL
 _MIME = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".json": "application/json"}
 
 
@@ -49,9 +69,10 @@ class ExportError(ValueError):
 @dataclass(frozen=True)
 class Module:
     name: str  # path relative to the front end folder, e.g. "vendor/d3.js"
-    source: str  # specifiers rewritten to placeholders
+    source: str  # a script: the body of its module's function (returns its exports); else the file
     mime: str
-    deps: tuple[str, ...]
+    deps: tuple[str, ...]  # what it imports or refers to by URL, in order
+    urls: tuple[str, ...] = ()  # what it refers to by URL (a worker, a stylesheet)
 
 
 def frontend_folder() -> Path:
@@ -78,18 +99,119 @@ def _resolve(importer: str, spec: str) -> str:
     return "/".join(parts)
 
 
-def _rewrite(name: str, text: str) -> tuple[str, list[str]]:
-    deps: list[str] = []
+def _names(clause: str, name: str) -> list[tuple[str, str]]:
+    """`a, b as c` (an import's or export's braces) as [(a, a), (b, c)]."""
+    out = []
+    for item in re.sub(r"/\*.*?\*/|//[^\n]*", "", clause, flags=re.S).split(","):
+        words = item.split()
+        if not words:
+            continue
+        if len(words) == 1:
+            out.append((words[0], words[0]))
+        elif len(words) == 3 and words[1] == "as":
+            out.append((words[0], words[2]))
+        else:
+            raise ExportError(f"{name}: cannot inline the module syntax {{{clause.strip()}}}")
+    return out
 
-    def mark(spec: str, quote: str, kind: str = "module") -> str:
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _rewrite(name: str, text: str) -> tuple[str, list[str], list[str]]:
+    """Module `name` as the body of a function of `__gsRequire` that runs it and returns its exports:
+    (body, what it imports or refers to by URL, what it refers to by URL)."""
+    deps: list[str] = []
+    urls: list[str] = []
+    exports: list[tuple[str, str]] = []  # (exported name, JavaScript expression)
+    temps = iter(range(1 << 30))
+
+    def require(spec: str) -> str:
         target = _resolve(name, spec)
         deps.append(target)
-        return f"{quote}{_MARK}{kind}:{target}{quote}"
+        return f"{_REQUIRE}({_js_string(target)})"
 
-    text = _ASSET_URL.sub(lambda m: f"new URL({mark(m.group(2), m.group(1), 'asset')})", text)
-    text = _DYNAMIC_IMPORT.sub(lambda m: f"import({mark(m.group(2), m.group(1))})", text)
-    text = _STATIC_IMPORT.sub(lambda m: m.group(1) + mark(m.group(3), m.group(2)), text)
-    return text, deps
+    def asset(m: re.Match) -> str:
+        target = _resolve(name, m.group(2))
+        deps.append(target)
+        urls.append(target)
+        return f"{_ASSET}({_js_string(target)})"
+
+    def import_from(m: re.Match) -> str:
+        what, module = m["what"].strip(), require(m["spec"])
+        default, _, rest = what.partition(",") if not what.startswith(("{", "*")) else ("", "", what)
+        default, rest = default.strip(), rest.strip()
+        out = []
+        if rest.startswith("*"):
+            ns = re.fullmatch(r"\*\s*as\s+([\w$]+)", rest)
+            if not ns:
+                raise ExportError(f"{name}, line {_line(text, m.start())}: cannot inline {m[0]!r}")
+            out.append(f"const {ns[1]} = {module};")
+            module = ns[1]
+        elif rest.startswith("{") and rest.endswith("}"):
+            pairs = ", ".join(f"{_js_string(a)}: {b}" for a, b in _names(rest[1:-1], name))
+            out.append(f"const {{ {pairs} }} = {module};")
+        elif rest:
+            raise ExportError(f"{name}, line {_line(text, m.start())}: cannot inline {m[0]!r}")
+        if default:
+            if not re.fullmatch(r"[\w$]+", default):
+                raise ExportError(f"{name}, line {_line(text, m.start())}: cannot inline {m[0]!r}")
+            out.append(f"const {default} = {module}.default;")
+        return " ".join(out)
+
+    def export_from(m: re.Match) -> str:
+        what = m["what"].strip()
+        if not what.startswith("{"):
+            raise ExportError(
+                f"{name}, line {_line(text, m.start())}: cannot inline {m[0]!r} (name the exports)"
+            )
+        temp = f"__gsReexport{next(temps)}"
+        exports.extend((b, f"{temp}[{_js_string(a)}]") for a, b in _names(what[1:-1], name))
+        return f"const {temp} = {require(m['spec'])};"
+
+    def export_list(m: re.Match) -> str:
+        exports.extend((b, a) for a, b in _names(m["list"], name))
+        return ""
+
+    def export_default(m: re.Match) -> str:
+        if m["decl"] and m["name"]:  # `export default function f() {}`: f is declared, and hoisted
+            exports.append(("default", m["name"]))
+            return m["decl"].strip() + " " + m["name"]
+        exports.append(("default", "__gsDefault"))
+        return "const __gsDefault = " + (m["decl"] or "").strip() + (" " if m["decl"] else "")
+
+    def export_decl(m: re.Match) -> str:
+        if not m["name"] or m["kind"] in ("let", "var"):  # an importer would not see it change
+            raise ExportError(
+                f"{name}, line {_line(text, m.start())}: cannot inline {m[0]!r} (export a const, by name)"
+            )
+        exports.append((m["name"], m["name"]))
+        return m["kind"].strip() + " " + m["name"]
+
+    def same_lines(f: Callable[[re.Match], str]) -> Callable[[re.Match], str]:
+        # a statement over several lines keeps them: a line in the page is the line in its file
+        return lambda m: f(m) + "\n" * m[0].count("\n")
+
+    text = _ASSET_URL.sub(asset, text)
+    text = _DYNAMIC_IMPORT.sub(lambda m: f"Promise.resolve().then(() => {require(m.group(2))})", text)
+    text = _IMPORT_FROM.sub(same_lines(import_from), text)
+    text = _IMPORT_BARE.sub(lambda m: require(m["spec"]) + ";", text)
+    text = _EXPORT_FROM.sub(same_lines(export_from), text)
+    text = _EXPORT_DEFAULT.sub(export_default, text)
+    text = _EXPORT_DECL.sub(export_decl, text)
+    text = _EXPORT_LIST.sub(same_lines(export_list), text)
+    for pattern, what in (
+        (_LEFTOVER, "module syntax it does not know"),
+        (_TOP_LEVEL_AWAIT, "a top-level await"),
+    ):
+        left = pattern.search(text)
+        if left:
+            raise ExportError(
+                f"cannot inline {name}: line {_line(text, left.start())} holds {what}: {left[0].strip()!r}"
+            )
+    returned = ", ".join(f"{_js_string(k)}: {v}" for k, v in exports)
+    return f"{text}\nreturn Object.freeze({{ __proto__: null, {returned} }});", deps, urls
 
 
 def collect(entries: list[str], folder: Path | None = None, stub: tuple[str, ...] = ()) -> list[Module]:
@@ -113,13 +235,14 @@ def collect(entries: list[str], folder: Path | None = None, stub: tuple[str, ...
         mime = _MIME.get(path.suffix, "application/octet-stream")
         text = "" if name in stub else path.read_text(encoding="utf-8")
         deps: list[str] = []
+        urls: list[str] = []
         if mime == "text/javascript":
-            text, deps = _rewrite(name, text)
+            text, deps, urls = _rewrite(name, text)
         visiting.append(name)
         for d in deps:
             visit(d)
         visiting.pop()
-        modules[name] = Module(name, text, mime, tuple(dict.fromkeys(deps)))
+        modules[name] = Module(name, text, mime, tuple(dict.fromkeys(deps)), tuple(dict.fromkeys(urls)))
         order.append(modules[name])
 
     for e in entries:
@@ -135,40 +258,125 @@ def _js_string(value) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-_LOADER = """\
-// gradstep: the front end's ES modules, inlined from frontend/ by gradstep.export. Each source
-// becomes a Blob URL once the Blob URLs of what it imports are substituted for their placeholders.
-// Files a module refers to by URL (the layout worker, the stylesheet) become data: URLs, with
-// what they import as data: URLs too: from file:// Chromium starts module workers only from those.
-const SOURCES = %(sources)s;
-const PLACE = /(["'])@@gradstep-(module|asset):([^"']+)\\1/g;
-const byName = new Map(SOURCES.map((s) => [s[0], s]));
-const urls = new Map();
-const dataUrls = new Map();
-function base64(text) {
-  const bytes = new TextEncoder().encode(text);
-  let s = "";
-  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
-  return btoa(s);
+# The front end as one JavaScript expression: its exports (those of `entry`).
+_BUNDLE = """\
+(() => {
+"use strict";
+// gradstep: the front end's ES modules, inlined from frontend/ by gradstep.export. Each is a
+// function that runs it and returns its exports, run once, when something imports it (as ES
+// modules run): one script, which the page's Content-Security-Policy allows by its hash.
+const factories = new Map();
+%(factories)s
+const done = new Map();
+function requireModule(name) {
+  if (!done.has(name)) done.set(name, factories.get(name)(requireModule));
+  return done.get(name);
 }
-function dataUrl(name) {
-  if (!dataUrls.has(name)) {
-    const [, mime, text] = byName.get(name);
-    const code = text.replace(PLACE, (_, q, kind, dep) => JSON.stringify(dataUrl(dep)));
-    dataUrls.set(name, `data:${mime};base64,${base64(code)}`);
+// Files a module refers to by URL. A script (the layout worker) starts from a Blob URL of its
+// modules' functions, as they are written here, as a classic worker: from file:// Chromium starts
+// no module worker from a Blob URL. Another file (a stylesheet) is a data: URL, fetched not run.
+const WORKERS = %(workers)s;
+const FILES = %(files)s;
+const fileUrls = new Map();
+function __gsAsset(name) {
+  if (!fileUrls.has(name)) {
+    let url;
+    if (Object.hasOwn(WORKERS, name)) {
+      const code = ['"use strict";\\nconst factories = new Map();\\n'];
+      for (const m of WORKERS[name]) code.push(`factories.set(${JSON.stringify(m)}, ${factories.get(m)});\\n`);
+      code.push(`const done = new Map();\\n${requireModule}\\nrequireModule(${JSON.stringify(name)});\\n`);
+      url = URL.createObjectURL(new Blob(code, { type: "text/javascript" }));
+    } else {
+      const [mime, text] = FILES[name];
+      url = `data:${mime};charset=utf-8,${encodeURIComponent(text)}`;
+    }
+    fileUrls.set(name, url);
   }
-  return dataUrls.get(name);
+  return new URL(fileUrls.get(name));
 }
-for (const [name, mime, text] of SOURCES) {
-  const code = text.replace(PLACE, (_, q, kind, dep) => JSON.stringify(kind === "asset" ? dataUrl(dep) : urls.get(dep)));
-  urls.set(name, URL.createObjectURL(new Blob([code], { type: mime })));
-}
-const entry = await import(urls.get(%(entry)s));
+return requireModule(%(entry)s);
+})()"""
+
+
+def _worker_modules(modules: dict[str, Module], script: str) -> list[str]:
+    """The modules a script referred to by URL runs (itself last), each after what it imports."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        m = modules[name]
+        if m.urls:
+            raise ExportError(f"cannot inline {script}: {name} refers to {m.urls[0]} by URL, in a worker")
+        for d in m.deps:
+            visit(d)
+        order.append(name)
+
+    visit(script)
+    return order
+
+
+def front_end(entry: str, folder: Path | None = None, stub: tuple[str, ...] = ()) -> str:
+    """The front end from `entry` as one JavaScript expression (its value: `entry`'s exports), safe
+    inside an HTML <script> element, which a page or a classic script runs with no other URL.
+
+    Kept until one of its files changes (each notebook output and export needs it)."""
+    folder = folder or frontend_folder()
+    key = (entry, str(folder), stub)
+    kept = _KEPT.get(key)
+    if kept is not None and kept[0] == _signature(folder, kept[1]):
+        return kept[2]
+    modules = collect([entry], folder, stub)
+    by_name = {m.name: m for m in modules}
+    scripts = [m for m in modules if m.mime == "text/javascript"]
+    factories = "".join(
+        f"factories.set({_js_string(m.name)}, function ({_REQUIRE}) {{\n{m.source}\n}});\n" for m in scripts
+    )
+    referred = dict.fromkeys(u for m in modules for u in m.urls)
+    workers = {u: _worker_modules(by_name, u) for u in referred if by_name[u].mime == "text/javascript"}
+    files = {u: [by_name[u].mime, by_name[u].source] for u in referred if u not in workers}
+    text = _BUNDLE % {
+        "factories": factories,
+        "workers": _js_string(workers),
+        "files": _js_string(files),
+        "entry": _js_string(entry),
+    }
+    for bad in ("</script", "<!--"):  # would end the page's <script> element early, or keep it open
+        if bad in text.lower():
+            where = next((m.name for m in scripts if bad in m.source.lower()), "the front end")
+            raise ExportError(
+                f"cannot inline {where} in a page: it holds {bad!r} (in a string, write it {bad[0]}\\{bad[1:]})"
+            )
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # as a page's parser reads it (its hash)
+    names = tuple(m.name for m in modules)
+    _KEPT[key] = (_signature(folder, names), names, text)
+    return text
+
+
+_KEPT: dict[tuple, tuple[tuple, tuple[str, ...], str]] = {}  # key -> (signature, files, front end)
+
+
+def _signature(folder: Path, names: tuple[str, ...]) -> tuple:
+    """What tells a file changed: its modification time and size (a missing file: None)."""
+    out = []
+    for name in names:
+        try:
+            st = (folder / name).stat()
+            out.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+# One ES module: the front end, `render` (and the default export) of its entry.
+_MODULE = """\
+const entry = %(entry)s;
 export const render = entry.render;
 %(default)s
 """
 
 _DEFAULT = "export default entry.default ?? { render };"
+
 
 # A widget module with its own trace: model keys the host leaves unset (a MyST {anywidget} body
 # of just {"step": 2}) read as these defaults.
@@ -188,43 +396,10 @@ export default {
 };"""
 
 
-def bundle(
-    entry: str = "embed.js",
-    *,
-    extra: tuple[str, ...] = (),
-    folder: Path | None = None,
-    stub: tuple[str, ...] = (),
-) -> str:
+def bundle(entry: str = "embed.js", *, folder: Path | None = None, stub: tuple[str, ...] = ()) -> str:
     """One ES module (a string) re-exporting `render` (and the default export) of `entry`, with
-    everything it needs inlined: what anywidget loads, and the heart of the static page.
-
-    Kept until one of its files changes (~25 ms to make, each notebook output and export needs it)."""
-    folder = folder or frontend_folder()
-    key = (entry, extra, str(folder), stub)
-    kept = _BUNDLES.get(key)
-    if kept is not None and kept[0] == _signature(folder, kept[1]):
-        return kept[2]
-    modules = collect([entry, *extra], folder, stub)
-    sources = [[m.name, m.mime, m.source] for m in modules]
-    text = _LOADER % {"sources": _js_string(sources), "entry": _js_string(entry), "default": _DEFAULT}
-    names = tuple(m.name for m in modules)
-    _BUNDLES[key] = (_signature(folder, names), names, text)
-    return text
-
-
-_BUNDLES: dict[tuple, tuple[tuple, tuple[str, ...], str]] = {}  # key -> (signature, files, bundle)
-
-
-def _signature(folder: Path, names: tuple[str, ...]) -> tuple:
-    """What tells a file changed: its modification time and size (a missing file: None)."""
-    out = []
-    for name in names:
-        try:
-            st = (folder / name).stat()
-            out.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append(None)
-    return tuple(out)
+    everything it needs inlined: what anywidget loads, and the heart of the static page."""
+    return _MODULE % {"entry": front_end(entry, folder, stub), "default": _DEFAULT}
 
 
 def export_widget(
@@ -240,12 +415,11 @@ def export_widget(
     "step", "theme")."""
     check_options(step, theme)
     data = trace_json(trace)
-    sources = [[m.name, m.mime, m.source] for m in collect(["widget.js"], folder)]
     defaults = {"trace": data, "step": clamp_step(data, step), "theme": theme}
     if fixes:
         defaults["fixes"] = fixes_json(data, fixes)
     default = _WIDGET_DEFAULTS % {"defaults": _js_string(defaults)}
-    return _LOADER % {"sources": _js_string(sources), "entry": _js_string("widget.js"), "default": default}
+    return _MODULE % {"entry": front_end("widget.js", folder), "default": default}
 
 
 # For pages that show exports in iframes (notebook outputs, Sphinx pages): each iframe.gradstep-frame
@@ -334,12 +508,12 @@ MAX_FIX_TRACES_BYTES = 4 << 20  # a fix's run the size of a large model's is lef
 
 
 # Pages that share one copy of the front end (`gradstep export --shared-library`): the library's two
-# files, next to the pages. The script is a classic one (a module is refused from file://), which
-# hands the page's inline loader the sources it would otherwise carry.
+# files, next to the pages. The script is a classic one (a module is refused from file://): it runs
+# the front end and hands the page's inline module its exports.
 LIBRARY_JS = "gradstep.js"
 LIBRARY_CSS = "gradstep.css"
-_SHARED_SOURCES = (
-    "globalThis.gradstepSources ?? (() => { const m = 'gradstep could not show this trace: its front end, "
+_SHARED_FRONT_END = (
+    "globalThis.gradstepFrontEnd ?? (() => { const m = 'gradstep could not show this trace: its front end, "
     + LIBRARY_JS
     + ", did not load (keep it next to this page)'; document.getElementById('gradstep').textContent = m;"
     " throw new Error(m); })()"
@@ -349,11 +523,9 @@ _SHARED_SOURCES = (
 def library_files(folder: Path | None = None) -> dict[str, str]:
     """The files pages made with `library=` refer to: {file name: text}."""
     folder = folder or frontend_folder()
-    sources = [[m.name, m.mime, m.source] for m in collect(["embed.js"], folder, stub=("style.css",))]
     js = (
-        "// gradstep: the front end's modules for the pages exported next to this file"
-        " (gradstep export --shared-library).\n"
-        f"globalThis.gradstepSources = {_js_string(sources)};\n"
+        "// gradstep: the front end for the pages exported next to this file (gradstep export --shared-library).\n"
+        f"globalThis.gradstepFrontEnd = {front_end('embed.js', folder, stub=('style.css',))};\n"
     )
     return {LIBRARY_JS: js, LIBRARY_CSS: (folder / "style.css").read_text(encoding="utf-8")}
 
@@ -381,8 +553,9 @@ def export_html(
     if library is None:  # the stylesheet is inlined in the page, once
         loader = bundle("embed.js", folder=folder, stub=("style.css",))
     else:
-        loader = _LOADER % {"sources": _SHARED_SOURCES, "entry": _js_string("embed.js"), "default": _DEFAULT}
-    module = loader + "\n" + _MAIN.read_text(encoding="utf-8")
+        loader = _MODULE % {"entry": _SHARED_FRONT_END, "default": _DEFAULT}
+    main = _MAIN.read_text(encoding="utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    module = loader + "\n" + main
     return env.get_template("export.html").render(
         title=title or "gradstep",
         theme=theme,
@@ -399,14 +572,16 @@ def export_html(
 
 
 def page_policy(module: str, shared: bool = False) -> str:
-    """The page's own Content-Security-Policy (a <meta>): its one inline module, by hash, and the
-    Blob and data: URLs that module makes of the front end's sources; no network, no other script.
-    `shared`: the library's two files too, from the page's own site (or disk)."""
+    """The page's own Content-Security-Policy (a <meta>): its one inline module, by hash, and nothing
+    else runs (no Blob or data: URL, no inline script or handler injected into the page, no eval);
+    the layout worker from a Blob URL; no network. `shared`: the library's two files too, from the
+    page's own site (or disk)."""
     digest = base64.b64encode(hashlib.sha256(module.encode("utf-8")).digest()).decode()
     own = " 'self' file:" if shared else ""
     return (
-        f"default-src 'none'; script-src 'sha256-{digest}' blob: data:{own}; worker-src blob: data:; "
-        f"style-src 'unsafe-inline'{own}; img-src data:; base-uri 'none'; form-action 'none'"
+        f"default-src 'none'; script-src 'sha256-{digest}'{own}; worker-src blob:; "
+        f"style-src 'unsafe-inline'{own}; img-src data:; object-src 'none'; base-uri 'none'; "
+        "form-action 'none'"
     )
 
 

@@ -29,6 +29,15 @@ pytestmark = needs_chromium
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+# Every securitypolicyviolation event of a page (and of its frames), from before its first script.
+RECORD_VIOLATIONS = """
+window.gsViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => window.gsViolations.push({
+  directive: e.effectiveDirective, blocked: e.blockedURI, sample: e.sample,
+}));
+"""
+
+
 class FilePage:
     """A page opened from a file: any request but the file itself is aborted and recorded."""
 
@@ -41,6 +50,7 @@ class FilePage:
         self.errors: list[str] = []
         self.warnings: list[str] = []
         self.ctx.route("**/*", self._route)
+        self.ctx.add_init_script(RECORD_VIOLATIONS)
         self.page = self.ctx.new_page()
         self.page.on("request", lambda r: self.requests.append(r.url))
         self.page.on("console", self._console)
@@ -75,8 +85,13 @@ class FilePage:
     def graph_state(self) -> dict:
         return self.page.evaluate(GRAPH_STATE)
 
+    def violations(self) -> list[dict]:
+        """What the page's Content-Security-Policy refused, as the page saw it."""
+        return self.page.evaluate("window.gsViolations")
+
     def network(self) -> list[str]:
-        """Requests that would have left the page: everything but the file and its own Blob/data URLs."""
+        """Requests that would have left the page: everything but the file and its own Blob/data URLs
+        (the layout worker's script, the widget's stylesheet)."""
         return self.refused + [
             u for u in self.requests if u not in self.allowed and not u.startswith(("blob:", "data:"))
         ]
@@ -178,12 +193,16 @@ def test_exported_big_model_expands_every_node_from_file(tmp_path, opened):
         sys.path.remove(str(BENCHMARKS))
     path, trace = export(tmp_path, SNIPPET, step=1000)
     page = opened(path)
+    workers: list[str] = []
+    page.page.on("worker", lambda w: workers.append(w.url))
     page.page.click(".gs-expand-all")
     n = len(trace["nodes"])
     page.page.wait_for_function(f"document.querySelectorAll('[data-node-id]').length >= {n}", timeout=60_000)
     assert page.page.locator("[data-node-id]").count() == n
+    assert workers  # laid out in the worker, which the page's policy lets it start
     assert page.network() == []
-    assert page.errors == []
+    assert page.errors == [] and page.warnings == []
+    assert page.violations() == []
 
 
 MYST_HOST = """async ([esm, body]) => {
@@ -234,8 +253,8 @@ NODE_PLACES = """() => Object.fromEntries([...document.querySelectorAll('[data-n
 
 
 def test_big_model_lays_out_in_the_worker_the_same_from_file_as_from_a_static_host(browser, http_folder):
-    """The layout worker starts from file:// (a data: URL module worker) as from a static host,
-    and every node lands in the same place either way."""
+    """The layout worker starts from file:// (a classic worker from a Blob URL) as from a static
+    host, and every node lands in the same place either way."""
     folder, base = http_folder
     sys.path.insert(0, str(BENCHMARKS))
     try:
@@ -525,3 +544,74 @@ def test_widget_export_applies_a_fix_in_its_shadow_root_offline(opened, tmp_path
     assert page.page.evaluate(f"{shadow}.querySelectorAll('.gs-cmp-col').length") == 2
     assert page.network() == []
     assert page.errors == []
+
+
+# ---------------------------------------------------------------- the page's Content-Security-Policy
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["one-file", "shared-library"])
+def test_an_export_steps_through_and_applies_its_fix_from_file_with_no_policy_violation(
+    tmp_path, opened, shared
+):
+    from gradstep.export import library_files
+    from gradstep.notebook import record_dict
+
+    fixes: dict[str, dict] = {}
+    data = record_dict(snippets.load_all()["backward_twice_fails"].code, fix_runs=fixes)
+    path = tmp_path / "page.html"
+    path.write_text(export_html(data, fixes=fixes, library="" if shared else None), encoding="utf-8")
+    for name, text in library_files().items() if shared else ():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    page = opened(path, also=(tmp_path / "gradstep.js", tmp_path / "gradstep.css") if shared else ())
+    for i in range(len(data["steps"])):
+        assert_step_matches(page.graph_state(), data, i)
+        page.press("ArrowRight")
+    page.page.click(".gs-apply-fix")
+    page.page.wait_for_function("document.querySelector('.gs-embed-compare').dataset.rows", timeout=15_000)
+    assert page.page.locator(".gs-cmp-col").count() == 2
+    assert page.violations() == []
+    assert page.errors == [] and page.network() == []
+
+
+# Markup that found its way into a page, each piece trying to run script its own way.
+INJECTED = """
+<script>window.ran = [...(window.ran || []), "inline script"];</script>
+<script src="data:text/javascript,window.ran=[...(window.ran||[]),'data: script'];"></script>
+<script type="module">window.ran = [...(window.ran || []), "inline module"];</script>
+<img src="data:," onerror="window.ran = [...(window.ran || []), 'img onerror'];">
+<svg onload="window.ran = [...(window.ran || []), 'svg onload'];"></svg>
+<a id="injected-link" href="javascript:window.ran=[...(window.ran||[]),'javascript: link'];void 0">x</a>
+<iframe srcdoc="<script>parent.ran = [...(parent.ran || []), 'srcdoc script'];</script>"></iframe>
+<object data="data:text/html,<script>parent.ran=['object'];</script>"></object>
+<base href="https://attacker.invalid/">
+"""
+
+BLOB_SCRIPT = """() => new Promise((resolve) => {
+  // a Blob URL of script, put in a <script> element: what `blob:` in script-src would let run
+  const s = document.createElement("script");
+  s.src = URL.createObjectURL(new Blob(["window.ran = [...(window.ran || []), 'blob: script'];"]));
+  s.onload = s.onerror = resolve;
+  document.body.append(s);
+})"""
+
+
+def test_markup_injected_into_an_export_runs_no_script_and_the_page_still_works(tmp_path, browser):
+    path, trace = export(tmp_path, snippets.load_all()["shared_trunk_partial_grads"].code)
+    page_html = path.read_text(encoding="utf-8")
+    path.write_text(page_html.replace("<body>\n", "<body>\n" + INJECTED, 1), encoding="utf-8")
+    page = FilePage(browser, path)
+    try:
+        page.open()
+        page.page.click("#injected-link")
+        page.page.evaluate(BLOB_SCRIPT)
+        page.page.wait_for_timeout(300)  # any handler or frame that could run has had its turn
+        assert page.page.evaluate("window.ran") is None
+        refused = {v["directive"] for v in page.violations()}
+        # refused by the policy, not failing for another reason
+        assert {"script-src-elem", "script-src-attr", "base-uri", "object-src"} <= refused
+        assert page.page.evaluate("document.baseURI") == page.url
+        assert_step_matches(page.graph_state(), trace, 0)  # the page's own module runs
+        page.press("End")
+        assert_step_matches(page.graph_state(), trace, len(trace["steps"]) - 1)
+    finally:
+        page.close()

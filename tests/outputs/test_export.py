@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -21,7 +22,15 @@ import orjson
 import pytest
 import torch
 from gradstep.columns import pack, rows_of
-from gradstep.export import ExportError, bundle, collect, export_html, frontend_folder, write_export
+from gradstep.export import (
+    ExportError,
+    bundle,
+    collect,
+    export_html,
+    front_end,
+    frontend_folder,
+    write_export,
+)
 from gradstep.schema import Trace
 from gradstep.trace_dicts import typed
 from gradstep.tracer import record
@@ -130,10 +139,10 @@ def test_an_import_leaving_the_front_end_folder_is_refused(tmp_path):
 def test_a_kept_bundle_is_made_again_once_a_file_it_inlines_changes(tmp_path):
     (tmp_path / "a.js").write_text('import { b } from "./b.js";\nexport const a = b;\n')
     (tmp_path / "b.js").write_text('export const b = "first";\n')
-    first = bundle("a.js", folder=tmp_path)
-    assert bundle("a.js", folder=tmp_path) is first  # kept: nothing changed
+    first = front_end("a.js", folder=tmp_path)
+    assert front_end("a.js", folder=tmp_path) is first  # kept: nothing changed
     (tmp_path / "b.js").write_text('export const b = "second, and longer";\n')  # another size
-    second = bundle("a.js", folder=tmp_path)
+    second = front_end("a.js", folder=tmp_path)
     assert "second, and longer" in second and "first" not in second
     (tmp_path / "b.js").unlink()
     with pytest.raises(ExportError, match="b.js"):
@@ -144,6 +153,95 @@ def test_the_bundle_is_one_module_without_a_closing_script_tag():
     text = bundle("embed.js")
     assert "</script" not in text.lower()
     assert "export const render" in text
+
+
+# Modules using each import and export form the front end may write, logging the order they run in.
+MODULE_FORMS = {
+    "log.js": "export const log = [];\nexport function note(x) {\n  log.push(x);\n}\n",
+    "shapes.js": textwrap.dedent(
+        """\
+        import { note } from "./log.js";
+        note("shapes");
+        export const SIDES = { square: 4 };
+        export class Square {
+          area(s) { return s * s; }
+        }
+        export function* count(n) { for (let i = 0; i < n; i++) yield i; }
+        export async function later(x) { return x + 1; }
+        const hidden = 7, other = 8;
+        export { hidden as seven, other };
+        export default function named(x) { return `named ${x}`; }
+        """
+    ),
+    "anon.js": 'import "./log.js";\nexport default class { hi() { return "anon"; } }\n',
+    "again.js": 'export { SIDES, count as counter } from "./shapes.js";\nexport default 42;\n',
+    "entry.js": textwrap.dedent(
+        """\
+        import { log, note } from "./log.js";
+        import named, { Square as Sq, SIDES } from "./shapes.js";
+        import * as shapes from "./shapes.js";
+        import Anon from "./anon.js";
+        import answer, { counter, SIDES as sides } from "./again.js";
+        note("entry");
+        export const before = hoisted(2);  // a function declared further down is hoisted
+        function hoisted(x) { return x * 10; }
+        export async function run() {
+          const lazy = await import("./again.js");
+          return {
+            log, before, named: named(1), area: new Sq().area(3), sides: SIDES.square,
+            ns: Object.keys(shapes).sort(), seven: shapes.seven, other: shapes.other, anon: new Anon().hi(),
+            answer, counted: [...counter(3)], same: sides === SIDES, later: await shapes.later(1),
+            lazy: lazy.default, extensible: Object.isExtensible(shapes),
+          };
+        }
+        """
+    ),
+}
+
+RUN_IN_NODE = """
+{source}
+const entry = await {entry};
+console.log(JSON.stringify(await entry.run()));
+"""
+
+
+def run_node(tmp_path: Path, source: str, entry: str) -> dict:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("needs node")
+    script = tmp_path / f"run-{len(list(tmp_path.glob('run-*')))}.mjs"
+    script.write_text(RUN_IN_NODE.format(source=source, entry=entry))
+    r = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=SAFETY)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_the_inlined_modules_run_as_the_es_modules_they_are_made_of(tmp_path):
+    for name, text in MODULE_FORMS.items():
+        (tmp_path / name).write_text(text)
+    as_modules = run_node(tmp_path, "", 'import("./entry.js")')
+    inlined = run_node(tmp_path, f"const inlined = {front_end('entry.js', folder=tmp_path)};", "inlined")
+    assert inlined == as_modules
+    assert as_modules["log"] == ["shapes", "entry"]  # each module ran once, after what it imports
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("export let n = 1;\n", "export a const"),
+        ('export * from "./b.js";\n', "name the exports"),
+        ("export const { a, b } = {};\n", "export a const, by name"),
+        ("const x = await 1;\nexport { x };\n", "top-level await"),
+        ("export const u = import.meta.url;\n", "module syntax it does not know"),
+        ('import x from "d3";\n', "module syntax it does not know"),
+        ('export const s = "</script>";\n', r"holds '</script'"),
+    ],
+)
+def test_a_module_the_export_cannot_inline_is_named_with_its_reason(tmp_path, source, message):
+    (tmp_path / "a.js").write_text(source)
+    (tmp_path / "b.js").write_text("export const b = 1;\n")
+    with pytest.raises(ExportError, match=rf"a\.js.*{message}"):
+        front_end("a.js", folder=tmp_path)
 
 
 # ---------------------------------------------------------------- the page
@@ -206,16 +304,36 @@ def test_a_fix_whose_code_holds_a_script_tag_cannot_break_out_of_the_page():
     assert [t for t, _ in page.tags].count("script") == 4
 
 
+def page_policy_of(page: _Page) -> dict[str, str]:
+    (meta,) = [a for t, a in page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert page.tags.index(("meta", meta)) < [t for t, _ in page.tags].index("script")  # before any script
+    return dict(d.strip().split(" ", 1) for d in meta["content"].split(";"))
+
+
 def test_the_page_runs_only_its_own_module_by_its_hash():
     page = parse(export_html(record(POW)))
-    (meta,) = [a for t, a in page.tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
-    policy = dict(d.strip().split(" ", 1) for d in meta["content"].split(";"))
+    policy = page_policy_of(page)
     digest = base64.b64encode(hashlib.sha256(page.scripts["module"].encode()).digest()).decode()
-    # the inline module, and the Blob / data: URLs it makes of the front end's sources: nothing else runs
-    assert policy["script-src"].split() == [f"'sha256-{digest}'", "blob:", "data:"]
+    # no Blob or data: URL, no inline script or handler but the module, no eval: nothing else runs
+    assert policy["script-src"] == f"'sha256-{digest}'"
+    assert policy["worker-src"] == "blob:"  # the layout worker, which the module starts
     assert policy["default-src"] == "'none'"  # no network: no fetch, no image, no frame from anywhere
-    assert "connect-src" not in policy and "unsafe" not in policy["script-src"]
-    assert page.tags.index(("meta", meta)) < [t for t, _ in page.tags].index("script")  # before any script
+    assert policy["object-src"] == "'none'" and policy["base-uri"] == "'none'"
+    assert "connect-src" not in policy
+
+
+def test_a_page_sharing_a_library_runs_its_module_and_the_library_file_only():
+    page = parse(export_html(record(POW), library=""))
+    policy = page_policy_of(page)
+    digest = base64.b64encode(hashlib.sha256(page.scripts["module"].encode()).digest()).decode()
+    assert policy["script-src"].split() == [f"'sha256-{digest}'", "'self'", "file:"]
+    assert ("script", {"src": "gradstep.js"}) in page.tags
+
+
+def test_the_inlined_front_end_loads_no_module_at_run_time_and_makes_a_blob_only_for_its_worker():
+    text = bundle("embed.js")
+    assert "import(" not in text
+    assert text.count("URL.createObjectURL(") == 1  # in the function that starts a worker
 
 
 def test_a_step_past_the_end_opens_the_last_step():
