@@ -34,7 +34,14 @@ import time
 import traceback
 
 from gradstep.sandbox import protocol, rootfs
-from gradstep.sandbox.confine import PR_SET_CHILD_SUBREAPER, Confinement, LayerFailed, prctl
+from gradstep.sandbox.confine import (
+    CLONE_NEWPID,
+    PR_SET_CHILD_SUBREAPER,
+    Confinement,
+    LayerFailed,
+    prctl,
+)
+from gradstep.sandbox.libc import check, libc
 from gradstep.sandbox.mounts import under
 from gradstep.sandbox.protocol import Channel, write_frame
 
@@ -101,6 +108,10 @@ class Zygote:
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.cgroup_fds: list[list[int]] = []  # per slot: its cgroup.procs files, open for writing
         self.visible: list[str] = []  # what the minimal root holds, once entered
+        # Its own pidfd: each child gets a copy (to tell whether the zygote is alive, see
+        # Confinement.no_new_privs), and it names the zygote's PID namespace to return to.
+        self.self_fd = os.pidfd_open(os.getpid())
+        self.new_pid_ns = False  # fork each child into a PID namespace of its own ("pidns" layer)
 
     # -- start-up ----------------------------------------------------------------
 
@@ -143,16 +154,49 @@ class Zygote:
     def other_cgroup_fds(self, slot: int) -> list[int]:
         return [fd for i, fds in enumerate(self.cgroup_fds) if i != slot for fd in fds]
 
+    def fork_child(self) -> int:
+        """os.fork(); with ``new_pid_ns``, into a PID namespace of its own, whose pid 1 the child is.
+
+        unshare(CLONE_NEWPID) moves none of the zygote's processes, only its next child (and
+        only once): so each fork is unshare, fork, then setns back to the zygote's own
+        namespace. No fork beyond the child's own, and the zygote still sees (waits for,
+        kills) it by its host pid.
+        """
+        if not self.new_pid_ns:
+            return os.fork()
+        check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+        try:
+            pid = os.fork()
+        except BaseException:
+            self.own_pid_ns()
+            raise
+        if pid != 0:  # the zygote; the child stays in its new namespace
+            self.own_pid_ns()
+        return pid
+
+    def own_pid_ns(self) -> None:
+        # If this fails, the next unshare(CLONE_NEWPID) fails too (EINVAL): no child is forked
+        check(libc.setns(self.self_fd, CLONE_NEWPID), "setns back to the zygote's PID namespace")
+
     def probe(self, layers: list[str]) -> dict[str, str]:
         """Fork a child that tries every enabled layer; report what this host allows."""
         r, w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
+        pid_ns_failed = None
+        self.new_pid_ns = "pidns" in layers
+        try:
+            pid = self.fork_child()
+        except OSError as e:  # no PID namespace here: the probe child runs without one
+            pid_ns_failed = f"unavailable: {type(e).__name__}: {e}"
+            self.new_pid_ns = False
+            pid = os.fork()
         if pid == 0:
             try:
                 os.close(r)
                 for fd in self.other_cgroup_fds(0):
                     os.close(fd)
-                conf = Confinement(self.plan, 0, w, cgroup_fds=self.slot_cgroup_fds(0))
+                conf = Confinement(
+                    self.plan, 0, w, cgroup_fds=self.slot_cgroup_fds(0), zygote_fd=self.self_fd
+                )
                 found = conf.probe(layers)
                 os.write(conf.fd, json.dumps(found).encode())  # small: one atomic pipe write
             finally:
@@ -164,8 +208,13 @@ class Zygote:
         os.close(r)
         _, status = os.waitpid(pid, 0)
         if not data:
-            return {name: f"unavailable: the probe child died (status {status})" for name in layers}
-        return json.loads(data)
+            found = {name: f"unavailable: the probe child died (status {status})" for name in layers}
+        else:
+            found = json.loads(data)
+        if pid_ns_failed is not None:
+            found["pidns"] = pid_ns_failed
+        self.new_pid_ns = found.get("pidns") == "active"
+        return found
 
     # -- serving -----------------------------------------------------------------
 
@@ -206,7 +255,7 @@ class Zygote:
         child = msg["child"]
         t_fork = time.perf_counter()
         try:
-            pid = os.fork()
+            pid = self.fork_child()
         except OSError as e:
             os.close(code_fd)
             os.close(result_fd)
@@ -289,7 +338,14 @@ class Zygote:
             )
             for other in others:
                 os.close(other)
-            conf = Confinement(self.plan, slot, result_fd, code_fd, cgroup_fds=self.slot_cgroup_fds(slot))
+            conf = Confinement(
+                self.plan,
+                slot,
+                result_fd,
+                code_fd,
+                cgroup_fds=self.slot_cgroup_fds(slot),
+                zygote_fd=self.self_fd,
+            )
             conf.timings["fork"] = (t0 - t_fork) * 1e3
             try:
                 conf.apply(self.plan["layers"])
