@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gc
 import importlib
 import json
@@ -110,7 +111,10 @@ class Zygote:
         self.visible: list[str] = []  # what the minimal root holds, once entered
         # Its own pidfd: each child gets a copy (to tell whether the zygote is alive, see
         # Confinement.no_new_privs), and it names the zygote's PID namespace to return to.
-        self.self_fd = os.pidfd_open(os.getpid())
+        try:
+            self.self_fd: int | None = os.pidfd_open(os.getpid())
+        except OSError:  # kernel < 5.3, or refused: no "pidns" layer (getppid() checks the zygote)
+            self.self_fd = None
         self.new_pid_ns = False  # fork each child into a PID namespace of its own ("pidns" layer)
 
     # -- start-up ----------------------------------------------------------------
@@ -176,19 +180,29 @@ class Zygote:
 
     def own_pid_ns(self) -> None:
         # If this fails, the next unshare(CLONE_NEWPID) fails too (EINVAL): no child is forked
+        if self.self_fd is None:
+            raise OSError(errno.ENOSYS, "no pidfd of the zygote (pidfd_open)")
         check(libc.setns(self.self_fd, CLONE_NEWPID), "setns back to the zygote's PID namespace")
+
+    def pid_ns_unavailable(self) -> str | None:
+        """Why children can't have a PID namespace of their own here (None: they can).
+
+        setns first, on the zygote's own namespace (a no-op): a seccomp profile that refuses it
+        must be found before an unshare that could not be undone."""
+        try:
+            self.own_pid_ns()
+            check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+            self.own_pid_ns()
+        except OSError as e:
+            return f"unavailable: {type(e).__name__}: {e}"
+        return None
 
     def probe(self, layers: list[str]) -> dict[str, str]:
         """Fork a child that tries every enabled layer; report what this host allows."""
+        pid_ns_failed = self.pid_ns_unavailable() if "pidns" in layers else None
+        self.new_pid_ns = "pidns" in layers and pid_ns_failed is None
         r, w = os.pipe2(os.O_CLOEXEC)
-        pid_ns_failed = None
-        self.new_pid_ns = "pidns" in layers
-        try:
-            pid = self.fork_child()
-        except OSError as e:  # no PID namespace here: the probe child runs without one
-            pid_ns_failed = f"unavailable: {type(e).__name__}: {e}"
-            self.new_pid_ns = False
-            pid = os.fork()
+        pid = self.fork_child()
         if pid == 0:
             try:
                 os.close(r)
