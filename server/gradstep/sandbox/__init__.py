@@ -103,8 +103,9 @@ Processes
   and an exit tears down one page-table entry per 2 MB instead of 512, so fork
   + exit cost ~5 ms of CPU instead of ~15–20; copy-on-write stays per 4 KB
   page, so a child copies no more memory), opens its slots' ``cgroup.procs``,
-  moves into the minimal root (layer 5: it needs no host file after warming),
-  probes the layers, then serves fork requests. It is a single-threaded process and a child subreaper; EOF on its
+  moves into the minimal root (layer 6: it needs no host file after warming),
+  probes the layers, then serves fork requests, each child into a PID namespace
+  of its own (layer 5). It is a single-threaded process and a child subreaper; EOF on its
   control socket (the server died) kills its children and ends it.
 * **Parent ↔ zygote**: a Unix socketpair of framed JSON; each child's two pipe
   ends (the read end of its code pipe, the write end of its result pipe) go
@@ -163,7 +164,21 @@ a child stops that child before the target runs ("crashed", fail closed).
    all (even loopback is down: ENETUNREACH); its own cgroup namespace, so
    /proc/self/cgroup says ``/`` instead of naming the server's cgroups. Unavailable
    in an unprivileged container: use ``--network none`` there.
-5. ``root`` — the minimal root (``rootfs.py``), which the *zygote* builds once
+5. ``pidns`` — a PID namespace of its own, whose pid 1 the child is: it can name no
+   other process (not the server, the zygote, another run, nor by a host pid:
+   ``getppid()`` is 0), and its /proc (``mounts``) lists itself alone. A PID namespace
+   applies only to the children of whoever unshares it, so the *zygote* makes it:
+   ``unshare(CLONE_NEWPID)``, ``fork()``, then ``setns`` on its own pidfd back to its
+   own namespace for the next child (no extra fork; the zygote still waits for and
+   kills the child by its host pid). The child checks that it is pid 1. Being a
+   namespace's pid 1, it drops every signal it sends itself that it has no handler
+   for, SIGKILL included, and the kernel's SIGXCPU too: so its RLIMIT_CPU hard limit
+   is the soft one (SIGKILL at ``cpu_seconds``), and the check that the zygote
+   outlived the uid change (``no_new_privs``) reads the zygote's pidfd, not
+   ``getppid()``. Cost: see ``benchmarks/pidns_cost.py`` (below). Unavailable
+   where the zygote may not ``unshare``/``setns`` (no SYS_ADMIN; a seccomp profile
+   refusing ``setns``: deploy/seccomp.json allows it).
+6. ``root`` — the minimal root (``rootfs.py``), which the *zygote* builds once
    after warming and every child inherits: a read-only tmpfs holding only the
    import path's directories, the files the zygote has mapped (a shared library's
    whole directory, so ``import ssl`` or ``sqlite3`` later still finds its library),
@@ -177,20 +192,27 @@ a child stops that child before the target runs ("crashed", fail closed).
    of this small tree. Unavailable where the zygote can't unshare a mount
    namespace or pivot (an unprivileged container; a seccomp profile denying
    ``pivot_root``): then ``mounts`` hides the project on the host's tree instead.
-6. ``mounts`` (needs 4; never attempted without it) — all mounts private, then
+7. ``mounts`` (needs 4; never attempted without it) — all mounts private, then
    read-only/nosuid/nodev recursively (``mount_setattr``), nodev cleared again on
    the devices; a private size-limited tmpfs (``tmp_mb``, noexec, mode 0700, owned
    by the slot's uid) on /tmp as the work dir (cwd, entered once every layer is
    on, as the slot's uid; what the root shows under /tmp, a checkout's venv there,
    is bound back into it) — it disappears with the child's mount namespace; a
-   fresh /proc with ``hidepid=invisible``. Without ``root``: each ``hide`` path
+   fresh /proc of its PID namespace, ``hidepid=invisible,subset=pid``: process
+   directories only (itself), none of the kernel's host-wide files (loadavg,
+   meminfo, stat, uptime, vmstat, diskstats, kallsyms, modules, interrupts,
+   pressure/, sys/, cpuinfo, ...: load, memory, I/O and uptime tell about other
+   users' runs). torch needs none of them (the zygote initialised its CPU
+   detection before forking; ``os.cpu_count()`` falls back to the affinity mask).
+   Its ``/proc/self/mountinfo`` lists its own mount namespace: the minimal root's
+   mounts, at the paths it sees anyway. Without ``root``: each ``hide`` path
    covered by an empty read-only tmpfs with the ``keep`` paths bound back
    read-only. Unavailable: use ``--read-only --tmpfs /tmp``.
-7. ``rlimits`` — RLIMIT_DATA = the zygote's data size + ``memory_mb`` (not
+8. ``rlimits`` — RLIMIT_DATA = the zygote's data size + ``memory_mb`` (not
    RLIMIT_AS: torch maps ~620 MB of address space), CPU (soft ``cpu_seconds``,
-   hard +1), FSIZE = ``tmp_mb``, NOFILE, NPROC (per uid, so it binds after 8),
-   CORE = 0.
-8. ``uid`` — per-slot unprivileged uid/gid ``uid_base + slot``, ``slot <
+   hard +1; with ``pidns`` hard = soft, see 5), FSIZE = ``tmp_mb``, NOFILE, NPROC
+   (per uid, so it binds after 9), CORE = 0.
+9. ``uid`` — per-slot unprivileged uid/gid ``uid_base + slot``, ``slot <
    workers + extra_slots`` (one per slot, so two children alive at once never
    share one: runs could signal each other), no supplementary groups, and no capability
    in any set (``capabilities.py``: the bounding set is emptied first, with
@@ -201,9 +223,9 @@ a child stops that child before the target runs ("crashed", fail closed).
    torch and the tracer pull in. Unavailable when the server is neither root nor holding
    CAP_SETUID, CAP_SETGID and CAP_SETPCAP (the image's file capabilities:
    docs/deploy.md).
-9. ``no_new_privs`` — PR_SET_NO_NEW_PRIVS (a setuid binary gains nothing) and
+10. ``no_new_privs`` — PR_SET_NO_NEW_PRIVS (a setuid binary gains nothing) and
    PR_SET_PDEATHSIG(SIGKILL) (the uid change cleared it; the child dies with the zygote).
-10. ``seccomp`` — last, via pyseccomp, with TSYNC: EPERM for exec*, fork/vfork,
+11. ``seccomp`` — last, via pyseccomp, with TSYNC: EPERM for exec*, fork/vfork,
    ``clone`` without CLONE_THREAD, every socket (Unix sockets by path ignore the
    network namespace), ptrace, process_vm_*, signals to any pid but its own,
    mount/unshare/setns/pivot_root, bpf, io_uring, keyctl, set*id and other kernel
