@@ -138,6 +138,18 @@ def test_the_host_wide_proc_files_are_not_there(sb, guard, mounts_before):
     assert ast.literal_eval(top) == ["1", "self", "thread-self"]
 
 
+def test_the_machines_load_memory_and_process_count_are_refused_by_system_call_too(sb, guard, mounts_before):
+    # sysinfo(2) says what /proc/loadavg, meminfo and stat say: seccomp refuses it
+    code = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "info = ctypes.create_string_buffer(256)\n"
+        "print(libc.sysinfo(info), ctypes.get_errno(), set(info.raw))\n"
+    )
+    out = run(sb, code, guard, mounts_before)["stdout"]
+    assert out == "-1 1 {0}\n"  # EPERM, nothing written
+
+
 def test_the_mount_table_names_only_what_the_runs_root_holds(sb, guard, mounts_before):
     # /proc/self/mountinfo is the run's own mount namespace: its minimal root. Every path it names
     # (where a mount comes from and where it is) is one the run sees anyway; none of the host's

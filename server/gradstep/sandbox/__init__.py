@@ -233,7 +233,9 @@ a child stops that child before the target runs ("crashed", fail closed).
    ``clone`` without CLONE_THREAD, every socket (Unix sockets by path ignore the
    network namespace), ptrace, process_vm_*, signals to any pid but its own,
    mount/unshare/setns/pivot_root, bpf, io_uring, keyctl, set*id and other kernel
-   surface; ``clone3`` gets ENOSYS so glibc falls back to ``clone`` (EPERM would
+   surface, ``sysinfo`` (the machine's load, free memory, process count and uptime:
+   what the /proc files ``mounts`` leaves out say; glibc's uses of it in a child
+   read a value the zygote cached, torch's are in libuv only); ``clone3`` gets ENOSYS so glibc falls back to ``clone`` (EPERM would
    stop threads). Threads and multi-threaded matmul keep working. Unavailable
    without pyseccomp/libseccomp.
 

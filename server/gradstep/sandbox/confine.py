@@ -109,6 +109,10 @@ def seccomp_rules(own_pid: int) -> list[tuple[int, str, tuple]]:
         "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
         "reboot", "swapon", "swapoff", "acct", "syslog", "quotactl", "iopl", "ioperm",
         "lookup_dcookie", "vhangup",
+        # the machine's load averages, free memory, process count and uptime: /proc/loadavg,
+        # meminfo, stat and uptime (absent from its /proc) by a system call (glibc's qsort asks
+        # once for the memory size, which the zygote has done; torch only in libuv)
+        "sysinfo",
     ]  # fmt: skip
     rules = [(eperm, name, ()) for name in denied]
     rules += [
