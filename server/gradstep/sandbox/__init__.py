@@ -234,8 +234,9 @@ a child stops that child before the target runs ("crashed", fail closed).
    network namespace), ptrace, process_vm_*, signals to any pid but its own,
    mount/unshare/setns/pivot_root, bpf, io_uring, keyctl, set*id and other kernel
    surface, ``sysinfo`` (the machine's load, free memory, process count and uptime:
-   what the /proc files ``mounts`` leaves out say; glibc's uses of it in a child
-   read a value the zygote cached, torch's are in libuv only); ``clone3`` gets ENOSYS so glibc falls back to ``clone`` (EPERM would
+   what the /proc files ``mounts`` leaves out say; glibc's qsort reads a value the
+   zygote cached, torch calls it only in libuv; ``os.sysconf("SC_PHYS_PAGES")`` reads
+   0 and ``SC_AVPHYS_PAGES`` nonsense, as glibc ignores the error); ``clone3`` gets ENOSYS so glibc falls back to ``clone`` (EPERM would
    stop threads). Threads and multi-threaded matmul keep working. Unavailable
    without pyseccomp/libseccomp.
 
