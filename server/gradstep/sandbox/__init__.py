@@ -124,7 +124,7 @@ Layers, in the order a child applies them
 Measured here (root, kernel 6.18, cgroup v1, 2 vCPU; medians the child took per
 layer, see ``RunResult.timings`` and ``benchmarks/sandbox_cost.py``): fork 3 ms
 (7–9 without huge pages), setsid 0.03, cgroup 0.2–12, close_fds 0.1, namespaces
-0.7–0.9, pidns 0.01 (a check; the zygote's unshare and setns around the fork ≈0.1), root 0.05–0.1 (a check: the zygote builds the root once at start, ≈10–30 ms),
+0.7–0.9, pidns 0.01 (a check; the zygote's unshare and setns around the fork 0.1–0.2), root 0.05–0.1 (a check: the zygote builds the root once at start, ≈10–30 ms),
 mounts 0.3 (0.5–0.8 on the host's tree, without root), rlimits 0.2, uid 0.6 (clearing every
 capability set), no_new_privs 0.05, seccomp 1.5–1.8 ms — all paid by a spare before its run.
 **Prewarm.** A forked child's first run of the tracer writes to ~1,500 of the zygote's pages, each
@@ -175,11 +175,12 @@ a child stops that child before the target runs ("crashed", fail closed).
    for, SIGKILL included, and the kernel's SIGXCPU too: so its RLIMIT_CPU hard limit
    is the soft one (SIGKILL at ``cpu_seconds``), and the check that the zygote
    outlived the uid change (``no_new_privs``) reads the zygote's pidfd, not
-   ``getppid()``. Cost (``benchmarks/pidns_cost.py``, load 5–8 on 2 vCPU): a fork +
-   exit of an empty child into a new namespace takes ≈0.1 ms more (1.85 against
-   1.75 ms); a tiny snippet's run, against the same sandbox without ``pidns`` in the
-   same process run, 0.97x with a ready spare (6.7 ms p50), 0.94x back to back
-   (60 ms), 0.98x forked per run (78 ms): below the noise. Unavailable
+   ``getppid()``. Cost (``benchmarks/pidns_cost.py``, two runs at load 4–8 on 2
+   vCPU): a fork + exit of an empty child into a new namespace takes 0.1–0.17 ms
+   more (≈2 ms); a tiny snippet's run, against the same sandbox without ``pidns``
+   in the same process run, 0.97x with a ready spare (5–7 ms p50), 0.94–0.96x back
+   to back (49–60 ms), 0.98–1.01x forked per run (60–78 ms): below the noise (no
+   extra fork). Unavailable
    where the zygote may not ``unshare``/``setns`` (no SYS_ADMIN; a seccomp profile
    refusing ``setns``: deploy/seccomp.json allows it).
 6. ``root`` — the minimal root (``rootfs.py``), which the *zygote* builds once
