@@ -73,7 +73,7 @@ RUN groupadd --system --gid 10001 gradstep \
 # container's own --memory and --pids-limit stand in for them. Every other layer is required.
 ENV GRADSTEP_HOST=0.0.0.0 \
     GRADSTEP_PORT=8000 \
-    GRADSTEP_REQUIRE_LAYERS=setsid,close_fds,namespaces,root,mounts,rlimits,uid,no_new_privs,seccomp
+    GRADSTEP_REQUIRE_LAYERS=setsid,close_fds,namespaces,pidns,root,mounts,rlimits,uid,no_new_privs,seccomp
 
 USER 10001:10001
 EXPOSE 8000

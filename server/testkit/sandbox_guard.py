@@ -12,6 +12,7 @@ zygote imports this module, so it imports nothing heavy.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import mmap
@@ -241,20 +242,39 @@ def _write(path: Path, value: int | str) -> None:
         f.write(str(value))
 
 
+_host_pid = os.getpid()
+
+
+def _remember_host_pid() -> None:
+    """In a child of the zygote, right after the fork (before any layer): its pid on the host.
+
+    A confined child is pid 1 of its own PID namespace; the tests look at it from outside, by
+    this pid. /proc here is still the zygote's, of the host's namespace.
+    """
+    global _host_pid
+    try:
+        _host_pid = int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        _host_pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_remember_host_pid)  # imported by the zygote, before it forks
+
+
 def target(code: str) -> bytes:
     """A light target: ``bytes N``, ``raise``, ``str``, ``sleep S``, ``exit N``, ``pid``, ``env``,
     ``spin``, ``limits``, ``read PATH`` (a directory's sorted listing, a file's first bytes, or the
     error's name), ``span S`` (sleep S seconds; JSON: when it started and ended by the wall clock,
     its uid and pid), and ``early S`` / ``early-kill`` / ``early-oom``: write a whole
-    result (``early <pid>``) first, then sleep S seconds / die by SIGKILL / blow the memory cgroup.
+    result (``early <pid>``) first, then sleep S seconds / die (SIGKILL; as pid 1 of its own PID
+    namespace, which drops that, SIGSEGV) / blow the memory cgroup. Every pid is the child's pid
+    on the host, where the tests see it.
     """
     cmd, _, arg = code.partition(" ")
     if cmd == "span":
         start = time.time()
         time.sleep(float(arg))
-        return json.dumps(
-            {"start": start, "end": time.time(), "uid": os.getuid(), "pid": os.getpid()}
-        ).encode()
+        return json.dumps({"start": start, "end": time.time(), "uid": os.getuid(), "pid": _host_pid}).encode()
     if cmd == "read":
         try:
             if os.path.isdir(arg):
@@ -264,9 +284,10 @@ def target(code: str) -> bytes:
         except OSError as e:
             return type(e).__name__.encode()
     if cmd.startswith("early"):
-        protocol.write_frame(3, protocol.RESULT, f"early {os.getpid()}".encode())
+        protocol.write_frame(3, protocol.RESULT, f"early {_host_pid}".encode())
         if cmd == "early-kill":
             os.kill(os.getpid(), signal.SIGKILL)
+            ctypes.string_at(0)  # still here: pid 1 of its namespace
         if cmd == "early-oom":
             m = mmap.mmap(-1, 1 << 30)  # shared: not data, only the memory cgroup stops it
             for i in range(0, len(m), 4096):
@@ -292,7 +313,7 @@ def target(code: str) -> bytes:
     if cmd == "exit":
         os._exit(int(arg))
     if cmd == "pid":
-        return str(os.getpid()).encode()
+        return str(_host_pid).encode()
     if cmd == "env":
         return "\n".join(f"{k}={v}" for k, v in sorted(os.environ.items())).encode()
     return code.encode()

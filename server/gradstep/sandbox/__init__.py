@@ -104,8 +104,9 @@ Processes
   and an exit tears down one page-table entry per 2 MB instead of 512, so fork
   + exit cost ~5 ms of CPU instead of ~15–20; copy-on-write stays per 4 KB
   page, so a child copies no more memory), opens its slots' ``cgroup.procs``,
-  moves into the minimal root (layer 5: it needs no host file after warming),
-  probes the layers, then serves fork requests. It is a single-threaded process and a child subreaper; EOF on its
+  moves into the minimal root (layer 6: it needs no host file after warming),
+  probes the layers, then serves fork requests, each child into a PID namespace
+  of its own (layer 5). It is a single-threaded process and a child subreaper; EOF on its
   control socket (the server died) kills its children and ends it.
 * **Parent ↔ zygote**: a Unix socketpair of framed JSON; each child's two pipe
   ends (the read end of its code pipe, the write end of its result pipe) go
@@ -124,7 +125,7 @@ Layers, in the order a child applies them
 Measured here (root, kernel 6.18, cgroup v1, 2 vCPU; medians the child took per
 layer, see ``RunResult.timings`` and ``benchmarks/sandbox_cost.py``): fork 3 ms
 (7–9 without huge pages), setsid 0.03, cgroup 0.2–12, close_fds 0.1, namespaces
-0.7–0.9, root 0.05–0.1 (a check: the zygote builds the root once at start, ≈10–30 ms),
+0.7–0.9, pidns 0.01 (a check; the zygote's unshare and setns around the fork 0.1–0.2), root 0.05–0.1 (a check: the zygote builds the root once at start, ≈10–30 ms),
 mounts 0.3 (0.5–0.8 on the host's tree, without root), rlimits 0.2, uid 0.6 (clearing every
 capability set), no_new_privs 0.05, seccomp 1.5–1.8 ms — all paid by a spare before its run.
 **Prewarm.** A forked child's first run of the tracer writes to ~1,500 of the zygote's pages, each
@@ -164,7 +165,26 @@ a child stops that child before the target runs ("crashed", fail closed).
    all (even loopback is down: ENETUNREACH); its own cgroup namespace, so
    /proc/self/cgroup says ``/`` instead of naming the server's cgroups. Unavailable
    in an unprivileged container: use ``--network none`` there.
-5. ``root`` — the minimal root (``rootfs.py``), which the *zygote* builds once
+5. ``pidns`` — a PID namespace of its own, whose pid 1 the child is: it can name no
+   other process (not the server, the zygote, another run, nor by a host pid:
+   ``getppid()`` is 0), and its /proc (``mounts``) lists itself alone. A PID namespace
+   applies only to the children of whoever unshares it, so the *zygote* makes it:
+   ``unshare(CLONE_NEWPID)``, ``fork()``, then ``setns`` on its own pidfd back to its
+   own namespace for the next child (no extra fork; the zygote still waits for and
+   kills the child by its host pid). The child checks that it is pid 1. Being a
+   namespace's pid 1, it drops every signal it sends itself that it has no handler
+   for, SIGKILL included, and the kernel's SIGXCPU too: so its RLIMIT_CPU hard limit
+   is the soft one (SIGKILL at ``cpu_seconds``), and the check that the zygote
+   outlived the uid change (``no_new_privs``) reads the zygote's pidfd, not
+   ``getppid()``. Cost (``benchmarks/pidns_cost.py``, two runs at load 4–8 on 2
+   vCPU): a fork + exit of an empty child into a new namespace takes 0.1–0.17 ms
+   more (≈2 ms); a tiny snippet's run, against the same sandbox without ``pidns``
+   in the same process run, 0.97x with a ready spare (5–7 ms p50), 0.94–0.96x back
+   to back (49–60 ms), 0.98–1.01x forked per run (60–78 ms): below the noise (no
+   extra fork). Unavailable
+   where the zygote may not ``unshare``/``setns`` (no SYS_ADMIN; a seccomp profile
+   refusing ``setns``: deploy/seccomp.json allows it).
+6. ``root`` — the minimal root (``rootfs.py``), which the *zygote* builds once
    after warming and every child inherits: a read-only tmpfs holding only the
    import path's directories, the files the zygote has mapped (a shared library's
    whole directory, so ``import ssl`` or ``sqlite3`` later still finds its library),
@@ -178,20 +198,27 @@ a child stops that child before the target runs ("crashed", fail closed).
    of this small tree. Unavailable where the zygote can't unshare a mount
    namespace or pivot (an unprivileged container; a seccomp profile denying
    ``pivot_root``): then ``mounts`` hides the project on the host's tree instead.
-6. ``mounts`` (needs 4; never attempted without it) — all mounts private, then
+7. ``mounts`` (needs 4; never attempted without it) — all mounts private, then
    read-only/nosuid/nodev recursively (``mount_setattr``), nodev cleared again on
    the devices; a private size-limited tmpfs (``tmp_mb``, noexec, mode 0700, owned
    by the slot's uid) on /tmp as the work dir (cwd, entered once every layer is
    on, as the slot's uid; what the root shows under /tmp, a checkout's venv there,
    is bound back into it) — it disappears with the child's mount namespace; a
-   fresh /proc with ``hidepid=invisible``. Without ``root``: each ``hide`` path
+   fresh /proc of its PID namespace, ``hidepid=invisible,subset=pid``: process
+   directories only (itself), none of the kernel's host-wide files (loadavg,
+   meminfo, stat, uptime, vmstat, diskstats, kallsyms, modules, interrupts,
+   pressure/, sys/, cpuinfo, ...: load, memory, I/O and uptime tell about other
+   users' runs). torch needs none of them (the zygote initialised its CPU
+   detection before forking; ``os.cpu_count()`` falls back to the affinity mask).
+   Its ``/proc/self/mountinfo`` lists its own mount namespace: the minimal root's
+   mounts, at the paths it sees anyway. Without ``root``: each ``hide`` path
    covered by an empty read-only tmpfs with the ``keep`` paths bound back
    read-only. Unavailable: use ``--read-only --tmpfs /tmp``.
-7. ``rlimits`` — RLIMIT_DATA = the zygote's data size + ``memory_mb`` (not
+8. ``rlimits`` — RLIMIT_DATA = the zygote's data size + ``memory_mb`` (not
    RLIMIT_AS: torch maps ~620 MB of address space), CPU (soft ``cpu_seconds``,
-   hard +1), FSIZE = ``tmp_mb``, NOFILE, NPROC (per uid, so it binds after 8),
-   CORE = 0.
-8. ``uid`` — per-slot unprivileged uid/gid ``uid_base + slot``, ``slot <
+   hard +1; with ``pidns`` hard = soft, see 5), FSIZE = ``tmp_mb``, NOFILE, NPROC
+   (per uid, so it binds after 9), CORE = 0.
+9. ``uid`` — per-slot unprivileged uid/gid ``uid_base + slot``, ``slot <
    workers + extra_slots`` (one per slot, so two children alive at once never
    share one: runs could signal each other), no supplementary groups, and no capability
    in any set (``capabilities.py``: the bounding set is emptied first, with
@@ -202,13 +229,16 @@ a child stops that child before the target runs ("crashed", fail closed).
    torch and the tracer pull in. Unavailable when the server is neither root nor holding
    CAP_SETUID, CAP_SETGID and CAP_SETPCAP (the image's file capabilities:
    docs/deploy.md).
-9. ``no_new_privs`` — PR_SET_NO_NEW_PRIVS (a setuid binary gains nothing) and
+10. ``no_new_privs`` — PR_SET_NO_NEW_PRIVS (a setuid binary gains nothing) and
    PR_SET_PDEATHSIG(SIGKILL) (the uid change cleared it; the child dies with the zygote).
-10. ``seccomp`` — last, via pyseccomp, with TSYNC: EPERM for exec*, fork/vfork,
+11. ``seccomp`` — last, via pyseccomp, with TSYNC: EPERM for exec*, fork/vfork,
    ``clone`` without CLONE_THREAD, every socket (Unix sockets by path ignore the
    network namespace), ptrace, process_vm_*, signals to any pid but its own,
    mount/unshare/setns/pivot_root, bpf, io_uring, keyctl, set*id and other kernel
-   surface; ``clone3`` gets ENOSYS so glibc falls back to ``clone`` (EPERM would
+   surface, ``sysinfo`` (the machine's load, free memory, process count and uptime:
+   what the /proc files ``mounts`` leaves out say; glibc's qsort reads a value the
+   zygote cached, torch calls it only in libuv; ``os.sysconf("SC_PHYS_PAGES")`` reads
+   0 and ``SC_AVPHYS_PAGES`` nonsense, as glibc ignores the error); ``clone3`` gets ENOSYS so glibc falls back to ``clone`` (EPERM would
    stop threads). Threads and multi-threaded matmul keep working. Unavailable
    without pyseccomp/libseccomp.
 

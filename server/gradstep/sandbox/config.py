@@ -13,8 +13,9 @@ LAYERS = (
     "cgroup",  # per-slot memory + pids cgroup: the hard backstop
     "close_fds",  # nothing inherited but the result pipe; 0/1/2 are /dev/null
     "namespaces",  # unshare(NEWNS|NEWNET|NEWIPC|NEWUTS|NEWCGROUP): no network, private mounts
+    "pidns",  # its own PID namespace, made by the zygote's fork (the child is its pid 1): checked
     "root",  # the zygote's minimal root (the interpreter and its libraries, no host files): checked
-    "mounts",  # everything read-only/nosuid/nodev, tmpfs work dir, fresh /proc (hidden paths w/o root)
+    "mounts",  # everything read-only/nosuid/nodev, tmpfs work dir, fresh /proc of pids only (hidden paths w/o root)
     "rlimits",  # DATA, CPU, FSIZE, NOFILE, NPROC, CORE=0
     "uid",  # per-slot unprivileged uid/gid, no supplementary groups
     "no_new_privs",  # PR_SET_NO_NEW_PRIVS + PR_SET_PDEATHSIG(SIGKILL)

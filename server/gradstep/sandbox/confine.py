@@ -14,6 +14,7 @@ import errno
 import fcntl
 import os
 import resource
+import select
 import signal
 import struct
 import time
@@ -47,6 +48,7 @@ except Exception as e:  # not installed, or no libseccomp: the seccomp layer rep
     _NO_SECCOMP = f"pyseccomp is not usable: {type(e).__name__}: {e}"
 
 CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWNET = 0x40000000
@@ -59,6 +61,10 @@ PR_SET_NO_NEW_PRIVS = 38
 CODE_HEADER = struct.Struct("<Q")  # the code pipe carries <u64 length><UTF-8 code> (from the parent: trusted)
 RESULT_FD = 3  # where close_fds puts the result pipe (the snippet may write to it: the parent checks)
 CODE_FD = 4  # where close_fds puts the code pipe until the code is read (then it is closed)
+ZYGOTE_FD = 5  # where close_fds puts the zygote's pidfd until no_new_privs has checked it is alive
+# The child's /proc: its own processes only (hidepid: none of another uid's), and none of the
+# host-wide files (subset=pid: no loadavg, meminfo, stat, uptime, kallsyms, sys/, ...).
+PROC_OPTIONS = "hidepid=invisible,subset=pid"
 
 
 @contextlib.contextmanager
@@ -103,6 +109,10 @@ def seccomp_rules(own_pid: int) -> list[tuple[int, str, tuple]]:
         "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
         "reboot", "swapon", "swapoff", "acct", "syslog", "quotactl", "iopl", "ioperm",
         "lookup_dcookie", "vhangup",
+        # the machine's load averages, free memory, process count and uptime: /proc/loadavg,
+        # meminfo, stat and uptime (absent from its /proc) by a system call (glibc's qsort asks
+        # once for the memory size, which the zygote has done; torch only in libuv)
+        "sysinfo",
     ]  # fmt: skip
     rules = [(eperm, name, ()) for name in denied]
     rules += [
@@ -131,6 +141,7 @@ class Confinement:
         result_fd: int,
         code_fd: int | None = None,
         cgroup_fds: list[int] | None = None,
+        zygote_fd: int | None = None,
     ):
         self.plan = plan
         self.slot = slot
@@ -139,6 +150,9 @@ class Confinement:
         self.code_fd = code_fd
         # its slot's cgroup.procs files, opened by the zygote before it left the host's tree
         self.cgroup_fds = list(cgroup_fds or [])
+        # a pidfd of the zygote (its own copy): once PR_SET_PDEATHSIG is set, it tells whether
+        # the zygote died before (in its own PID namespace the child's getppid() is 0)
+        self.zygote_fd = zygote_fd
         self.timings: dict[str, float] = {}
         self.unshared = False
         self.workdir: str | None = None  # entered once every layer is on (see ``apply``)
@@ -154,6 +168,7 @@ class Confinement:
             except Exception as e:
                 raise LayerFailed(name, e) from e
             self.timings[name] = (time.perf_counter() - t) * 1e3
+        self._close_zygote_fd()  # no_new_privs closes it; without that layer, here
         # The work dir is 0700 and owned by the run's uid: entered as that uid, so a server
         # that is not root needs no CAP_DAC_OVERRIDE for it.
         if self.workdir is not None:
@@ -173,6 +188,7 @@ class Confinement:
                 found[name] = "active"
             except Exception as e:
                 found[name] = f"unavailable: {type(e).__name__}: {e}"
+        self._close_zygote_fd()
         return found
 
     def receive(self) -> str | None:
@@ -235,16 +251,24 @@ class Confinement:
         for std in (0, 1, 2):
             if null != std:
                 os.dup2(null, std)
-        # Copy the pipes above 4 first, so that moving one to 3 or 4 can't clobber the other.
-        keep = [(fcntl.fcntl(self.fd, fcntl.F_DUPFD_CLOEXEC, 5), RESULT_FD)]
+        # Copy the fds kept above 5 first, so that moving one to 3, 4 or 5 can't clobber another.
+        keep = [(fcntl.fcntl(self.fd, fcntl.F_DUPFD_CLOEXEC, 6), RESULT_FD)]
         if self.code_fd is not None:
-            keep.append((fcntl.fcntl(self.code_fd, fcntl.F_DUPFD_CLOEXEC, 5), CODE_FD))
+            keep.append((fcntl.fcntl(self.code_fd, fcntl.F_DUPFD_CLOEXEC, 6), CODE_FD))
+        if self.zygote_fd is not None:
+            keep.append((fcntl.fcntl(self.zygote_fd, fcntl.F_DUPFD_CLOEXEC, 6), ZYGOTE_FD))
         for fd, where in keep:
             os.dup2(fd, where, inheritable=False)
         self.fd = RESULT_FD
         if self.code_fd is not None:
             self.code_fd = CODE_FD
-        os.closerange(CODE_FD + 1 if self.code_fd is not None else RESULT_FD + 1, 1 << 20)
+        if self.zygote_fd is not None:
+            self.zygote_fd = ZYGOTE_FD
+        kept = {where for _, where in keep}
+        for fd in range(RESULT_FD + 1, ZYGOTE_FD + 1):
+            if fd not in kept:
+                os.closerange(fd, fd + 1)  # no error if it is not open
+        os.closerange(ZYGOTE_FD + 1, 1 << 20)
 
     def namespaces(self) -> None:
         # A cgroup namespace too: /proc/self/cgroup then says "/", not the server's cgroup names.
@@ -253,6 +277,12 @@ class Confinement:
             "unshare",
         )
         self.unshared = True
+
+    def pidns(self) -> None:
+        # The zygote forked this child into a PID namespace of its own (zygote.py): it is its pid 1,
+        # and no host pid can be named from here. Its /proc is mounted by ``mounts``.
+        if os.getpid() != 1:
+            raise RuntimeError(f"not the first process of a PID namespace of its own (pid {os.getpid()})")
 
     def root(self) -> None:
         # The zygote built the minimal root and every child inherits it: check it is the one here.
@@ -289,7 +319,8 @@ class Confinement:
         )
         if under_tmp:
             self._bind_back_under_tmp(under_tmp, read_only)
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+        # Of the PID namespace the child is in: with ``pidns``, the child alone
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, PROC_OPTIONS)
         self.workdir = "/tmp"
 
     def _hide(self, hide: list[str], keep: list[str], read_only: int) -> None:
@@ -363,10 +394,14 @@ class Confinement:
         # run gets ``cpu_seconds`` less those few ms, as a child forked on request did.
         # It is set here, before the uid drop: afterwards a hard limit can't be raised
         # (no CAP_SYS_RESOURCE), only lowered (setrlimit is not in the seccomp filter).
+        # The first process of a PID namespace ignores SIGXCPU (a signal it has no handler for,
+        # unless it is SIGKILL or SIGSTOP from outside), so there the hard limit is the soft one:
+        # SIGKILL at ``cpu_seconds``, the moment SIGXCPU would have ended it.
         usage = resource.getrusage(resource.RUSAGE_SELF)
         used = int(usage.ru_utime + usage.ru_stime)
         cpu = used + plan["cpu_seconds"]
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL
+        hard = cpu if os.getpid() == 1 else cpu + 1  # SIGXCPU at the soft limit, SIGKILL at the hard one
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, hard))
 
     def uid(self) -> None:
         # The bounding set first: emptying it needs CAP_SETPCAP, which a root server's
@@ -387,8 +422,22 @@ class Confinement:
     def no_new_privs(self) -> None:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != self.plan["zygote_pid"]:  # the zygote died before PDEATHSIG was set
+        # The zygote died before PDEATHSIG was set: its pidfd is readable once it has exited (in a
+        # PID namespace of its own the child's getppid() is 0, whoever its parent is).
+        if self.zygote_fd is not None:
+            poller = select.poll()
+            poller.register(self.zygote_fd, select.POLLIN)
+            gone = bool(poller.poll(0))
+            self._close_zygote_fd()
+        else:
+            gone = os.getppid() != self.plan["zygote_pid"]
+        if gone:
             os._exit(1)
+
+    def _close_zygote_fd(self) -> None:
+        fd, self.zygote_fd = self.zygote_fd, None
+        if fd is not None:
+            os.close(fd)
 
     def seccomp(self) -> None:
         if pyseccomp is None:

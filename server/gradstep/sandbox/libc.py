@@ -8,6 +8,7 @@ import os
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mount.argtypes = (ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p)
 libc.unshare.argtypes = (ctypes.c_int,)
+libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
 libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 libc.syscall.restype = ctypes.c_long

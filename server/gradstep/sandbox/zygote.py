@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import gc
 import importlib
 import json
@@ -34,7 +35,14 @@ import time
 import traceback
 
 from gradstep.sandbox import protocol, rootfs
-from gradstep.sandbox.confine import PR_SET_CHILD_SUBREAPER, Confinement, LayerFailed, prctl
+from gradstep.sandbox.confine import (
+    CLONE_NEWPID,
+    PR_SET_CHILD_SUBREAPER,
+    Confinement,
+    LayerFailed,
+    prctl,
+)
+from gradstep.sandbox.libc import check, libc
 from gradstep.sandbox.mounts import under
 from gradstep.sandbox.protocol import Channel, write_frame
 
@@ -101,6 +109,13 @@ class Zygote:
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.cgroup_fds: list[list[int]] = []  # per slot: its cgroup.procs files, open for writing
         self.visible: list[str] = []  # what the minimal root holds, once entered
+        # Its own pidfd: each child gets a copy (to tell whether the zygote is alive, see
+        # Confinement.no_new_privs), and it names the zygote's PID namespace to return to.
+        try:
+            self.self_fd: int | None = os.pidfd_open(os.getpid())
+        except OSError:  # kernel < 5.3, or refused: no "pidns" layer (getppid() checks the zygote)
+            self.self_fd = None
+        self.new_pid_ns = False  # fork each child into a PID namespace of its own ("pidns" layer)
 
     # -- start-up ----------------------------------------------------------------
 
@@ -143,16 +158,59 @@ class Zygote:
     def other_cgroup_fds(self, slot: int) -> list[int]:
         return [fd for i, fds in enumerate(self.cgroup_fds) if i != slot for fd in fds]
 
+    def fork_child(self) -> int:
+        """os.fork(); with ``new_pid_ns``, into a PID namespace of its own, whose pid 1 the child is.
+
+        unshare(CLONE_NEWPID) moves none of the zygote's processes, only its next child (and
+        only once): so each fork is unshare, fork, then setns back to the zygote's own
+        namespace. No fork beyond the child's own, and the zygote still sees (waits for,
+        kills) it by its host pid.
+        """
+        if not self.new_pid_ns:
+            return os.fork()
+        check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+        try:
+            pid = os.fork()
+        except BaseException:
+            self.own_pid_ns()
+            raise
+        if pid != 0:  # the zygote; the child stays in its new namespace
+            self.own_pid_ns()
+        return pid
+
+    def own_pid_ns(self) -> None:
+        # If this fails, the next unshare(CLONE_NEWPID) fails too (EINVAL): no child is forked
+        if self.self_fd is None:
+            raise OSError(errno.ENOSYS, "no pidfd of the zygote (pidfd_open)")
+        check(libc.setns(self.self_fd, CLONE_NEWPID), "setns back to the zygote's PID namespace")
+
+    def pid_ns_unavailable(self) -> str | None:
+        """Why children can't have a PID namespace of their own here (None: they can).
+
+        setns first, on the zygote's own namespace (a no-op): a seccomp profile that refuses it
+        must be found before an unshare that could not be undone."""
+        try:
+            self.own_pid_ns()
+            check(libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+            self.own_pid_ns()
+        except OSError as e:
+            return f"unavailable: {type(e).__name__}: {e}"
+        return None
+
     def probe(self, layers: list[str]) -> dict[str, str]:
         """Fork a child that tries every enabled layer; report what this host allows."""
+        pid_ns_failed = self.pid_ns_unavailable() if "pidns" in layers else None
+        self.new_pid_ns = "pidns" in layers and pid_ns_failed is None
         r, w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
+        pid = self.fork_child()
         if pid == 0:
             try:
                 os.close(r)
                 for fd in self.other_cgroup_fds(0):
                     os.close(fd)
-                conf = Confinement(self.plan, 0, w, cgroup_fds=self.slot_cgroup_fds(0))
+                conf = Confinement(
+                    self.plan, 0, w, cgroup_fds=self.slot_cgroup_fds(0), zygote_fd=self.self_fd
+                )
                 found = conf.probe(layers)
                 os.write(conf.fd, json.dumps(found).encode())  # small: one atomic pipe write
             finally:
@@ -164,8 +222,13 @@ class Zygote:
         os.close(r)
         _, status = os.waitpid(pid, 0)
         if not data:
-            return {name: f"unavailable: the probe child died (status {status})" for name in layers}
-        return json.loads(data)
+            found = {name: f"unavailable: the probe child died (status {status})" for name in layers}
+        else:
+            found = json.loads(data)
+        if pid_ns_failed is not None:
+            found["pidns"] = pid_ns_failed
+        self.new_pid_ns = found.get("pidns") == "active"
+        return found
 
     # -- serving -----------------------------------------------------------------
 
@@ -206,7 +269,7 @@ class Zygote:
         child = msg["child"]
         t_fork = time.perf_counter()
         try:
-            pid = os.fork()
+            pid = self.fork_child()
         except OSError as e:
             os.close(code_fd)
             os.close(result_fd)
@@ -289,7 +352,14 @@ class Zygote:
             )
             for other in others:
                 os.close(other)
-            conf = Confinement(self.plan, slot, result_fd, code_fd, cgroup_fds=self.slot_cgroup_fds(slot))
+            conf = Confinement(
+                self.plan,
+                slot,
+                result_fd,
+                code_fd,
+                cgroup_fds=self.slot_cgroup_fds(slot),
+                zygote_fd=self.self_fd,
+            )
             conf.timings["fork"] = (t0 - t_fork) * 1e3
             try:
                 conf.apply(self.plan["layers"])
