@@ -13,14 +13,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gradstep.cache import open_cache
-from gradstep.embed import mount_embed
+from gradstep.embed import SecurityHeaders, parse_frame_ancestors
 from gradstep.encoding import GZipWhereAccepted
 from gradstep.limits import BodyLimit
-from gradstep.pages import mount_api_docs, mount_pages, public_url
+from gradstep.pages import Frontend, FrontendFiles, public_url
 from gradstep.required_layers import require_confinement, required_layers
-from gradstep.routes import health as health_routes
-from gradstep.routes import snippets as snippet_routes
-from gradstep.routes import trace as trace_routes
+from gradstep.routes import api_docs, embed, health, pages, snippets, trace
 from gradstep.runs import TraceRunner
 from gradstep.schema import VERSION
 from gradstep.settings import Settings
@@ -32,6 +30,8 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
     runner = runner or TraceRunner(settings)
     required_layers(settings.require_layers)  # a misspelt layer fails here, before the zygote starts
     public = public_url(settings)
+    frame_ancestors = parse_frame_ancestors(settings.frame_ancestors)
+    frontend = Frontend.find()
     cache = open_cache(settings)
     service = TraceService(settings, runner, cache)
 
@@ -53,11 +53,12 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
         version=str(VERSION),
         description="Step through PyTorch autograd: run a snippet in a sandbox, get its trace.",
         lifespan=lifespan,
-        docs_url=None,  # Swagger UI loads from a CDN: only with GRADSTEP_API_DOCS (mount_api_docs)
+        docs_url=None,  # Swagger UI loads from a CDN: only with GRADSTEP_API_DOCS (routes/api_docs.py)
         redoc_url=None,
     )
     app.add_middleware(GZipWhereAccepted, minimum_size=1024)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body)
+    app.add_middleware(SecurityHeaders, frame_ancestors=frame_ancestors)
 
     @app.exception_handler(RequestValidationError)
     async def readable_422(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -79,15 +80,16 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
             message = "The request body is not valid JSON text (UTF-8)."
         return JSONResponse(status_code=exc.status_code, content={"error": message}, headers=exc.headers)
 
-    for routes in (trace_routes, snippet_routes, health_routes):
+    for routes in (trace, snippets, health, embed, pages):
         app.include_router(routes.router)
     if settings.api_docs:
-        mount_api_docs(app)
-    mount_embed(app, settings.frame_ancestors, public)
-    mount_pages(app, public, api_docs=settings.api_docs)
+        app.include_router(api_docs.router)
+    if frontend.folder is not None:
+        app.mount("/static", FrontendFiles(directory=str(frontend.folder)), name="static")
 
     app.state.settings, app.state.runner, app.state.cache = settings, runner, cache
     app.state.service, app.state.admission = service, service.admission
+    app.state.public, app.state.frontend = public, frontend
     return app
 
 

@@ -1,4 +1,5 @@
-"""Embeds: ``/embed`` (the stepper with minimal chrome, for an ``<iframe>``), ``/oembed``, security headers.
+"""Embeds: the ``/embed`` page (the stepper with minimal chrome, for an ``<iframe>``), oEmbed
+documents, security headers; ``gradstep.routes.embed`` serves ``/embed`` and ``/oembed``.
 
 ``/embed`` may be framed by the pages the ``frame_ancestors`` setting names (a CSP source list,
 default ``*``); every other response says ``frame-ancestors 'self'`` and ``X-Frame-Options``.
@@ -16,15 +17,15 @@ import re
 from typing import Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse
-from fastapi.templating import Jinja2Templates
 from pydantic import BaseModel
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gradstep import pages, snippets
-from gradstep.permalink import decode_code, discovery_href
+from gradstep import snippets
+from gradstep.pages import Frontend, script_json
+from gradstep.permalink import decode_code
 
 THEMES = ("light", "dark", "auto")
 EDITOR_MODES = ("hidden", "readonly", "editable")
@@ -65,9 +66,9 @@ class SecurityHeaders:
     """A Content-Security-Policy on every response (a route may set its own: frame-ancestors is
     added to it), with frame-ancestors from the setting for /embed and 'self' (and XFO) elsewhere."""
 
-    def __init__(self, app: ASGIApp, embed_ancestors: str) -> None:
+    def __init__(self, app: ASGIApp, frame_ancestors: list[str]) -> None:
         self.app = app
-        self.embed_policy = "frame-ancestors " + " ".join(parse_frame_ancestors(embed_ancestors))
+        self.embed_policy = "frame-ancestors " + " ".join(frame_ancestors)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -161,64 +162,40 @@ def _embed_target(url: str, base: str) -> tuple[str, str]:
     return f"{base}/embed?{urlencode(query_out)}", f"gradstep: {found.title}"
 
 
-def mount_embed(app: FastAPI, frame_ancestors: str, public: str) -> None:
-    """Serve /embed and /oembed (URLs in them based on ``public``); security headers on every response."""
+def frame_parents(frame_ancestors: str) -> list[str] | None:
+    """Who may message the frame: any parent (None) when framing is open, else the pages that may frame it."""
     sources = parse_frame_ancestors(frame_ancestors)
-    app.add_middleware(SecurityHeaders, embed_ancestors=frame_ancestors)
-    folder = pages.frontend_dir()
-    version = pages._version(folder) if folder else "none"
-    templates = Jinja2Templates(directory=str(pages.TEMPLATES))
-    # Who may talk to the frame: any parent when framing is open, else the same sources.
-    parents = None if "*" in sources else [s for s in sources if s != "'none'"]
+    return None if "*" in sources else [s for s in sources if s != "'none'"]
 
-    @app.get("/embed", include_in_schema=False, response_class=HTMLResponse)
-    def embed(request: Request) -> HTMLResponse:
-        if folder is None:
-            raise HTTPException(
-                503, "The front end's files were not found (set GRADSTEP_FRONTEND to the frontend/ folder)."
-            )
-        listed = [{"name": s.name, "title": s.title} for s in snippets.load_all().values()]
-        found = snippets.load_all().get(request.query_params.get("snippet", ""))
-        config = {"api": "", "version": version, "snippets": listed, "parents": parents}
-        if found is not None:
-            config["code"] = {found.name: found.code}  # one request fewer per reader of a snippet embed
-        return templates.TemplateResponse(
-            request,
-            "embed.html",
-            {
-                "static": f"/static/{{path}}?v={version}",
-                "title": f"gradstep: {found.title}" if found else "gradstep",
-                "oembed_href": discovery_href(public, request.url.path, request.url.query),
-                "config_json": pages._script_json(config),
-            },
-        )
 
-    @app.get(
-        "/oembed",
-        response_model=OEmbed,
-        summary="oEmbed for a gradstep URL (the app's or /embed, fragment included)",
-        responses={
-            400: {"description": "bad maxwidth/maxheight, or a format oEmbed does not define"},
-            404: {"description": "Not a gradstep URL of this server, unknown snippet or corrupt code"},
-            501: {"description": "format=xml (oEmbed's other format, not provided: the spec answers 501)"},
-        },
+def embed_page(request: Request, frontend: Frontend, public: str, parents: list[str] | None) -> HTMLResponse:
+    """``/embed``: the stepper for a frame, a named snippet's code already in its config."""
+    listed = [{"name": s.name, "title": s.title} for s in snippets.load_all().values()]
+    found = snippets.load_all().get(request.query_params.get("snippet", ""))
+    config = {"api": "", "version": frontend.version, "snippets": listed, "parents": parents}
+    if found is not None:
+        config["code"] = {found.name: found.code}  # one request fewer per reader of a snippet embed
+    return frontend.page(
+        request,
+        "embed.html",
+        public,
+        title=f"gradstep: {found.title}" if found else "gradstep",
+        config_json=script_json(config),
     )
-    def oembed(
-        url: str,
-        maxwidth: str | None = None,
-        maxheight: str | None = None,
-        format: str = "json",
-    ) -> OEmbed:
-        if format == "xml":
-            raise HTTPException(501, "format=xml is not implemented: use format=json.")
-        if format != "json":
-            raise HTTPException(400, f"format={format[:20]!r} is not an oEmbed format: use format=json.")
-        max_w, max_h = _positive("maxwidth", maxwidth), _positive("maxheight", maxheight)
-        src, title = _embed_target(url, public)
-        width = min(DEFAULT_SIZE[0], max_w or DEFAULT_SIZE[0])
-        height = min(DEFAULT_SIZE[1], max_h or DEFAULT_SIZE[1])
-        frame = (
-            f'<iframe src="{html.escape(src)}" width="{width}" height="{height}" title="{html.escape(title)}"'
-            ' style="border:0;max-width:100%" loading="lazy" allow="clipboard-write"></iframe>'
-        )
-        return OEmbed(provider_url=public + "/", title=title, html=frame, width=width, height=height)
+
+
+def oembed(url: str, maxwidth: str | None, maxheight: str | None, format: str, public: str) -> OEmbed:
+    """The oEmbed document of a gradstep URL: an iframe of its /embed (URLs based on ``public``)."""
+    if format == "xml":
+        raise HTTPException(501, "format=xml is not implemented: use format=json.")
+    if format != "json":
+        raise HTTPException(400, f"format={format[:20]!r} is not an oEmbed format: use format=json.")
+    max_w, max_h = _positive("maxwidth", maxwidth), _positive("maxheight", maxheight)
+    src, title = _embed_target(url, public)
+    width = min(DEFAULT_SIZE[0], max_w or DEFAULT_SIZE[0])
+    height = min(DEFAULT_SIZE[1], max_h or DEFAULT_SIZE[1])
+    frame = (
+        f'<iframe src="{html.escape(src)}" width="{width}" height="{height}" title="{html.escape(title)}"'
+        ' style="border:0;max-width:100%" loading="lazy" allow="clipboard-write"></iframe>'
+    )
+    return OEmbed(provider_url=public + "/", title=title, html=frame, width=width, height=height)

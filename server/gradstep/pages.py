@@ -1,4 +1,5 @@
-"""The browser front end: ``/`` from a jinja2 template, the ES modules under ``/static``.
+"""The browser front end: its files (served under ``/static``), the app's page from a jinja2
+template, Swagger UI's page; ``gradstep.routes.pages`` serves the pages.
 
 The front end's files live in the repository's ``frontend/`` (plain ES modules,
 CSS, and ``vendor/`` with the bundled npm libraries, committed so no node is
@@ -10,20 +11,21 @@ needed). ``pip install .`` copies them to ``share/gradstep/frontend`` (see
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from fastapi import FastAPI, Request
+from fastapi import Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gradstep import snippets
 from gradstep.permalink import discovery_href
@@ -92,10 +94,49 @@ def public_url(settings: Settings) -> str:
     return f"http://{host}:{settings.port}"
 
 
-def mount_api_docs(app: FastAPI) -> None:
-    """Swagger UI at /docs (GRADSTEP_API_DOCS=1). Its script and CSS come from a CDN, so this page
-    alone allows that CDN, and its one inline script by hash."""
-    page = get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title=f"{app.title} API")
+@dataclass(frozen=True)
+class Frontend:
+    """The front end as the server found it at startup: its folder (None: not found), the version
+    of its files (the ``?v=`` that busts caches), the page templates."""
+
+    folder: Path | None
+    version: str
+    templates: Jinja2Templates
+
+    @classmethod
+    def find(cls) -> Frontend:
+        folder = frontend_dir()
+        version = _version(folder) if folder else "none"
+        return cls(folder, version, Jinja2Templates(directory=str(TEMPLATES)))
+
+    def page(self, request: Request, template: str, public: str, **context) -> HTMLResponse:
+        """A page from its template with what every page has: the URLs of its files and, for a
+        snippet's URL, the link CMSs follow to its oEmbed (based on ``public``)."""
+        context["static"] = f"/static/{{path}}?v={self.version}"
+        context["oembed_href"] = discovery_href(public, request.url.path, request.url.query)
+        return self.templates.TemplateResponse(request, template, context)
+
+
+def app_page(request: Request, frontend: Frontend, public: str, api_docs: bool) -> HTMLResponse:
+    """The app (``/``): the snippets and the config the page starts from."""
+    listed = [s.model_dump() for s in snippets.load_all().values()]
+    config = {"api": "", "default": DEFAULT_SNIPPET, "version": frontend.version}
+    return frontend.page(
+        request,
+        "index.html",
+        public,
+        v=frontend.version,
+        snippets_json=script_json(listed),
+        config_json=script_json(config),
+        api_docs="/docs" if api_docs else "/openapi.json",
+    )
+
+
+@functools.cache
+def swagger_page(openapi_url: str, title: str) -> tuple[str, str]:
+    """Swagger UI's page and its policy. Its script and CSS come from a CDN, so this page alone
+    allows that CDN, and its one inline script by hash."""
+    page = get_swagger_ui_html(openapi_url=openapi_url, title=title)
     html = bytes(page.body).decode()
     hashes = " ".join(
         "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
@@ -106,43 +147,10 @@ def mount_api_docs(app: FastAPI) -> None:
         f"default-src 'self'; script-src {cdn} {hashes}; style-src {cdn} 'unsafe-inline'; "
         "img-src 'self' data: https://fastapi.tiangolo.com; object-src 'none'; base-uri 'none'"
     )
-
-    @app.get("/docs", include_in_schema=False)
-    def docs() -> HTMLResponse:
-        return HTMLResponse(html, headers={"Content-Security-Policy": policy})
+    return html, policy
 
 
-def mount_pages(app: FastAPI, public: str, api_docs: bool = False) -> None:
-    """Serve the app at ``/`` and its files at ``/static``."""
-    folder = frontend_dir()
-    templates = Jinja2Templates(directory=str(TEMPLATES))
-    version = _version(folder) if folder else "none"
-    if folder is not None:
-        app.mount("/static", FrontendFiles(directory=str(folder)), name="static")
-
-    @app.get("/", include_in_schema=False, response_class=HTMLResponse)
-    def index(request: Request) -> HTMLResponse:
-        if folder is None:
-            raise StarletteHTTPException(
-                503, "The front end's files were not found (set GRADSTEP_FRONTEND to the frontend/ folder)."
-            )
-        listed = [s.model_dump() for s in snippets.load_all().values()]
-        config = {"api": "", "default": DEFAULT_SNIPPET, "version": version}
-        return templates.TemplateResponse(
-            request,
-            "index.html",
-            {
-                "static": f"/static/{{path}}?v={version}",
-                "v": version,
-                # </script> cannot appear inside JSON from json.dumps with these replacements
-                "snippets_json": _script_json(listed),
-                "config_json": _script_json(config),
-                # CMSs find /oembed for snippet URLs
-                "oembed_href": discovery_href(public, request.url.path, request.url.query),
-                "api_docs": "/docs" if api_docs else "/openapi.json",
-            },
-        )
-
-
-def _script_json(value) -> str:
+def script_json(value) -> str:
+    """JSON for a page's ``<script type="application/json">``: with these replacements no
+    ``</script>`` (or ``<!--``) can appear inside it."""
     return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

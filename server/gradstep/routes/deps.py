@@ -11,10 +11,11 @@ import ipaddress
 import threading
 from collections.abc import AsyncIterator
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 
 from gradstep.cache import TraceCache
 from gradstep.limits import withdrawn
+from gradstep.pages import Frontend
 from gradstep.runs import TraceRunner
 from gradstep.settings import Settings
 from gradstep.traces import TraceService
@@ -34,6 +35,21 @@ async def runner(request: Request) -> TraceRunner:
 
 async def cache(request: Request) -> TraceCache:
     return request.app.state.cache
+
+
+async def public(request: Request) -> str:
+    """The base of every URL the server writes for others to open (``pages.public_url``)."""
+    return request.app.state.public
+
+
+async def frontend(request: Request) -> Frontend:
+    """The front end's files and templates; a page without them is a 503 that says where to look."""
+    found = request.app.state.frontend
+    if found.folder is None:
+        raise HTTPException(
+            503, "The front end's files were not found (set GRADSTEP_FRONTEND to the frontend/ folder)."
+        )
+    return found
 
 
 async def client_of(request: Request) -> str:
