@@ -29,8 +29,10 @@ in its trace, status "ok"). The sandbox reports what happens to the *process*:
 
 * ``timeout`` / ``wall``: no result before ``wall_seconds`` (counted from when
   the code is handed to the child, not the queue); the child is SIGKILLed.
-* ``limit`` / ``cpu``: RLIMIT_CPU — SIGXCPU at ``cpu_seconds``, SIGKILL a second later
-  (it counts the child's few ms of fork and confinement, not a spare's wait).
+* ``limit`` / ``cpu``: RLIMIT_CPU — SIGKILL at ``cpu_seconds`` (the child is its PID
+  namespace's pid 1, which ignores SIGXCPU: see ``pidns`` below; without that layer,
+  SIGXCPU at ``cpu_seconds`` and SIGKILL a second later). It counts the child's few ms
+  of fork and confinement, not a spare's wait.
 * ``limit`` / ``memory``: the slot's memory cgroup OOM-killed the child.
   (Most allocations fail earlier and cleanly, inside the snippet, on RLIMIT_DATA.)
 * ``limit`` / ``output``: the result is larger than ``max_output_bytes``.

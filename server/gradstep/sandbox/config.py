@@ -37,7 +37,7 @@ class SandboxConfig:
     # (a slot's next spare is forked and prewarmed only after its last child is reaped).
     extra_slots: int = EXTRA_SLOTS
     memory_mb: int = 1024  # per child: memory cgroup limit and RLIMIT_DATA headroom
-    cpu_seconds: int = 10  # per child: RLIMIT_CPU (SIGXCPU, SIGKILL one second later)
+    cpu_seconds: int = 10  # per child: RLIMIT_CPU (SIGKILL at it: see sandbox/__init__.py, pidns)
     wall_seconds: float = 15.0  # per run, from request to result: then SIGKILL
     max_output_bytes: int = 8 << 20  # the target's return value, larger is "limit: output"
     tmp_mb: int = 16  # the child's private tmpfs work dir (/tmp in its mount namespace)
