@@ -13,13 +13,15 @@ own CPU, memory and wall limits — never in the server:
   returns the rules' proposals for it: the fixes to run next come from the rules, in a child
   where no snippet ran, never from what a cache holds.
 
-``cpu_seconds`` lowers the run's CPU limit below the sandbox's (a fix run's share of its
-request's budget; a check's own small limit).
+``spec`` (gradstep.runspec.RunSpec) is what the run is traced under: its caps and the request's
+options, the ``Limits`` fields among them set in the tracer. ``cpu_seconds`` lowers the run's CPU
+limit below the sandbox's (a fix run's share of its request's budget; a check's own small limit).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import resource
 import signal
 from collections.abc import Callable
@@ -32,6 +34,7 @@ from gradstep.columns import pack, unpack
 from gradstep.diagnose import check, propose
 from gradstep.diagnose.service import may_need_diagnosis
 from gradstep.pipeline import explained
+from gradstep.runspec import RunSpec
 from gradstep.schema import SERVER_FIELDS
 from gradstep.tracer.limits import Limits
 
@@ -39,13 +42,6 @@ PROPOSE_CPU_SECONDS = 2.0  # CPU the proposals may take after the snippet, withi
 MAX_PROPOSING_TRACE = 6 << 20  # bytes: a larger trace gets no proposals (they would crowd the output cap)
 
 T = TypeVar("T")
-
-
-class Options(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    max_steps: int | None = None
-    line_repeats: int | None = None
 
 
 class CheckInput(BaseModel):
@@ -56,12 +52,13 @@ class CheckInput(BaseModel):
 
 
 class Job(BaseModel):
-    """The payload the server sends a child: a trace job (``code``), or a check job (``check``)."""
+    """The payload the server sends a child (gradstep.runspec.job_payload): a trace job (``code``),
+    a check job (``check``) or a propose job (``propose``), each with the spec it runs under."""
 
     model_config = ConfigDict(extra="forbid")
 
+    spec: RunSpec
     code: str = ""
-    options: Options = Options()
     check: CheckInput | None = None
     propose: dict[str, Any] | None = Field(
         None, description="A kept trace, as the wire has it, to propose fixes for"
@@ -81,7 +78,7 @@ def run(payload: str) -> bytes:
         return orjson.dumps(
             (may_need_diagnosis(kept) and within_cpu(PROPOSE_CPU_SECONDS, lambda: propose(kept))) or []
         )
-    limits = Limits.sandboxed(**job.options.model_dump(exclude_none=True))
+    limits = Limits.sandboxed(**job.spec.limits())
     trace = explained(job.code, limits)
     body = _result(trace)
     if len(body) <= MAX_PROPOSING_TRACE and may_need_diagnosis(trace):
@@ -104,11 +101,13 @@ def cpu_used() -> float:
 
 
 def lower_cpu_limit(seconds: int) -> None:
-    """At most ``seconds`` more CPU for this process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later)."""
+    """At most ``seconds`` more CPU for this process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second
+    later; SIGKILL at once for a PID namespace's pid 1, which ignores SIGXCPU: gradstep.sandbox)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
     new = math.ceil(cpu_used()) + seconds
     if soft == resource.RLIM_INFINITY or new < soft:
-        resource.setrlimit(resource.RLIMIT_CPU, (new, new + 1))  # new < soft <= hard: only ever lower
+        hard = new if os.getpid() == 1 else new + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (new, hard))  # new < soft <= hard: only ever lower
 
 
 class _OutOfTime(BaseException):  # not an Exception: the rules' own `except Exception` must not swallow it

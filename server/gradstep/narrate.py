@@ -79,12 +79,9 @@ def fmt_grad(grad: GradDict | None) -> str:
 
 
 def _saved_bytes(info: NodeDict) -> int:
-    """What a node's saved tensors hold, each storage once (``NodeInfo.saved_bytes``; a trace
-    without it: the slots' sum)."""
-    held = info.get("saved_bytes")
-    if held is not None:
-        return held
-    return sum(s.get("bytes") or 0 for s in info.get("saved") or () if s["kind"] != "value")
+    """What a node's saved tensors hold: the trace's own ``NodeInfo.saved_bytes`` (each storage once),
+    never a sum of its slots (``x * x`` saves one storage in two slots). Absent: none readable."""
+    return info.get("saved_bytes") or 0
 
 
 def _plural(n: int, word: str) -> str:

@@ -37,6 +37,7 @@ from gradstep import encoding
 from gradstep.checker import Checked, CheckerPool
 from gradstep.diagnose import facts, proposed_codes
 from gradstep.reach import reaches
+from gradstep.runspec import RunSpec, TraceOptions, job_payload
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
 from gradstep.schema import SERVER_FIELDS, VERSION, Diagnosis
 from gradstep.settings import Settings
@@ -163,8 +164,7 @@ class TraceRunner:
         self, settings: Settings, sandbox: Sandbox | None = None, checker: CheckerPool | None = None
     ):
         self.workers = settings.workers
-        self.cpu_seconds = settings.cpu_seconds
-        self.fix_seconds = settings.fix_budget
+        self.spec = settings.run_spec()  # every job's, with each request's options (gradstep.runspec)
         self.sandbox = sandbox or Sandbox(sandbox_config(settings))
         self.checker = checker or CheckerPool(settings.workers)  # a check per run that may end at once
 
@@ -182,7 +182,7 @@ class TraceRunner:
     def trace(
         self,
         code: str,
-        options: dict | None = None,
+        options: dict | TraceOptions | None = None,
         *,
         verified: bytes | None = None,
         budget: RunBudget | None = None,
@@ -193,16 +193,16 @@ class TraceRunner:
         entry the caller kept, as JSON), served instead of running it again: Apply fix asks for
         exactly that run. Raises ``Cancelled`` once ``budget.cancel`` is set.
         """
-        options = options or {}
-        budget = budget or RunBudget(seconds=self.fix_seconds)
+        spec = self.spec.with_options(options)
+        budget = budget or RunBudget(seconds=spec.fix_budget)
         timings: dict[str, float] = {}
         if verified is not None:  # a kept fix run: its fields are the server's, its proposals ignored
             trace = {**orjson.loads(verified), **served_fields(code), "diagnoses": []}
             with _timed(timings, "propose"):
-                proposed = self._propose(trace, budget)
+                proposed = self._propose(trace, spec, budget)
         else:
             with _timed(timings, "run"):
-                result = self._run(payload_for(code, options), budget)
+                result = self._run(job_payload(spec, code=code), budget)
             if result.status != "ok":
                 failed = failed_trace(code, result.status, result.detail, result.limit, result.reported)
                 return Traced(encoding.compress(failed), cacheable=False, timings=timings)
@@ -224,7 +224,7 @@ class TraceRunner:
         # Apply fix's answer (a kept run, nothing proposed) is only encoded again: not a diagnosis
         with _timed(timings, "diagnose" if proposed else "encode"):
             if proposed:
-                trace["diagnoses"], complete, ran = self._diagnose(trace, proposed, options, budget)
+                trace["diagnoses"], complete, ran = self._diagnose(trace, proposed, spec, budget)
                 if not complete and trace["diagnoses"]:
                     trace.setdefault("notes", []).append(NOT_CHECKED)
             fix_runs = {}
@@ -257,46 +257,46 @@ class TraceRunner:
     def _trace(
         self,
         code: str,
-        options: dict,
+        spec: RunSpec,
         budget: RunBudget,
         deadline: float | None = None,
         cpu: int | None = None,
     ) -> dict | None:
         """One run of ``code``'s trace, with the server's fields; None when it is not a trace (the
         run failed, or wrote something else)."""
-        result = self._run(payload_for(code, options, cpu_seconds=cpu), budget, deadline)
+        result = self._run(job_payload(spec, code=code, cpu_seconds=cpu), budget, deadline)
         if result.status != "ok" or self._check_output(result.output, {}, encode=False).problem is not None:
             return None
         return {**orjson.loads(result.output), **served_fields(code)}
 
     def _diagnose(
-        self, trace: dict, codes: list[str], options: dict, budget: RunBudget
+        self, trace: dict, codes: list[str], spec: RunSpec, budget: RunBudget
     ) -> tuple[list[dict], bool, dict[str, dict]]:
         """Run the proposed fixes (as many as the budget allows), then check them in a sandbox:
         (the diagnoses with the fixes that passed, whether every fix was run, every fix run made)."""
         granted = max(0, min(len(codes), budget.take(len(codes))))
-        ran = self._run_fixes(codes[:granted], options, budget) if granted else {}
+        ran = self._run_fixes(codes[:granted], spec, budget) if granted else {}
         # only clean runs count: a fix whose run failed (or was cut by the deadline) is not offered
         fixed = {code: t for code, t in ran.items() if facts.runs_cleanly(t)}
-        diagnoses = self._check(trace, fixed, budget)
+        diagnoses = self._check(trace, fixed, spec, budget)
         if diagnoses is None:  # the check itself failed (a limit, a crash): try again next time
             return [], False, ran
         for d in diagnoses:
             d["fixes"] = [f for f in d["fixes"] if f["code"] in fixed]
         return diagnoses, granted == len(codes), ran
 
-    def _run_fixes(self, codes: list[str], options: dict, budget: RunBudget) -> dict[str, dict]:
-        """Each fix run like any snippet (same options), within the request's budget: a deadline for
+    def _run_fixes(self, codes: list[str], spec: RunSpec, budget: RunBudget) -> dict[str, dict]:
+        """Each fix run like any snippet (the same spec), within the request's budget: a deadline for
         all of them, an even share of its CPU each, and never every worker at once."""
         deadline = time.monotonic() + budget.seconds
-        cpu = max(1, min(self.cpu_seconds, math.floor(budget.seconds / len(codes))))
+        cpu = max(1, min(spec.cpu_seconds, math.floor(budget.seconds / len(codes))))
 
         def run(code: str) -> tuple[str, dict | None]:
             if budget.cancel is not None and budget.cancel.is_set():
                 raise Cancelled("the request was withdrawn before this fix ran")
             if time.monotonic() >= deadline:
                 return code, None  # the request's time for fixes is up: not run, not offered
-            return code, self._trace(code, options, budget, deadline, cpu)
+            return code, self._trace(code, spec, budget, deadline, cpu)
 
         at_once = max(1, min(len(codes), self.workers - 1))  # leave a worker to everyone else
         with ThreadPoolExecutor(max_workers=at_once) as pool:
@@ -308,13 +308,14 @@ class TraceRunner:
                 raise
         return {code: trace for code, trace in ran if trace is not None}
 
-    def _propose(self, trace: dict, budget: RunBudget) -> list[str]:
+    def _propose(self, trace: dict, spec: RunSpec, budget: RunBudget) -> list[str]:
         """The fix codes the rules propose for ``trace``, from a propose job in the sandbox (none
         when it failed or the trace is too large to send)."""
-        body = orjson.dumps({"propose": trace, "cpu_seconds": CHECK_CPU_SECONDS})
+        body = orjson.dumps(trace)
         if len(body) > MAX_CHECK_BYTES:
             return []
-        result = self._run(body.decode(), budget, time.monotonic() + CHECK_WALL_SECONDS)
+        payload = job_payload(spec, propose=orjson.Fragment(body), cpu_seconds=CHECK_CPU_SECONDS)
+        result = self._run(payload, budget, time.monotonic() + CHECK_WALL_SECONDS)
         if result.status != "ok":
             return []
         try:
@@ -323,7 +324,9 @@ class TraceRunner:
             return []
         return proposed_codes([d.model_dump(mode="json") for d in found[:MAX_DIAGNOSES]], MAX_FIX_CODE)
 
-    def _check(self, trace: dict, fixed: dict[str, dict], budget: RunBudget) -> list[dict] | None:
+    def _check(
+        self, trace: dict, fixed: dict[str, dict], spec: RunSpec, budget: RunBudget
+    ) -> list[dict] | None:
         """The diagnoses of ``trace`` with the fixes that passed, from a check job in the sandbox
         (None when that job failed)."""
         head = orjson.dumps(trace)
@@ -336,8 +339,8 @@ class TraceRunner:
             size += len(item) + 1
         if size > MAX_CHECK_BYTES:
             return []
-        body = b'{"check":{"trace":' + head + b',"fixes":[' + b",".join(items) + b"]},"
-        payload = (body + b'"cpu_seconds":%d}' % CHECK_CPU_SECONDS).decode()
+        check = {"trace": orjson.Fragment(head), "fixes": orjson.Fragment(b"[" + b",".join(items) + b"]")}
+        payload = job_payload(spec, check=check, cpu_seconds=CHECK_CPU_SECONDS)
         result = self._run(payload, budget, time.monotonic() + CHECK_WALL_SECONDS)
         if result.status != "ok":
             return None
@@ -369,26 +372,25 @@ def _reaches(code: str) -> tuple[dict, ...]:
     return tuple(reaches(code))
 
 
-def payload_for(code: str, options: dict | None = None, *, cpu_seconds: int | None = None) -> str:
-    job: dict = {"code": code, "options": options or {}}
-    if cpu_seconds is not None:
-        job["cpu_seconds"] = cpu_seconds
-    return orjson.dumps(job).decode()
+def payload_for(code: str, options: dict | None = None, *, spec: RunSpec | None = None) -> str:
+    """A trace job for ``code`` (gradstep.runspec.job_payload) under ``spec``; without it, under
+    the default settings' spec (tests, benchmarks, the zygote's warm-up)."""
+    spec = spec or Settings().run_spec()
+    return job_payload(spec.with_options(options) if options is not None else spec, code=code)
 
 
 def sandbox_config(settings: Settings, **overrides) -> SandboxConfig:
     """The sandbox the server runs snippets in (``overrides``: tests put it in a guard cgroup)."""
+    spec = settings.run_spec()
     config = SandboxConfig(
         workers=settings.workers,
         extra_slots=settings.extra_slots,
-        wall_seconds=settings.wall_seconds,
-        cpu_seconds=settings.cpu_seconds,
-        memory_mb=settings.memory_mb,
         uid_base=settings.uid_base,
         target=TARGET,
         preload=list(PRELOAD),
-        warmup=payload_for(WARMUP),
-        prewarm=payload_for(PREWARM),  # in each child, confined: see SandboxConfig.prewarm
+        warmup=payload_for(WARMUP, spec=spec),
+        prewarm=payload_for(PREWARM, spec=spec),  # in each child, confined: see SandboxConfig.prewarm
+        **spec.sandbox_fields(),  # the run caps that are the sandbox's: wall, CPU, memory
     )
     for name, value in overrides.items():
         setattr(config, name, value)

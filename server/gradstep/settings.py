@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from gradstep.sandbox.config import EXTRA_SLOTS
+
+if TYPE_CHECKING:
+    from gradstep.runspec import RunSpec
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 MIN_CACHE_SECRET = 32  # bytes: a 256-bit key for HMAC-SHA256 (as 32 characters or more)
@@ -80,10 +84,6 @@ class Settings:
     # (warnings only, for development on a machine without root) or a comma-separated list.
     require_layers: str = "all"
 
-    # Caps that change what a run's trace says (where it stops, which fixes were verified): part of
-    # the cache key, so replicas sharing a cache with other caps never serve each other's traces.
-    RESULT_CAPS = ("wall_seconds", "cpu_seconds", "memory_mb", "fix_budget")
-
     def __post_init__(self) -> None:
         for f in fields(self):
             bounds = f.metadata.get("range")
@@ -111,8 +111,16 @@ class Settings:
     def runs_per_client(self) -> int:
         return self.client_runs or max(1, self.workers // 2)
 
+    def run_spec(self) -> RunSpec:
+        """The caps that change what a run's trace says (where it stops, which fixes were verified),
+        as the one value runs are made with and cached under (gradstep.runspec)."""
+        from gradstep.runspec import RunSpec  # here: it imports the tracer (torch), settings do not
+
+        return RunSpec.of(self)
+
     def result_caps(self) -> dict:
-        return {name: getattr(self, name) for name in self.RESULT_CAPS}
+        """The cache key's caps: see ``run_spec``."""
+        return self.run_spec().caps()
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:

@@ -55,7 +55,8 @@ class TraceService:
         self.client_runs = ClientRuns(settings.runs_per_client())
         self.threads = anyio.CapacityLimiter(settings.workers + settings.queue)
         self.in_flight: dict[str, asyncio.Future] = {}  # identical requests share one run
-        self.caps = settings.result_caps()  # in every key: see Settings.RESULT_CAPS
+        self.spec = settings.run_spec()  # what every run is made under (gradstep.runspec)
+        self.caps = self.spec.caps()  # in every key: replicas with other caps never share entries
 
     async def trace(self, code: str, options: dict, client: str, gone: threading.Event) -> Answer:
         """The trace for this request. Raises ``Cancelled`` once ``gone`` is set (every run of the
@@ -131,7 +132,7 @@ class TraceService:
         # (shared by every replica) and needs no second run in the sandbox.
         verified = await self.cache.get(fix_run_key(code, options, self.caps), served_fields(code))
         budget = RunBudget(
-            take=functools.partial(self.rate.take, client), seconds=self.settings.fix_budget, cancel=gone
+            take=functools.partial(self.rate.take, client), seconds=self.spec.fix_budget, cancel=gone
         )
 
         def run() -> Traced:  # in a worker thread: the run, its check and compression (gradstep.checker)

@@ -17,6 +17,8 @@ from gradstep.diagnose import diagnose, facts, run_locally
 from gradstep.diagnose import non_leaf_grad as non_leaf
 from gradstep.diagnose.source import Source
 from gradstep.runs import payload_for, served_fields
+from gradstep.runspec import job_payload
+from gradstep.settings import Settings
 from gradstep.tracer import record
 
 SNIPPETS = Path(__file__).resolve().parents[2] / "snippets"
@@ -28,7 +30,7 @@ def served(code: str) -> dict:
 
 
 def check_payload(trace: dict, fixes: dict[str, dict]) -> str:
-    return orjson.dumps({"check": {"trace": trace, "fixes": list(fixes.items())}}).decode()
+    return job_payload(Settings().run_spec(), check={"trace": trace, "fixes": list(fixes.items())})
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from dataclasses import fields
 
 import pytest
 from gradstep.cache import cache_key
+from gradstep.runspec import RunSpec
 from gradstep.settings import Settings, SettingsError
 
 
@@ -62,6 +63,6 @@ def test_caps_that_change_a_runs_result_change_its_cache_key():
     code, options = "x = 1\n", {"max_steps": 500}
     base = Settings().result_caps()
     keys = {cache_key(code, options, base)}
-    for cap in Settings.RESULT_CAPS:
-        keys.add(cache_key(code, options, {**base, cap: base[cap] * 2}))
-    assert len(keys) == 1 + len(Settings.RESULT_CAPS)
+    for cap in RunSpec.cap_names():
+        keys.add(cache_key(code, options, Settings(**{cap: base[cap] * 2}).result_caps()))
+    assert len(keys) == 1 + len(RunSpec.cap_names())

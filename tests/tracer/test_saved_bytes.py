@@ -64,3 +64,13 @@ def test_narration_of_x_times_x_counts_its_one_storage():
     built = next(s for s in trace["steps"] if s["kind"] == "forward" and s["line"] == 3)
     held = fmt_bytes(_plain_bytes(code, op))
     assert f"saved other = x and self = x, {held})" in built["explanation"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_narration_says_the_saved_bytes_the_trace_measured(name):
+    code, op = CASES[name]
+    trace = narrate(record("import torch\n" + code))
+    node = _node(trace, op)
+    built = [s for s in trace["steps"] if s["kind"] == "forward"][-1]  # the step that built y
+    assert node["saved_bytes"] == _plain_bytes(code, op)
+    assert f", {fmt_bytes(node['saved_bytes'])})" in built["explanation"]

@@ -13,19 +13,13 @@ from pydantic import BaseModel, Field, field_validator
 from gradstep.encoding import json_response
 from gradstep.routes import deps
 from gradstep.runs import Cancelled
+from gradstep.runspec import TraceOptions  # the run options' one model (the job's, Limits' fields)
 from gradstep.schema import Trace
 from gradstep.traces import TraceService
 
 MAX_CODE = 60_000  # characters of a snippet
 
 router = APIRouter()
-
-
-class TraceOptions(BaseModel):
-    model_config = {"extra": "forbid"}
-
-    max_steps: Annotated[int, Field(ge=1, le=500)] = 500
-    line_repeats: Annotated[int, Field(ge=1, le=50)] = 3
 
 
 class TraceRequest(BaseModel):
