@@ -16,6 +16,8 @@ from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.source import Source, torch_alias
 
 KIND = "inplace_on_leaf"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("sgd_update_outside_no_grad_fails",)
 LEAF_MARK = "leaf Variable that requires grad is being used in an in-place operation"
 VIEW_MARK = "a view of a leaf Variable"
 
