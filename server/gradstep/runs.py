@@ -277,6 +277,7 @@ class TraceRunner:
         granted = max(0, min(len(codes), budget.take(len(codes))))
         ran = self._run_fixes(codes[:granted], spec, budget) if granted else {}
         # only clean runs count: a fix whose run failed (or was cut by the deadline) is not offered
+        # (NOTE [fix kept only if] in gradstep.diagnose: the check job sees only the runs given here)
         fixed = {code: t for code, t in ran.items() if facts.runs_cleanly(t)}
         diagnoses = self._check(trace, fixed, spec, budget)
         if diagnoses is None:  # the check itself failed (a limit, a crash): try again next time

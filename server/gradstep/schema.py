@@ -428,30 +428,6 @@ class Step(_Model):
     )
 
 
-DIAGNOSIS_KINDS = (
-    "backward_through_freed_graph",
-    "non_scalar_backward",
-    "inplace_modified_saved_tensor",
-    "grad_accumulates_without_zero_grad",
-    "hidden_state_not_detached",
-    "grad_of_non_leaf",
-    "requires_grad_on_integer",
-    "inplace_on_leaf",
-    "backward_without_graph",
-    "graph_cut",
-    "running_total_keeps_graph",
-    "nonfinite_grad",
-    "optimizer_step_without_gradient",
-    "needless_retain_graph",
-    "stale_graph_in_loop",
-    # code written for PyTorch before 0.4 (2018)
-    "retain_variables_renamed",
-    "volatile_removed",
-    "index_of_0_dim_tensor",
-    "data_write",
-)
-
-
 class Fix(_Model):
     """A corrected snippet that was run and checked before it was offered."""
 
@@ -473,7 +449,11 @@ class Fix(_Model):
 class Diagnosis(_Model):
     """A known autograd mistake found in the run, with fixes that were verified by running them."""
 
-    kind: str = Field(description="What went wrong: " + ", ".join(DIAGNOSIS_KINDS) + ".")
+    # the kinds are the rules' (gradstep.diagnose.registry.KINDS), listed in docs/trace-format.md
+    kind: str = Field(
+        description="What went wrong, e.g. backward_through_freed_graph: one of the kinds listed in "
+        "docs/trace-format.md. A reader shows a kind it does not know by its message."
+    )
     severity: Severity = Field(
         description="error: the run failed because of it; warning: it ran, but likely not as meant."
     )

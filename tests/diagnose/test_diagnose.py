@@ -13,8 +13,29 @@ from pathlib import Path
 
 import pytest
 import torch
-from gradstep.diagnose import MAX_FIX_RUNS, diagnose, find, run_locally
+from gradstep.diagnose import (
+    MAX_FIX_RUNS,
+    RULES,
+    diagnose,
+    find,
+    freed_graph,
+    graph_cut,
+    hidden_state,
+    inplace,
+    integer_grad,
+    leaf_inplace,
+    needless_retain,
+    no_graph,
+    non_leaf_grad,
+    non_scalar,
+    nonfinite_grad,
+    running_total,
+    stale_graph,
+    step_order,
+    zero_grad,
+)
 from gradstep.diagnose.source import moved_line
+from gradstep.pipeline import run_locally
 from gradstep.printing import fmt_bytes
 from gradstep.schema import Diagnosis
 from gradstep.tracer import record
@@ -26,42 +47,25 @@ ROOT = Path(__file__).resolve().parents[2]
 SNIPPETS = ROOT / "snippets"
 CASES = ROOT / "tests" / "cases"
 
-FREED = "backward_through_freed_graph"
-NON_SCALAR = "non_scalar_backward"
-INPLACE = "inplace_modified_saved_tensor"
-ZERO_GRAD = "grad_accumulates_without_zero_grad"
-HIDDEN = "hidden_state_not_detached"
-NON_LEAF = "grad_of_non_leaf"
-INTEGER = "requires_grad_on_integer"
-LEAF_INPLACE = "inplace_on_leaf"
-NO_GRAPH = "backward_without_graph"
-GRAPH_CUT = "graph_cut"
-RUNNING_TOTAL = "running_total_keeps_graph"
-NONFINITE = "nonfinite_grad"
-STEP_ORDER = "optimizer_step_without_gradient"
-NEEDLESS_RETAIN = "needless_retain_graph"
-STALE_GRAPH = "stale_graph_in_loop"
+# each kind as its rule declares it (gradstep.diagnose.registry)
+FREED = freed_graph.KIND
+NON_SCALAR = non_scalar.KIND
+INPLACE = inplace.KIND
+ZERO_GRAD = zero_grad.KIND
+HIDDEN = hidden_state.KIND
+NON_LEAF = non_leaf_grad.KIND
+INTEGER = integer_grad.KIND
+LEAF_INPLACE = leaf_inplace.KIND
+NO_GRAPH = no_graph.KIND
+GRAPH_CUT = graph_cut.KIND
+RUNNING_TOTAL = running_total.KIND
+NONFINITE = nonfinite_grad.KIND
+STEP_ORDER = step_order.KIND
+NEEDLESS_RETAIN = needless_retain.KIND
+STALE_GRAPH = stale_graph.KIND
 
-# curated snippets that show a mistake, and which; every other snippet is fine
-SNIPPET_KINDS = {
-    "backward_twice_fails": FREED,
-    "forward_under_no_grad_fails": NO_GRAPH,
-    "no_grad_forward_then_loss_fails": NO_GRAPH,
-    "item_cuts_the_graph": GRAPH_CUT,
-    "sgd_update_outside_no_grad_fails": LEAF_INPLACE,
-    "inplace_modified_saved_tensor_fails": INPLACE,
-    "non_scalar_backward_fails": NON_SCALAR,
-    "retain_graph_in_loop_not_needed": NEEDLESS_RETAIN,
-    "rnn_hidden_not_detached_fails": HIDDEN,
-    "running_loss_keeps_graphs": RUNNING_TOTAL,
-    "retain_grad_after_backward": NON_LEAF,
-    "shared_trunk_partial_grads": FREED,
-    "sqrt_at_zero_nan_grad": NONFINITE,
-    "stale_graph_training_loop_fails": STALE_GRAPH,
-    "training_loop_no_zero_grad": ZERO_GRAD,
-    "two_outputs_without_retain_fails": FREED,
-    "zero_grad_before_step": STEP_ORDER,
-}
+# curated snippets that show a mistake, and which (each rule's SNIPPETS); every other snippet is fine
+SNIPPET_KINDS = {name: rule.KIND for rule in RULES for name in getattr(rule, "SNIPPETS", ())}
 
 
 def code_of(text: str) -> str:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gradstep.diagnose import run_locally
 from gradstep.diagnose.facts import final_grads
+from gradstep.pipeline import run_locally
 from gradstep.tracer import record
 from test_diagnose import close, code_of, only, plain_ok
 from testkit.truth import run_plain

@@ -10,7 +10,8 @@ import textwrap
 import orjson
 import torch
 from gradstep import jobs
-from gradstep.diagnose import diagnose, run_locally
+from gradstep.diagnose import diagnose
+from gradstep.pipeline import run_locally
 from gradstep.runs import payload_for
 from gradstep.schema import Diagnosis
 from gradstep.tracer import record

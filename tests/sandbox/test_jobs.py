@@ -13,9 +13,10 @@ import orjson
 import pytest
 from gradstep import jobs
 from gradstep.columns import pack
-from gradstep.diagnose import diagnose, facts, run_locally
+from gradstep.diagnose import diagnose, facts
 from gradstep.diagnose import non_leaf_grad as non_leaf
 from gradstep.diagnose.source import Source
+from gradstep.pipeline import run_locally
 from gradstep.runs import payload_for, served_fields
 from gradstep.runspec import job_payload
 from gradstep.settings import Settings

@@ -1,14 +1,12 @@
 """Diagnoses: known autograd mistakes found in a trace, each with fixes verified by running them.
 
-``find(trace)`` applies rules to the trace and the snippet's syntax tree (cheap,
-no run): each returns a ``Candidate`` with proposed fixes. ``verify`` runs every
-proposed fix (all at once, through the given ``run``) and keeps a fix only when
-its run has no error, the same diagnosis does not fire on it again, and, where
-the intent is clear, its gradients are the ones the original meant. A fix that
-only makes the code run without keeping what it means (``refires``) comes after
-the one that keeps it, says so, and may fire the diagnosis again. Where fixes
-compute different things, each one's ``outcome`` says what its run computed,
-beside its siblings' runs (``Fix.outcome``).
+``find(trace)`` applies the rules (``registry.RULES``) to the trace and the snippet's syntax
+tree (cheap, no run): each returns a ``Candidate`` with proposed fixes. ``verify`` runs every
+proposed fix (all at once, through the given ``run``) and keeps a fix only as
+``NOTE [fix kept only if]`` below says. Where fixes compute different things, each one's
+``outcome`` says what its run computed, beside its siblings' runs (``Fix.outcome``). Running
+fixes in this process is gradstep.pipeline's (``pipeline.add_in_process``); this package never
+runs a snippet itself.
 
 No rule guesses: a rule fires only on what the run showed (an error torch
 raised, a warning it gave, a ``.grad`` that grew), so a snippet that is fine
@@ -17,28 +15,12 @@ gets no diagnosis.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
-from gradstep.diagnose import (
-    facts,
-    freed_graph,
-    graph_cut,
-    hidden_state,
-    inplace,
-    integer_grad,
-    leaf_inplace,
-    needless_retain,
-    no_graph,
-    non_leaf_grad,
-    non_scalar,
-    nonfinite_grad,
-    running_total,
-    stale_graph,
-    step_order,
-    zero_grad,
-)
+from gradstep.diagnose import facts
 from gradstep.diagnose.candidate import Candidate, CandidateFix
-from gradstep.diagnose.old_idioms import RULES as OLD_IDIOMS
+from gradstep.diagnose.registry import KINDS, RULES
 from gradstep.diagnose.source import Source, line_sources, moved_line
 from gradstep.trace_dicts import TraceDict
 
@@ -47,37 +29,24 @@ Run = Callable[[list[str]], list[dict | None]]  # codes -> their traces (plain d
 MAX_FIX_RUNS = 8
 MAX_CANDIDATES = 16  # diagnoses one trace can get (each rule caps its own; this caps them together)
 
-RULES = (
-    hidden_state,
-    stale_graph,
-    freed_graph,
-    non_scalar,
-    inplace,
-    zero_grad,
-    non_leaf_grad,
-    integer_grad,
-    leaf_inplace,
-    no_graph,
-    graph_cut,
-    running_total,
-    nonfinite_grad,
-    step_order,
-    needless_retain,
-)
-
-RULES += OLD_IDIOMS  # code written for PyTorch before 0.4 (old_idioms.py)
+# True in tests (tests/diagnose/conftest.py): a rule that raises fails with its traceback. Otherwise a
+# rule that trips on an unusual snippet must not cost the user the trace: it is skipped, and logged once.
+STRICT = False
+_logged: set[str] = set()
+_log = logging.getLogger(__name__)
 
 __all__ = [
+    "KINDS",
+    "RULES",
+    "STRICT",
     "Candidate",
     "CandidateFix",
     "Run",
-    "add_in_process",
     "check",
     "diagnose",
     "find",
     "propose",
     "proposed_codes",
-    "run_locally",
     "verify",
 ]
 
@@ -90,8 +59,12 @@ def find(trace: TraceDict) -> list[Candidate]:
     for rule in RULES:
         try:
             found.extend(rule.find(trace, src))
-        except Exception:  # a rule that trips on an unusual snippet must not cost the user the trace
-            continue
+        except Exception:
+            if STRICT:
+                raise
+            if rule.__name__ not in _logged:
+                _logged.add(rule.__name__)
+                _log.exception("diagnosis rule %s failed (skipped; logged once)", rule.__name__)
     return found[:MAX_CANDIDATES]
 
 
@@ -135,7 +108,8 @@ def check(trace: TraceDict, fixed: dict[str, dict]) -> list[dict]:
 
 
 def verify(candidates: list[Candidate], trace: dict, run: Run) -> list[dict]:
-    """The candidates as ``Trace.diagnoses`` entries, with only the fixes whose runs passed their checks."""
+    """The candidates as ``Trace.diagnoses`` entries, with only the fixes whose runs passed their
+    checks (NOTE [fix kept only if])."""
     # a bound on the runs one trace can cause (a snippet reading .grad of 100 non-leaves): fixes past it
     # are not run, so not offered
     codes = list(dict.fromkeys(fix.code for c in candidates for fix in c.fixes))[:MAX_FIX_RUNS]
@@ -183,7 +157,23 @@ def _outcome_of(fix: CandidateFix, fixed: dict, trace: dict, siblings: dict[str,
         return None
 
 
+# NOTE [fix kept only if]
+# A proposed fix is offered only when all of these hold:
+# 1. its code was run (at most ``MAX_FIX_RUNS`` distinct codes per trace; in the server, within
+#    the request's budget) and that run ended cleanly (``facts.runs_cleanly``: no error, no failed
+#    call). The server enforces this part itself too, since the check job sees only the runs it is
+#    given (gradstep.runs, ``TraceRunner._diagnose``);
+# 2. the fixes it ``needs`` passed first (their runs feed its intent);
+# 3. the same diagnosis does not fire on the fixed run at the line the fix moved it to, unless the
+#    fix says it ``refires`` (it runs but changes what is computed, and its title says so);
+# 4. its ``intent`` check, when it has one, holds on the fixed run (the gradients the original meant).
+# Anything else a fix's run says (its own warnings, an outcome that could not be measured) does not
+# decide whether it is offered.
+
+
 def _passes(candidate: Candidate, fix: CandidateFix, fixed: dict, trace: dict, passed: dict) -> bool:
+    # NOTE [fix kept only if]: its run ended cleanly, the fixes it needs passed, it does not fire
+    # again (unless it refires), its intent holds
     if not facts.runs_cleanly(fixed) or any(k not in passed for k in fix.needs):
         return False
     line = moved_line(trace.get("code") or "", fix.code, candidate.line)
@@ -200,33 +190,3 @@ def diagnose(trace: TraceDict, run: Run) -> list[dict]:
     """Find and verify: what ``Trace.diagnoses`` holds. Costs nothing more when no rule fires."""
     candidates = find(trace)
     return verify(candidates, trace, run) if candidates else []
-
-
-def add_in_process(trace: TraceDict, fix_runs: dict[str, TraceDict] | None = None) -> TraceDict:
-    """Fill ``trace["diagnoses"]``, verifying fixes with the tracer in this process; returns the trace.
-
-    ``fix_runs``, when given, receives the run of each fix offered (its code -> its trace): what a
-    page without a server shows when Apply fix is pressed."""
-
-    def run(codes: list[str]) -> list[dict]:
-        ran = run_locally(codes)
-        if fix_runs is not None:
-            fix_runs.update(zip(codes, ran, strict=True))
-        return ran
-
-    try:
-        trace["diagnoses"] = diagnose(trace, run)
-    except Exception as e:  # the trace matters more than its diagnoses
-        trace.setdefault("notes", []).append(f"No diagnoses for this trace: {type(e).__name__}: {e}")
-    if fix_runs is not None:
-        offered = {f["code"] for d in trace.get("diagnoses") or () for f in d.get("fixes") or ()}
-        for code in [c for c in fix_runs if c not in offered]:
-            del fix_runs[code]
-    return trace
-
-
-def run_locally(codes: list[str]) -> list[dict]:
-    """Run fixes in this process with the tracer (the notebook path: the user's own code, unconfined)."""
-    from gradstep.pipeline import explained
-
-    return [explained(code) for code in codes]

@@ -13,9 +13,12 @@ from gradstep.diagnose import facts, hidden_state, stale_graph
 from gradstep.diagnose.calls import api_of, output_of, replace_output, set_keyword, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of
 from gradstep.diagnose.source import Source, assigned_names, keyword, moved_line, names_in
+from gradstep.diagnose.toolkit import calls_failing_with
 from gradstep.printing import fmt_bytes
 
 KIND = "backward_through_freed_graph"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("backward_twice_fails", "shared_trunk_partial_grads", "two_outputs_without_retain_fails")
 
 
 def _call_label(src: Source, call: ast.Call) -> str:
@@ -92,10 +95,7 @@ def _sum_fix(src: Source, first: ast.Call, second: ast.Call) -> CandidateFix | N
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    for step in facts.calls(trace):
-        error = step.get("error")
-        if not error or facts.FREED_MARK not in error["message"]:
-            continue
+    for step in calls_failing_with(trace, facts.FREED_MARK):
         if hidden_state.carried_through(trace, src, step) is not None:
             return []  # the loop's hidden state is the cause: that rule says so
         if stale_graph.explains(trace, src, step):

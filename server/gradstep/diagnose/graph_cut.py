@@ -22,9 +22,12 @@ from gradstep.diagnose import facts
 from gradstep.diagnose.calls import output_of, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.source import Edit, Source, call_name, moved_line
+from gradstep.diagnose.toolkit import dotted_name
 from gradstep.printing import fmt_number
 
 KIND = "graph_cut"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("item_cuts_the_graph",)
 _CUT_METHODS = ("item", "tolist", "numpy", "detach")
 _CUT_FUNCTIONS = ("torch.tensor", "torch.as_tensor", "torch.Tensor", "torch.from_numpy", "float", "int")
 _OUTPUT = "<output>"  # the tensor a backward call differentiates, as a node of the name graph
@@ -158,16 +161,16 @@ class _Wanted:
         self.listed: set[str] = set()  # names in optim.X([w1, w2])
         for node in src.walk():
             if isinstance(node, ast.Attribute) and node.attr == "grad":
-                path = _path(node.value)
+                path = dotted_name(node.value)
                 if path is not None:
                     self.read.add(path)
             elif isinstance(node, ast.Call) and ".optim." in f".{call_name(node)}" and node.args:
                 for part in ast.walk(node.args[0]):
                     if isinstance(part, ast.Call) and call_name(part).endswith("parameters"):
-                        owner = _path(part.func.value) if isinstance(part.func, ast.Attribute) else None
+                        owner = dotted_name(part.func.value) if isinstance(part.func, ast.Attribute) else None
                         if owner is not None:
                             self.owners.add(owner)
-                    path = _path(part) if isinstance(part, ast.Name | ast.Attribute) else None
+                    path = dotted_name(part) if isinstance(part, ast.Name | ast.Attribute) else None
                     if path is not None:
                         self.listed.add(path)
 
@@ -176,14 +179,6 @@ class _Wanted:
         if name in self.read or name in self.listed:
             return True
         return any(name.startswith(owner + ".") or owner == root_of(name) for owner in self.owners)
-
-
-def _path(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
 
 
 def _ungraded(trace: dict) -> tuple[dict, list[str]] | None:

@@ -15,8 +15,11 @@ from gradstep.diagnose import facts
 from gradstep.diagnose.calls import autograd_calls_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.source import Source, assigned_names, moved_line, names_in
+from gradstep.diagnose.toolkit import calls_failing_with
 
 KIND = "hidden_state_not_detached"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("rnn_hidden_not_detached_fails",)
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 
 
@@ -146,10 +149,7 @@ def _first_call_grads(trace: dict, line: int | None) -> dict:
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    for step in facts.calls(trace):
-        error = step.get("error")
-        if not error or facts.FREED_MARK not in error["message"]:
-            continue
+    for step in calls_failing_with(trace, facts.FREED_MARK):
         found = carried_through(trace, src, step)
         if found is None:
             continue

@@ -14,8 +14,11 @@ from gradstep.diagnose import facts, stale_graph
 from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.non_scalar import outcome
 from gradstep.diagnose.source import Source
+from gradstep.diagnose.toolkit import calls_failing_with
 
 KIND = "inplace_modified_saved_tensor"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("inplace_modified_saved_tensor_fails",)
 _BINOPS = {
     ast.Add: "+",
     ast.Sub: "-",
@@ -79,10 +82,7 @@ def _inplace_statement(src: Source, names: set[str], after: int | None, upto: in
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    for step in facts.calls(trace):
-        error = step.get("error")
-        if not error or facts.STALE_MARK not in error["message"]:
-            continue
+    for step in calls_failing_with(trace, facts.STALE_MARK):
         if stale_graph.explains(trace, src, step):
             return []  # an optimizer changed weights a loop's graph, built before it, saved: that rule says so
         failed = facts.failed_node(step)

@@ -49,8 +49,8 @@ def _turned_on_later(node: ast.stmt) -> str | None:
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    error = trace.get("error") or {}
-    if not facts.is_integer_requires_grad(error["message"]):
+    error = trace.get("error")
+    if not error or not facts.is_integer_requires_grad(error["message"]):
         return []
     line = error.get("line")
     message = (

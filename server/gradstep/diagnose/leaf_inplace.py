@@ -16,6 +16,8 @@ from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.source import Source, torch_alias
 
 KIND = "inplace_on_leaf"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("sgd_update_outside_no_grad_fails",)
 LEAF_MARK = "leaf Variable that requires grad is being used in an in-place operation"
 VIEW_MARK = "a view of a leaf Variable"
 
@@ -53,15 +55,14 @@ def _reads_grad(stmt: ast.stmt) -> bool:
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    error = trace.get("error") or {}
-    text = error["message"]
-    line = error.get("line")
-    if LEAF_MARK not in text or line is None:
+    error = trace.get("error")
+    line = error.get("line") if error else None
+    if not error or LEAF_MARK not in error["message"] or line is None:
         return []
     stmt = simple_statement_at(src, line)
     name = _changed(stmt) if stmt is not None else None
     what = f"`{name}`" if name else "a tensor"
-    if VIEW_MARK in text:
+    if VIEW_MARK in error["message"]:
         what = f"a view of {what} (indexing, .view, .t() and slicing give views that share its memory)"
     update = stmt is not None and _reads_grad(stmt)
     message = (

@@ -19,6 +19,8 @@ from gradstep.diagnose.source import Source, keyword, moved_line
 from gradstep.printing import fmt_bytes
 
 KIND = "needless_retain_graph"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("retain_graph_in_loop_not_needed",)
 SHOWN = 5
 
 

@@ -23,16 +23,17 @@ from gradstep.diagnose import facts, graph_cut
 from gradstep.diagnose.calls import output_of, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix, Intent, fix_of, present
 from gradstep.diagnose.source import Edit, Source, assigned_names, call_name, names_in
+from gradstep.diagnose.toolkit import calls_failing_with, dotted_name, enclosing_with, is_call_of
 
 KIND = "backward_without_graph"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("forward_under_no_grad_fails", "no_grad_forward_then_loss_fails")
 MARK = "does not require grad and does not have a grad_fn"
 _NO_GRAD = ("no_grad", "inference_mode")
 
 
 def _is_no_grad(expr: ast.AST) -> bool:
-    call = expr if isinstance(expr, ast.Call) else None
-    name = call_name(call) if call is not None else ""
-    return name.rsplit(".", 1)[-1] in _NO_GRAD
+    return is_call_of(expr, _NO_GRAD)
 
 
 def _defining(src: Source, out: ast.expr, line: int) -> ast.stmt | None:
@@ -53,18 +54,7 @@ def _defining(src: Source, out: ast.expr, line: int) -> ast.stmt | None:
 
 def _no_grad_scope(src: Source, stmt: ast.stmt) -> ast.AST | None:
     """The ``with torch.no_grad():`` block or the function decorated with it that holds ``stmt``."""
-    node = src.parents.get(stmt)
-    while node is not None:
-        if isinstance(node, (ast.With, ast.AsyncWith)) and any(
-            _is_no_grad(i.context_expr) for i in node.items
-        ):
-            return node
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
-            _is_no_grad(d) for d in node.decorator_list
-        ):
-            return node
-        node = src.parents.get(node)
-    return None
+    return enclosing_with(src, stmt, _is_no_grad, decorated=True)
 
 
 def _called_under_no_grad(src: Source, stmt: ast.stmt) -> ast.AST | None:
@@ -210,7 +200,7 @@ def _turns_on(stmt: ast.stmt) -> tuple[str, bool] | None:
         target = target.value
     else:
         return None
-    return (src_name(target), on) if src_name(target) else None
+    return (dotted_name(target), on) if dotted_name(target) else None
 
 
 def _turns_off(stmt: ast.stmt) -> bool:
@@ -218,22 +208,8 @@ def _turns_off(stmt: ast.stmt) -> bool:
     return turned is not None and not turned[1]
 
 
-def src_name(node: ast.AST) -> str | None:
-    """``w`` for ``w``, ``model.fc`` for that attribute path."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    return ".".join([node.id, *reversed(parts)])
-
-
 def find(trace: dict, src: Source) -> list[Candidate]:
-    for step in facts.calls(trace):
-        error = step.get("error")
-        if not error or MARK not in error["message"]:
-            continue
+    for step in calls_failing_with(trace, MARK):
         line = step.get("line")
         call = the_call_at(src, line)
         out = output_of(call) if call is not None else None

@@ -20,6 +20,8 @@ from gradstep.diagnose.source import Source, assigned_names, moved_line, torch_a
 from gradstep.schema import CALL_KINDS
 
 KIND = "grad_of_non_leaf"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("retain_grad_after_backward",)
 MAX_CANDIDATES = 16  # one diagnosis per tensor read; past this many, more say nothing new
 
 

@@ -12,8 +12,11 @@ from gradstep.diagnose import facts
 from gradstep.diagnose.calls import api_of, output_of, set_keyword, the_call_at, wrap_output
 from gradstep.diagnose.candidate import Candidate, CandidateFix, fix_of, present
 from gradstep.diagnose.source import Source, is_pure
+from gradstep.diagnose.toolkit import calls_failing_with
 
 KIND = "non_scalar_backward"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("non_scalar_backward_fails",)
 _GRADIENT_KEYWORD = {
     "Tensor.backward": "gradient",
     "torch.autograd.backward": "grad_tensors",
@@ -32,10 +35,7 @@ def outcome(trace: dict) -> dict[str, dict]:
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    for step in facts.calls(trace):
-        error = step.get("error")
-        if not error or facts.NON_SCALAR_MARK not in error["message"]:
-            continue
+    for step in calls_failing_with(trace, facts.NON_SCALAR_MARK):
         line = step.get("line")
         call = the_call_at(src, line)
         out = output_of(call) if call is not None else None

@@ -18,6 +18,8 @@ from gradstep.diagnose.source import Source, call_name, torch_alias
 from gradstep.printing import fmt_value, mode_of
 
 KIND = "nonfinite_grad"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("sqrt_at_zero_nan_grad",)
 EPS = "1e-8"
 SHOWN = 3
 

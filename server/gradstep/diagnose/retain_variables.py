@@ -17,9 +17,9 @@ MARK = "unexpected keyword argument 'retain_variables'"
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    error = trace.get("error") or {}
-    line = error.get("line")
-    if error["type"] != "TypeError" or MARK not in error["message"] or line is None:
+    error = trace.get("error")
+    line = error.get("line") if error else None
+    if not error or error["type"] != "TypeError" or MARK not in error["message"] or line is None:
         return []
     message = (
         "retain_variables= is the name PyTorch used before version 0.4 (2018); it became retain_graph=, and "

@@ -23,6 +23,8 @@ from gradstep.diagnose.source import Source, assigned_names, names_in
 from gradstep.printing import fmt_bytes
 
 KIND = "running_total_keeps_graph"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("running_loss_keeps_graphs",)
 _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 MIN_ITERATIONS = 3
 MAX_CHECKED = 4

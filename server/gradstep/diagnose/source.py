@@ -135,9 +135,12 @@ class Source:
         return stmt.lineno, stmt.end_lineno, text if text.endswith("\n") else text + "\n"
 
     def _lines_edit(self, first: int, last: int, text: str) -> Edit:
+        """Replace lines ``first``..``last`` (whole, ``text`` ending in a newline) by ``text``; on the
+        file's last line, the file keeps the final newline it had, or its lack of one."""
         if last < len(self.lines):
             return Edit(first, 0, last + 1, 0, text)
-        return Edit(first, 0, last, len(self.lines[last - 1]), text.rstrip("\n"))
+        ending = "\n" if self.lines[last - 1].endswith("\n") else ""
+        return Edit(first, 0, last, len(self.lines[last - 1]), text.rstrip("\n") + ending)
 
     def wrap(self, stmt: ast.stmt, header: str) -> Edit | None:
         """Put ``stmt`` in a block: ``header`` (e.g. ``with torch.no_grad():``) at its indentation, it inside."""

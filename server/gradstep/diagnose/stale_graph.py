@@ -27,9 +27,12 @@ from gradstep.diagnose import facts, graph_cut
 from gradstep.diagnose.calls import drop_keyword, output_of, set_keyword, the_call_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix, Outcome, present
 from gradstep.diagnose.source import Edit, Source, assigned_names, call_name, keyword, names_in
+from gradstep.diagnose.toolkit import call_lines, enclosing_with, is_call_of
 from gradstep.printing import fmt_number
 
 KIND = "stale_graph_in_loop"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("stale_graph_training_loop_fails",)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 MAX_SHOWN = 6  # iterations quoted in a fix's outcome
 MAX_VALUES = 6  # a final .grad with more elements is quoted by its norm
@@ -64,15 +67,7 @@ def _updates(src: Source, loop: ast.stmt) -> ast.AST | None:
 
 
 def _under_no_grad(src: Source, node: ast.AST, loop: ast.stmt) -> bool:
-    while node is not None and node is not loop:
-        if isinstance(node, ast.With) and any(
-            call_name(i.context_expr).rsplit(".", 1)[-1] == "no_grad"
-            for i in node.items
-            if isinstance(i.context_expr, ast.Call)
-        ):
-            return True
-        node = src.parents.get(node)
-    return False
+    return enclosing_with(src, node, lambda e: is_call_of(e, ("no_grad",)), stop=loop) is not None
 
 
 def _stale(src: Source, line: int | None) -> Stale | None:
@@ -427,7 +422,7 @@ def _retain_fix(src: Source, stale: Stale) -> CandidateFix | None:
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    for line in dict.fromkeys(s.get("line") for s in facts.calls(trace)):
+    for line in call_lines(trace):
         stale = _stale(src, line)
         shown = _shown(trace, stale) if stale is not None else None
         if stale is None or shown is None:

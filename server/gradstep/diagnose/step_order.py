@@ -19,12 +19,14 @@ from gradstep.diagnose import facts
 from gradstep.diagnose.calls import autograd_calls_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.source import Source, call_name, moved_line
+from gradstep.diagnose.toolkit import call_lines
 from gradstep.printing import fmt_number
 
 KIND = "optimizer_step_without_gradient"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("zero_grad_before_step",)
 _SCOPES = (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef)  # what runs again
 SHOWN = 5
-MAX_LINES = 16
 
 
 def _method_stmt(body: list[ast.stmt], method: str) -> list[tuple[int, ast.stmt, str]]:
@@ -52,8 +54,7 @@ def _series(grads: list[dict]) -> str:
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    lines = list(dict.fromkeys(s.get("line") for s in facts.calls(trace) if not s.get("error")))
-    for line in lines[:MAX_LINES]:  # each line costs a walk of the tree
+    for line in call_lines(trace, ran=True):
         calls = autograd_calls_at(src, line)
         if len(calls) != 1:
             continue

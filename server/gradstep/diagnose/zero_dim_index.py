@@ -16,9 +16,9 @@ MARK = "invalid index of a 0-dim tensor"
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    error = trace.get("error") or {}
-    line = error.get("line")
-    if error["type"] != "IndexError" or MARK not in error["message"] or line is None:
+    error = trace.get("error")
+    line = error.get("line") if error else None
+    if not error or error["type"] != "IndexError" or MARK not in error["message"] or line is None:
         return []
     message = (
         "x.data[0] read the number out of a loss before PyTorch 0.4 (2018), when a loss was a 1-element tensor. "

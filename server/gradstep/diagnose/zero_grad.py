@@ -15,9 +15,12 @@ from gradstep.diagnose import facts
 from gradstep.diagnose.calls import autograd_calls_at
 from gradstep.diagnose.candidate import Candidate, CandidateFix
 from gradstep.diagnose.source import Source, call_name, moved_line
+from gradstep.diagnose.toolkit import call_lines
 from gradstep.printing import fmt_number
 
 KIND = "grad_accumulates_without_zero_grad"
+# the curated snippets in snippets/ that show this mistake
+SNIPPETS = ("training_loop_no_zero_grad",)
 _SCOPES = (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -67,11 +70,7 @@ def _growth_text(norms: list[float]) -> str:
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
-    lines = []
-    for step in facts.calls(trace):
-        if step.get("line") not in lines:
-            lines.append(step.get("line"))
-    for line in lines:
+    for line in call_lines(trace):
         calls = autograd_calls_at(src, line)
         if len(calls) != 1:
             continue
