@@ -62,8 +62,11 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The trace format's copies that are data, from gradstep/schema.py: the JSON Schema, the front-end
+# tests' tables, and the docs' example (traced in the sandbox) with its front-end copy.
 schema: install
 	$(PY) -c "import json, gradstep.schema as s; print(json.dumps(s.json_schema(), indent=2))" > server/gradstep/trace.schema.json
+	$(PY) tests/trace/trace_copies.py
 
 bench: install
 	$(PY) benchmarks/tracer_overhead.py
