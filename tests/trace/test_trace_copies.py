@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import types
+import typing
 
 import pytest
 from gradstep import schema
@@ -18,21 +20,47 @@ from trace_copies import EXAMPLE_FILE, ROOT, TABLES_FILE, VARIES, doc_example, t
 
 COLUMNS_JS = (ROOT / "frontend" / "columns.js").read_text()
 MODEL_JS = (ROOT / "frontend" / "model.js").read_text()
-KINDS = {"REQUIRED": "required", "NULL": None, "FALSE": False, "LIST": []}  # columns.js's defaults
 
 
 def test_the_front_end_tests_tables_are_the_schemas():
     assert json.loads(TABLES_FILE.read_text()) == tables(), f"{TABLES_FILE.name} is stale: run `make schema`"
 
 
+TABLES = {"NODE_REQUIRED": NODES, "STATE_REQUIRED": NODE_STATES, "TENSOR_REQUIRED": TENSORS}
+
+
+@pytest.mark.parametrize("name, table", TABLES.items())
+def test_columns_js_lists_each_tables_required_fields(name: str, table: Table):
+    found = re.search(rf"const {name} = new Set\(\[(.*?)\]\);", COLUMNS_JS, re.S)
+    assert found, f"frontend/columns.js: no `const {name} = new Set([...]);`"
+    assert re.findall(r'"(\w+)"', found[1]) == list(table.key)
+
+
+def _admits(annotation, kind: type) -> bool:
+    """Can a value of ``annotation`` be a ``kind`` (one of a union's)?"""
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    args = typing.get_args(annotation) if union else ()
+    return annotation is kind or typing.get_origin(annotation) is kind or any(_admits(t, kind) for t in args)
+
+
 @pytest.mark.parametrize(
-    "name, table", [("NODE_FIELDS", NODES), ("STATE_FIELDS", NODE_STATES), ("TENSOR_FIELDS", TENSORS)]
+    "model", [schema.NodeInfo, schema.NodeState, schema.TensorState], ids=lambda m: m.__name__
 )
-def test_columns_js_lists_each_tables_fields_with_the_schemas_defaults(name: str, table: Table):
-    found = re.search(rf"const {name} = \{{(.*?)\}};", COLUMNS_JS, re.S)
-    assert found, f"frontend/columns.js: no `const {name} = {{...}};`"
-    listed = {field: KINDS[kind] for field, kind in re.findall(r"(\w+): (\w+)", found[1])}
-    assert listed == {**dict.fromkeys(table.key, "required"), **table.defaults}
+def test_a_tables_defaults_are_the_empty_values_columns_js_leaves_out(model):
+    """columns.js reads a column's null, false and [] as its default, for any field not required:
+    each default is its type's empty value, and a field that defaults to null holds no bool or list."""
+    for name, info in model.model_fields.items():
+        if info.is_required():
+            continue
+        default = info.get_default(call_default_factory=True)
+        assert default is None or default is False or default == [], f"{model.__name__}.{name}: {default!r}"
+        if default is None:
+            assert not _admits(info.annotation, bool), f"{model.__name__}.{name}: false would read as null"
+            assert not _admits(info.annotation, list), f"{model.__name__}.{name}: [] would read as null"
+        elif default is False:
+            assert not _admits(info.annotation, list) and not _admits(info.annotation, type(None))
+        else:
+            assert not _admits(info.annotation, bool) and not _admits(info.annotation, type(None))
 
 
 def _defaults_read(function: str, variable: str) -> dict[str, str]:
