@@ -57,9 +57,10 @@ def traced(code: str) -> dict:
         out = subprocess.run(
             [sys.executable, "-m", "gradstep", "trace", str(path)],
             capture_output=True,
-            check=True,
             env={**os.environ, "PYTHONPATH": str(ROOT / "server")},
         )
+    if out.returncode:
+        raise RuntimeError(f"gradstep trace failed ({out.returncode}): {out.stderr.decode(errors='replace')}")
     return json.loads(out.stdout)
 
 
