@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.installed
 TORCH   ?= torch==2.13.0
 PYTHON  ?= python3
 
-.PHONY: install browser serve test image-engine test-image test-hosts frontend format schema bench clean
+.PHONY: install browser serve test image-engine test-image test-hosts frontend format schema native bench clean
 
 $(STAMP): pyproject.toml server/gradstep/tracer/_nodes.c
 	$(PYTHON) -m venv $(VENV)
@@ -62,8 +62,18 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The trace format's copies that are data, from gradstep/schema.py: the JSON Schema, the front-end
+# tests' tables, and the docs' example (traced in the sandbox) with its front-end copy.
 schema: install
 	$(PY) -c "import json, gradstep.schema as s; print(json.dumps(s.json_schema(), indent=2))" > server/gradstep/trace.schema.json
+	$(PY) tests/trace/trace_copies.py
+
+# The C node reader (tracer/_nodes.c), rebuilt in place, then checked against the schema. The
+# extension is optional at install (no compiler: the Python reader, slower): here a failed build fails.
+native:
+	$(PY) -c "from setuptools import setup; setup()" -q build_ext --inplace
+	PYTHONPATH=$(CURDIR)/server $(PY) -c "import gradstep.tracer._nodes"
+	PYTHONPATH=$(CURDIR)/server $(PY) -m pytest -q -p no:cacheprovider tests/tracer/test_tracer_seam.py -k "fields or schema or built_module"
 
 bench: install
 	$(PY) benchmarks/tracer_overhead.py

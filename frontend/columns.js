@@ -11,36 +11,20 @@
 // is never changed. Loops run column by column, with no per-row work for a column a table leaves
 // out: the 24-layer trace (~1,800 nodes, 4 steps) converts in a few milliseconds.
 
-const REQUIRED = 0; // in every table, copied as is
-const NULL = 1; // default null
-const FALSE = 2; // default false
-const LIST = 3; // default []
+// Each table's required fields: in every row, copied as is. Every other field has a default that is
+// its type's empty value, null, false or [] (docs/trace-format.md; tests/trace/test_trace_copies.py
+// holds the schema to that and these lists to the schema), so a row leaves out a value that is
+// null, false or [] whatever the field: a field added within version 4 needs no entry here.
+const NODE_REQUIRED = new Set(["op", "step"]);
+const STATE_REQUIRED = new Set(["id"]);
+const TENSOR_REQUIRED = new Set(["name", "shape", "dtype", "requires_grad", "is_leaf"]);
 
-// Each table's fields and their defaults. A column not listed (a field added within version 4) is
-// copied without its nulls: null is what `??` reads as absent anyway.
-const NODE_FIELDS = {
-  op: REQUIRED, step: REQUIRED, seq: NULL, line: NULL, file: NULL, module: NULL, next: LIST,
-  saved: LIST, tensor: NULL, grad_graph: FALSE, unreadable: NULL, saved_bytes: NULL,
-};
-const STATE_FIELDS = {
-  id: REQUIRED, freed: FALSE, stale: FALSE, stale_saved: LIST, executed: FALSE, failed: FALSE,
-  order: NULL, dropped: FALSE, vars: LIST,
-};
-const TENSOR_FIELDS = {
-  name: REQUIRED, shape: REQUIRED, dtype: REQUIRED, requires_grad: REQUIRED, is_leaf: REQUIRED,
-  retains_grad: FALSE, node: NULL, grad: NULL, unnamed: FALSE, was: NULL,
-};
-
-function isDefault(v, kind) {
-  if (v === undefined) return true; // a short column: the row has the default
-  if (kind === REQUIRED) return false;
-  if (kind === FALSE) return v === false;
-  if (kind === LIST) return Array.isArray(v) && v.length === 0;
-  return v === null;
+function isDefault(v) {
+  return v === undefined || v === null || v === false || (Array.isArray(v) && v.length === 0); // undefined: a short column
 }
 
 /** A table's rows: an array as it is (rows already), columns turned into rows, absent: none. */
-function tableRows(table, fields, countBy, withId) {
+function tableRows(table, required, countBy, withId) {
   if (Array.isArray(table)) return table;
   if (!table || typeof table !== "object") return [];
   const count = Array.isArray(table[countBy]) ? table[countBy].length : 0;
@@ -49,11 +33,14 @@ function tableRows(table, fields, countBy, withId) {
   for (const name of Object.keys(table)) {
     const col = table[name];
     if (!Array.isArray(col) || (withId && name === "id")) continue; // null: all at the default; a node's id is its position
-    const kind = fields[name] ?? NULL;
     const n = Math.min(count, col.length);
+    if (required.has(name)) {
+      for (let i = 0; i < n; i++) if (col[i] !== undefined) rows[i][name] = col[i];
+      continue;
+    }
     for (let i = 0; i < n; i++) {
       const v = col[i];
-      if (!isDefault(v, kind)) rows[i][name] = v;
+      if (!isDefault(v)) rows[i][name] = v;
     }
   }
   return rows;
@@ -72,7 +59,7 @@ export function rowsOf(trace) {
   if (!columnar) return trace;
   const steps = Array.isArray(trace.steps) ? trace.steps : [];
   if (Array.isArray(trace.nodes) && steps.every(hasRows)) return trace;
-  const nodes = tableRows(trace.nodes, NODE_FIELDS, "op", true);
+  const nodes = tableRows(trace.nodes, NODE_REQUIRED, "op", true);
   // The edges each step added: [id, j] for each j in the `next` of the nodes it added, by id.
   const added = new Map();
   for (const n of nodes) {
@@ -87,8 +74,8 @@ export function rowsOf(trace) {
     nodes,
     steps: steps.map((s, i) => hasRows(s) ? s : {
       ...s,
-      nodes: tableRows(s.nodes, STATE_FIELDS, "id", false),
-      tensors: tableRows(s.tensors, TENSOR_FIELDS, "name", false),
+      nodes: tableRows(s.nodes, STATE_REQUIRED, "id", false),
+      tensors: tableRows(s.tensors, TENSOR_REQUIRED, "name", false),
       edges: Array.isArray(s.edges) ? s.edges : (added.get(s.index ?? i) ?? []),
     }),
   };

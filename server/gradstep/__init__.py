@@ -1,6 +1,38 @@
 """gradstep: step through PyTorch autograd one call at a time."""
 
+import importlib.machinery
+import sys
+import warnings
+from pathlib import Path
+
 from gradstep.schema import VERSION, Trace
+
+_SANDBOXED = "gradstep.sandbox.zygote" in sys.orig_argv  # the run's own process: see python_reader
+_said = False
+
+
+def python_reader(why: str) -> None:
+    """Say once per process that traces are read by the Python reader, since the C one (the
+    optional extension tracer/_nodes.c) is missing or failed to build: the same traces, several
+    times slower. Never in the sandbox's processes, where the snippet's warnings are recorded."""
+    global _said
+    if _said or _SANDBOXED:
+        return
+    _said = True
+    warnings.warn(
+        f"gradstep's C node reader {why}: traces are read in Python (the same traces, slower). "
+        "Build it with `make native` in a checkout (a C compiler and Python's headers are needed), "
+        "or reinstall gradstep where a C compiler is found.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+if not any(
+    (Path(__file__).parent / "tracer" / f"_nodes{suffix}").exists()
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES
+):
+    python_reader("(gradstep.tracer._nodes) is not built")
 
 __all__ = ["VERSION", "Trace", "load_ipython_extension", "record", "show", "trace"]
 

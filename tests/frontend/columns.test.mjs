@@ -1,6 +1,7 @@
 // Unit tests for frontend/columns.js: a version-4 trace (tables as columns, no step.edges) reads
 // as the version-3 trace it was written from, and every reader of a trace gets the same from both.
 // Run: node --test tests/frontend/
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { rowsOf } from "../../frontend/columns.js";
@@ -11,21 +12,9 @@ import * as fixtures from "./fixtures.mjs";
 
 // ---------------------------------------------------------------- version 4, written here
 
-// Each table's fields at a default (docs/trace-format.md); the required ones are always written.
-const TABLES = {
-  nodes: {
-    required: ["op", "step"],
-    defaults: { seq: null, line: null, file: null, module: null, next: [], saved: [], tensor: null, grad_graph: false, unreadable: null },
-  },
-  states: {
-    required: ["id"],
-    defaults: { freed: false, stale: false, stale_saved: [], executed: false, failed: false, order: null, dropped: false, vars: [] },
-  },
-  tensors: {
-    required: ["name", "shape", "dtype", "requires_grad", "is_leaf"],
-    defaults: { retains_grad: false, node: null, grad: null },
-  },
-};
+// Each table's required fields and defaults, as gradstep/schema.py gives them (trace_tables.json is
+// written from it by `make schema`, and checked by tests/trace/test_trace_copies.py).
+const TABLES = JSON.parse(readFileSync(new URL("./trace_tables.json", import.meta.url), "utf8"));
 
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 
@@ -137,6 +126,17 @@ const V3 = {
 };
 
 // ---------------------------------------------------------------- rows
+
+test("every field of the hand-written trace is a field of the schema", () => {
+  const known = (t, extra = []) => new Set([...extra, ...t.required, ...Object.keys(t.defaults)]);
+  const nodes = known(TABLES.nodes, ["id"]), states = known(TABLES.states), tensors = known(TABLES.tensors);
+  const unknown = (rows, fields) => rows.flatMap((r) => Object.keys(r).filter((k) => !fields.has(k)));
+  assert.deepEqual(unknown(V3.nodes, nodes), []);
+  for (const s of V3.steps) {
+    assert.deepEqual(unknown(s.nodes, states), []);
+    assert.deepEqual(unknown(s.tensors, tensors), []);
+  }
+});
 
 test("a version-4 trace reads back as the version-3 trace it was written from", () => {
   const v4 = columnsOf(V3);

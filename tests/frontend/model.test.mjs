@@ -171,8 +171,8 @@ test("stale: first step that shows it gives the line that modified the tensor", 
 
 test("step titles name the call and its flags", () => {
   const m = buildModel(X7);
-  assert.equal(stepTitle(m.steps[0]), "line 3 · forward");
-  assert.equal(stepTitle(m.steps[1]), "line 4 · Tensor.backward(retain_graph=True)");
+  assert.equal(stepTitle(m.steps[0]), "line 4 · forward");
+  assert.equal(stepTitle(m.steps[1]), "line 5 · Tensor.backward(retain_graph=True)");
   const p = buildModel(PARTIAL);
   assert.match(stepTitle(p.steps[4]), /failed/);
 });

@@ -24,6 +24,7 @@ from gradstep import schema
 from gradstep.columns import pack
 from gradstep.runs import failed_trace
 from gradstep.tracer import Limits, record
+from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "server" / "gradstep" / "trace.schema.json"
@@ -262,17 +263,44 @@ def test_stable_field_names_in_schema(model: str):
     assert not missing, f"{model} lost documented field(s) {sorted(missing)}: that needs a version bump"
 
 
-def test_every_schema_field_is_documented():
-    doc = DOC.read_text()
+def _doc_tables() -> dict[str, list[str]]:
+    """Each ``### Model`` section's table of docs/trace-format.md: {model: [field, ...]}, in order."""
+    tables: dict[str, list[str]] = {}
+    reference = DOC.read_text().split("\n## Reference\n")[1].split("\n## ")[0]
+    for section in re.split(r"^### ", reference, flags=re.M)[1:]:
+        title, _, body = section.partition("\n")
+        fields = re.findall(r"^\| `(\w+)` \|", body, re.M)
+        if fields:
+            tables[title.split()[0]] = fields
+    return tables
+
+
+def _documented_models() -> dict[str, type[BaseModel]]:
+    """The trace's models by the name the docs give them; a table as columns is its row model's."""
     shipped = _shipped()
-    models = {"Trace": shipped, **shipped["$defs"]}
-    undocumented = [
-        f"{model}.{field}"
-        for model, node in models.items()
-        for field in node["properties"]
-        if f"| `{field}` |" not in doc
-    ]
-    assert not undocumented, f"fields missing from {DOC.relative_to(ROOT)}: {undocumented}"
+    by_name = {
+        m.__name__: m for m in vars(schema).values() if isinstance(m, type) and issubclass(m, BaseModel)
+    }
+    models = {"Trace": schema.Trace}
+    for name in shipped["$defs"]:
+        model = by_name[name]
+        model = getattr(model, "row_model", model)
+        models[model.__name__.rstrip("_")] = model
+    return models
+
+
+@pytest.mark.parametrize("name", sorted(_documented_models()))
+def test_each_models_table_lists_exactly_its_fields(name: str):
+    table = _doc_tables().get(name)
+    assert table is not None, f"{DOC.relative_to(ROOT)} has no '### {name}' table"
+    fields = list(_documented_models()[name].model_fields)
+    assert sorted(table) == sorted(fields), (
+        f"{DOC.relative_to(ROOT)}: the {name} table should list its fields"
+    )
+
+
+def test_every_documented_table_is_a_model():
+    assert set(_doc_tables()) <= set(_documented_models())
 
 
 def test_doc_example_is_a_valid_trace():

@@ -86,11 +86,12 @@ def _c_fields() -> dict[str, list[str]]:
     return out
 
 
-def test_the_keys_c_writes_are_fields_of_the_schema():
+def test_the_keys_c_writes_are_fields_of_the_schema_in_its_order():
     fields = _c_fields()
     assert set(fields) == {"NodeInfo", "NodeState", "SavedValue", "TensorState"}
     for model, names in fields.items():
-        assert set(names) <= set(getattr(schema, model).model_fields), model
+        in_schema = [f for f in getattr(schema, model).model_fields if f in names]
+        assert names == in_schema, f"_nodes.c fields[]: {model}'s should be its schema fields, in their order"
     kinds = set(schema.SavedValue.model_fields["kind"].annotation.__args__)
     assert kinds == {"tensor", "tensors", "value"}  # the kinds C writes: s_tensor, s_tensors, s_value
 

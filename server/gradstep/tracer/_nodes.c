@@ -9,14 +9,15 @@
  * traces; tests/tracer/test_tracer_seam.py holds the two lists of passes together). The passes are
  * handed the containers they read and write, never the tracer's own objects: the only
  * attributes read here are torch's. Rare cases (lists of saved tensors, unusual saved values)
- * are handed back to the Python helpers setup() gives.
+ * are handed back to the Python helpers setup() gives. What this module may keep, and what it
+ * shares with the Python reader: see NOTE [reader shared state] in passes.py.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #define UNSEQUENCED 0xFFFFFFFFFFFFFFFFULL /* AccumulateGrad's sequence number */
 
-/* Set once by setup(): torch.Tensor, graph.py's caches and its fallbacks. */
+/* Set once by setup(): torch.Tensor, graph.py's caches and its fallbacks (NOTE [reader shared state]). */
 static PyObject *Tensor, *SlotCache, *type_slots, *jsonable, *describe, *DtypeNames, *dtype_name;
 
 /* The keys of the records built here, gradstep/schema.py's fields, listed with their models in
@@ -1329,23 +1330,30 @@ static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, .m_name = "_nodes", .m_doc = "Autograd node records, in C.", .m_size = -1, .m_methods = methods,
 };
 
-/* The records' keys, once, each with the schema models (gradstep/schema.py) it is a field of:
- * the module's FIELDS ({model: (field, ...)}) lists them for tests/tracer/test_tracer_seam.py. */
+/* The records' keys, once, each with the schema models (gradstep/schema.py) it is a field of, each
+ * model's in the schema's order: the module's FIELDS ({model: (field, ...)}) lists them, and
+ * tests/tracer/test_tracer_seam.py checks this table (names, models, order) against the schema and
+ * the built module against this table (`make native` runs those checks). */
 static const struct {
     PyObject **slot;
     const char *text, *models;
 } fields[] = {
-    {&s_id, "id", "NodeInfo NodeState"}, {&s_op, "op", "NodeInfo"}, {&s_step, "step", "NodeInfo"},
-    {&s_seq, "seq", "NodeInfo"}, {&s_line, "line", "NodeInfo"}, {&s_tensor, "tensor", "NodeInfo"},
-    {&s_module, "module", "NodeInfo"}, {&s_grad_graph, "grad_graph", "NodeInfo"}, {&s_saved, "saved", "NodeInfo"},
-    {&s_next, "next", "NodeInfo"}, {&s_name, "name", "SavedValue TensorState"}, {&s_kind, "kind", "SavedValue"},
-    {&s_value, "value", "SavedValue"}, {&s_shape, "shape", "SavedValue TensorState"},
-    {&s_dtype, "dtype", "SavedValue TensorState"}, {&s_bytes, "bytes", "SavedValue"}, {&s_of, "of", "SavedValue"},
+    /* NodeInfo, in the schema's order */
+    {&s_id, "id", "NodeInfo NodeState"}, {&s_op, "op", "NodeInfo"}, {&s_seq, "seq", "NodeInfo"},
+    {&s_line, "line", "NodeInfo"}, {&s_module, "module", "NodeInfo"}, {&s_next, "next", "NodeInfo"},
+    {&s_saved, "saved", "NodeInfo"}, {&s_tensor, "tensor", "NodeInfo"}, {&s_grad_graph, "grad_graph", "NodeInfo"},
+    {&s_step, "step", "NodeInfo"},
+    /* NodeState */
     {&s_freed, "freed", "NodeState"}, {&s_stale, "stale", "NodeState"}, {&s_stale_saved, "stale_saved", "NodeState"},
-    {&s_order, "order", "NodeState"}, {&s_failed, "failed", "NodeState"}, {&s_executed, "executed", "NodeState"},
-    {&s_vars, "vars", "NodeState"}, {&s_requires_grad, "requires_grad", "TensorState"},
-    {&s_is_leaf, "is_leaf", "TensorState"}, {&s_retains_grad, "retains_grad", "TensorState"},
-    {&s_node, "node", "TensorState"}, {&s_grad, "grad", "TensorState"},
+    {&s_executed, "executed", "NodeState"}, {&s_failed, "failed", "NodeState"}, {&s_order, "order", "NodeState"},
+    {&s_vars, "vars", "NodeState"},
+    /* SavedValue */
+    {&s_name, "name", "SavedValue TensorState"}, {&s_kind, "kind", "SavedValue"},
+    {&s_shape, "shape", "SavedValue TensorState"}, {&s_dtype, "dtype", "SavedValue TensorState"},
+    {&s_bytes, "bytes", "SavedValue"}, {&s_value, "value", "SavedValue"}, {&s_of, "of", "SavedValue"},
+    /* TensorState */
+    {&s_requires_grad, "requires_grad", "TensorState"}, {&s_is_leaf, "is_leaf", "TensorState"},
+    {&s_retains_grad, "retains_grad", "TensorState"}, {&s_node, "node", "TensorState"}, {&s_grad, "grad", "TensorState"},
 };
 
 /* {model: [field, ...]} from ``fields``, in its order: a new reference, or NULL. */

@@ -18,12 +18,14 @@ from typing import Any, NamedTuple
 
 import torch
 
+import gradstep
 from gradstep.tracer.names import Names
 
 try:
     from gradstep.tracer import _nodes
-except ImportError:  # not built (no compiler at install): the same records, from Python
+except ImportError as e:  # not built (no compiler at install): the same records, from Python
     _nodes = None  # passes.chosen reads this: tests set it to None to record with the Python passes
+    gradstep.python_reader(f"could not be loaded ({e})")  # a missing one is said on import
 
 _UNSEQUENCED = 2**64 - 1  # AccumulateGrad nodes carry UINT64_MAX as sequence number
 FREED_MARK = "backward through the graph a second time"
@@ -634,5 +636,5 @@ def _jsonable(value: Any) -> Any:
     return repr(value)
 
 
-if _nodes is not None:
+if _nodes is not None:  # the caches both readers share: NOTE [reader shared state] in passes.py
     _nodes.setup(_TENSOR, _SLOTS, _type_slots, _jsonable, _describe, _DTYPES, dtype_name)

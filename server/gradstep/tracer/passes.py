@@ -6,7 +6,7 @@ built), under the same name and taking the same arguments: the containers it rea
 writes, never the Graph or Names that hold them. ``chosen`` picks once per recording; where a
 C pass fails on something it did not expect (a tensor without storage, a wrapper), its Python
 twin redoes that call, reading each node or tensor on its own so that what it cannot read is
-said for that one alone.
+said for that one alone. Both readers keep to NOTE [reader shared state] below.
 """
 
 from __future__ import annotations
@@ -28,6 +28,27 @@ from gradstep.tracer.graph import (
     careful_key,
     dtype_name,
 )
+
+# NOTE [reader shared state]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The C reader (tracer/_nodes.c) and the Python one (the passes here, graph.py's helpers) keep no
+# state of their own. What a recording knows lives in the containers each pass is handed (the
+# Graph's node table, ids, children and saved slots, the Names' index, a step's records), which
+# either reader reads and writes alike: one pass can be C's and the next Python's, and where a C
+# pass fails its twin redoes the call on the same containers (read_new resumes after the nodes C
+# appended: ``_resuming``), so a C pass writes nothing the Python one would not.
+#
+# The one thing they share besides is graph.py's caches, handed to C once by ``setup``: _SLOTS
+# (a node type's op name and saved slots, filled by _type_slots) and _DTYPES (dtype names, filled
+# by dtype_name). C reads them and, on a miss, calls the Python function that fills them, so a
+# type or dtype is read once per process whichever reader meets it first, and read the same. C's
+# globals are those references and interned strings (the schema's field names, torch's attribute
+# names): nothing a recording leaves behind.
+#
+# Hence: new state goes into the containers or into graph.py's caches handed through ``setup``,
+# never into a C static or a module global of one reader; records carry the same keys in the same
+# order from both (tests/tracer/test_tracer_native.py compares whole traces), and C's keys are the
+# schema's fields (tests/tracer/test_tracer_seam.py).
 
 # A snapshot's passes, once per step (snapshots.Snapshots._take).
 NAMES = ("roots", "step_names", "states", "new_edges", "tensor_records")

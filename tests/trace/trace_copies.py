@@ -1,0 +1,92 @@
+"""The copies of the trace format that are pure data, written from their source (``make schema``).
+
+* ``tests/frontend/trace_tables.json``: each table's key fields and defaults, as
+  ``gradstep.columns`` reads them from ``gradstep/schema.py``; the front end's unit tests write and
+  read version-4 columns with them.
+* the example of ``docs/trace-format.md`` ("## Example"): what ``gradstep trace`` prints for the
+  snippet shown there, here with short lists on one line; and ``tests/frontend/example_trace.json``,
+  the same trace, which the front end's fixtures load.
+
+``python tests/trace/trace_copies.py`` writes them; tests/trace/test_trace_copies.py checks that the
+committed files are what this gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "trace-format.md"
+TABLES_FILE = ROOT / "tests" / "frontend" / "trace_tables.json"
+EXAMPLE_FILE = ROOT / "tests" / "frontend" / "example_trace.json"
+EXAMPLE = re.compile(
+    r"(## Example\n.*?```python\n)(?P<code>.*?)(```\n.*?```json\n)(?P<json>.*?)(```\n)", re.S
+)
+VARIES = ("torch",)  # differs from machine to machine: not compared
+
+
+def tables() -> dict[str, dict[str, Any]]:
+    from gradstep.columns import NODE_STATES, NODES, TENSORS
+
+    return {
+        name: {"required": list(table.key), "defaults": table.defaults}
+        for name, table in (("nodes", NODES), ("states", NODE_STATES), ("tensors", TENSORS))
+    }
+
+
+def doc_example(doc: str | None = None) -> tuple[str, dict]:
+    """The example's snippet and trace, as the docs show them."""
+    found = EXAMPLE.search(DOC.read_text() if doc is None else doc)
+    if not found:
+        raise ValueError(f"{DOC.name}: no '## Example' with a python and a json block")
+    return found["code"], json.loads(found["json"])
+
+
+def traced(code: str) -> dict:
+    """What ``gradstep trace`` prints for ``code`` (run in the sandbox, as the CLI runs it)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "x7.py"
+        path.write_text(code)
+        out = subprocess.run(
+            [sys.executable, "-m", "gradstep", "trace", str(path)],
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "server")},
+        )
+    if out.returncode:
+        raise RuntimeError(f"gradstep trace failed ({out.returncode}): {out.stderr.decode(errors='replace')}")
+    return json.loads(out.stdout)
+
+
+def dumps(value: Any, indent: str = "") -> str:
+    """JSON indented by two, a value holding no object on one line."""
+    inner = indent + "  "
+    if isinstance(value, dict) and value:
+        items = (f"{inner}{json.dumps(k)}: {dumps(v, inner)}" for k, v in value.items())
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list) and any(isinstance(v, dict | list) and v for v in value):
+        if "{" in json.dumps(value):
+            return "[\n" + ",\n".join(inner + dumps(v, inner) for v in value) + f"\n{indent}]"
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def write() -> None:
+    TABLES_FILE.write_text(dumps(tables()) + "\n")
+    doc = DOC.read_text()
+    code, _ = doc_example(doc)
+    trace = traced(code)
+    found = EXAMPLE.search(doc)
+    assert found
+    text = dumps(trace) + "\n"
+    DOC.write_text(doc[: found.start("json")] + text + doc[found.end("json") :])
+    EXAMPLE_FILE.write_text(text)
+
+
+if __name__ == "__main__":
+    write()
