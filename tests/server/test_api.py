@@ -172,7 +172,8 @@ def test_healthz_lists_the_sandbox_layers(client):
 def test_healthz_gives_counts_of_sandbox_processes_never_their_ids(client):
     sandbox = client.get("/healthz").json()["sandbox"]
     internal = client.app.state.runner.health()
-    assert sandbox["spares"] == internal["spares"] and sandbox["zygote"] is True
+    # spares come and go between two looks (one is made after each run): their count, not its value
+    assert 0 <= sandbox["spares"] <= sandbox["slots"] and sandbox["zygote"] is True
     ids = {str(internal["zygote_pid"]), *map(str, internal["spare_pids"])}
     assert not any("pid" in key for key in sandbox)
     # everything else the sandbox reports is there (a new field must be declared public: SandboxHealth)

@@ -20,37 +20,15 @@ from gradstep.cache import MemoryCache, RedisCache, TieredCache, cache_key, open
 from gradstep.cache.shared import PREFIX, encode_entry
 from gradstep.encoding import BR, Encoded, compress, decompress, with_gzip
 from gradstep.routes.trace import TraceOptions
-from gradstep.schema import Trace
 from gradstep.settings import Settings
+from testkit.cache_support import CODE, SECRET, final_grad, plain_grad
 from testkit.sandbox_guard import uid_base
-from testkit.services import RedisServer, free_port, installed
-
-SECRET = b"a test secret shared by the replicas, 32+"
-CODE = "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * x * 3).sum()\ny.backward()\n"
-
-
-def plain_grad(code: str, name: str) -> list[float]:
-    scope: dict = {}
-    exec(compile(code, "<plain>", "exec"), scope)
-    return scope[name].grad.tolist()
-
-
-def final_grad(body: bytes, name: str) -> list[float] | None:
-    """The final .grad of ``name`` in a trace: JSON as a client reads it, or compressed as stored."""
-    last = Trace.model_validate_json(body if body[:1] == b"{" else decompress(body)).steps[-1]
-    return next((t.grad.values for t in last.tensors.rows() if t.name == name and t.grad), None)
+from testkit.services import free_port
 
 
 def trace_bytes(code: str) -> bytes:
     """A trace as the caches hold it: compressed, as served (gradstep.encoding)."""
     return compress(trace_in_process(code).model_dump_json().encode())
-
-
-@pytest.fixture(scope="module")
-def redis_server():
-    installed("redis-server")
-    with RedisServer() as server:
-        yield server
 
 
 @pytest.fixture

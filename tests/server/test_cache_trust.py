@@ -28,31 +28,18 @@ from gradstep.app import create_app
 from gradstep.cache import RedisCache, TieredCache, cache_key
 from gradstep.cache.memory import MemoryCache
 from gradstep.cache.shared import MAGIC, PREFIX, encode_entry
-from gradstep.encoding import BR, RATIO_FROM, TooLarge, compress, decompress, inflate
+from gradstep.encoding import BR, RATIO_FROM, TooLarge, compress, inflate
 from gradstep.routes.trace import TraceOptions
 from gradstep.runs import served_fields
-from gradstep.schema import Trace
 from gradstep.settings import Settings, SettingsError
+from testkit.cache_support import CODE, final_grad, plain_grad
 from testkit.sandbox_guard import uid_base
-from testkit.services import RedisServer, installed
 
 SECRET = b"0123456789abcdef0123456789abcdef-replicas"
-CODE = "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * x * 3).sum()\ny.backward()\n"
 # What an attacker traces instead: other gradients, and output of its own.
 EVIL = (
     "import torch\nx = torch.ones(3, requires_grad=True)\ny = (x * 7).sum()\ny.backward()\nprint('pwned')\n"
 )
-
-
-def plain_grad(code: str, name: str) -> list[float]:
-    scope: dict = {}
-    exec(compile(code, "<plain>", "exec"), scope)
-    return scope[name].grad.tolist()
-
-
-def final_grad(body: bytes, name: str) -> list[float] | None:
-    last = Trace.model_validate_json(body if body[:1] == b"{" else decompress(body)).steps[-1]
-    return next((t.grad.values for t in last.tensors.rows() if t.name == name and t.grad), None)
 
 
 def trace_dict(code: str) -> dict:
@@ -93,13 +80,6 @@ async def _get(cache, key, expect=None):
         return await cache.get(key, expect)
     finally:
         await cache.close()
-
-
-@pytest.fixture(scope="module")
-def redis_server():
-    installed("redis-server")
-    with RedisServer() as server:
-        yield server
 
 
 @pytest.fixture
