@@ -44,16 +44,18 @@ def lesson(browser, site, server, html: str, width: int, name: str):
 
 def inner_overflow(tab, frame) -> int:
     """How many px of the frame's content do not fit its height (after the height settled)."""
-    last = None
-    for _ in range(40):  # the height messages follow the content's layout
+    last, same = None, 0
+    for _ in range(60):  # the height messages follow the content's layout (late on a busy machine)
         tab.page.wait_for_timeout(150)
         now = (
             frame.evaluate("Math.ceil(document.documentElement.getBoundingClientRect().height)"),
             tab.page.evaluate("document.querySelector('iframe').clientHeight"),
         )
-        if now == last:
-            break
+        same = same + 1 if now == last else 0
         last = now
+        # settled: unchanged for a while, and sooner once the frame holds its content
+        if same >= 6 or (same >= 1 and now[0] <= now[1]):
+            break
     content, box = last
     return content - box
 
