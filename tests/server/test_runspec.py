@@ -108,3 +108,12 @@ def test_a_run_its_fix_runs_and_their_check_are_all_sent_the_requests_spec():
     fix = next(iter(traced.fix_runs))
     runner.trace(fix, options, verified=decompress(traced.fix_runs[fix]))  # Apply fix: a propose job
     assert [p["spec"] for p in sandbox.payloads if "propose" in p] == [expected]
+
+
+def test_the_readme_names_every_cap_in_the_cache_key():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    sentence = readme.split("every cap of the run spec", 1)[1].split("never serve each other's traces", 1)[0]
+    named = {
+        name.lstrip("_").removeprefix("GRADSTEP_").lower() for name in sentence.split("`") if name.isupper()
+    }
+    assert named == set(RunSpec.cap_names())
