@@ -251,7 +251,7 @@ export function createViewer(el, options = {}) {
       try {
         layout = await layoutInWorker(id, [...expanded], vis.items.size);
       } catch (e) {
-        console.warn("gradstep: layout worker failed, laying out here", e);
+        console.error(`gradstep: the layout worker failed (${e && e.message ? e.message : e}); laying out ${vis.items.size} nodes on the page instead`);
         layout = layoutGraph(model, expanded, vis, { cache: layoutCache });
       }
       el.classList.remove("gs-laying-out");
@@ -286,6 +286,9 @@ export function createViewer(el, options = {}) {
         } else if (msg.type === "layout") {
           worker.removeEventListener("message", onMessage);
           resolve(deserializeLayout(msg.layout));
+        } else if (msg.type === "error") {
+          worker.removeEventListener("message", onMessage);
+          reject(new Error(msg.message));
         }
       };
       worker.addEventListener("message", onMessage);
