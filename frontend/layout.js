@@ -141,7 +141,7 @@ export function layoutGraph(model, expandedIn, vis, { cache = new Map(), onProgr
     const shapeKey = `${id === "" ? "root" : "box"}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
     let shape = shapes.get(shapeKey);
     if (!shape) {
-      shape = layoutShape(sizes, local, id === "");
+      shape = layoutShape(sizes, local, id === "", shapes);
       shapes.set(shapeKey, shape);
     }
     const pos = new Map(keys.map((k, i) => [k, shape.pos[i]]));
@@ -184,7 +184,7 @@ export function layoutGraph(model, expandedIn, vis, { cache = new Map(), onProgr
 // stack and takes minutes. Bigger containers are cut into bands of consecutive
 // ranks, each laid out by dagre on its own and stacked top to bottom; edges
 // between bands are drawn as curves between their boxes.
-export const BAND = { over: 240, items: 40, ranks: 20 };
+export const BAND = { over: 240, items: 30, ranks: 15 };
 
 /**
  * Bands of a container too big for one dagre run: lists of child indices, in
@@ -225,16 +225,22 @@ export function splitBands(count, edges, { over = BAND.over, items = BAND.items,
     if (!byRank.has(rank[i])) byRank.set(rank[i], []);
     byRank.get(rank[i]).push(i);
   }
+  // A band ends once full, preferably after a rank of one child (the state carried from
+  // one loop iteration to the next): few edges cross, and bands of a repeated body repeat.
   const bands = [];
   let band = [];
   let first = 0;
+  let narrow = false;
   for (const r of [...byRank.keys()].sort((x, y) => x - y)) {
-    if (band.length && (band.length >= items || r - first >= ranks)) {
+    const full = band.length >= items || r - first >= ranks;
+    const overfull = band.length >= 2 * items || r - first >= 2 * ranks;
+    if (band.length && ((full && narrow) || overfull)) {
       bands.push(band);
       band = [];
     }
     if (!band.length) first = r;
     band.push(...byRank.get(r));
+    narrow = byRank.get(r).length === 1;
   }
   if (band.length) bands.push(band);
   return bands;
@@ -275,7 +281,7 @@ function extent(pos) {
 }
 
 /** One container's children laid out: dagre per band, bands stacked and centred. */
-function bandedBoxes(sizes, edges) {
+function bandedBoxes(sizes, edges, memo) {
   const bands = splitBands(sizes.length, edges);
   if (bands.length === 1) return dagreBoxes(sizes, edges);
   const bandOf = new Array(sizes.length);
@@ -288,8 +294,16 @@ function bandedBoxes(sizes, edges) {
     inner[bandOf[a]].ids.push(i);
   });
   const laid = bands.map((b, k) => {
-    const r = dagreBoxes(b.map((i) => sizes[i]), inner[k].edges);
-    return { ...r, box: extent(r.pos) };
+    // bands of a repeated body have the same shape: laid out once (results are not mutated)
+    const bandSizes = b.map((i) => sizes[i]);
+    const key = `band|${JSON.stringify(bandSizes)}|${JSON.stringify(inner[k].edges)}`;
+    let r = memo.get(key);
+    if (!r) {
+      r = dagreBoxes(bandSizes, inner[k].edges);
+      r.box = extent(r.pos);
+      memo.set(key, r);
+    }
+    return r;
   });
   const widest = Math.max(...laid.map((r) => r.box.maxX - r.box.minX));
   const pos = new Array(sizes.length);
@@ -311,8 +325,8 @@ function bandedBoxes(sizes, edges) {
 }
 
 /** A container's children as boxes (top-left) and routed edges by index, inside its frame. */
-function layoutShape(sizes, edges, isRoot) {
-  const { pos, points: raw } = bandedBoxes(sizes, edges);
+function layoutShape(sizes, edges, isRoot, memo) {
+  const { pos, points: raw } = bandedBoxes(sizes, edges, memo);
   const pad = isRoot ? 0 : G.framePad;
   const head = isRoot ? 0 : G.frameHead;
   const { minX, minY, maxX, maxY } = extent(pos);
