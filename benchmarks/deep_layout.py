@@ -7,7 +7,9 @@ run is painted, the time of Expand all on it with the longest task meanwhile, wh
 failed (the page's console says so), and Expand all on the transformer. Targets: Expand all on the
 LSTM ≤ 2 s, no main-thread task over 200 ms while painting it. Usage:
     python benchmarks/deep_layout.py [--against REF]
-With --against REF, the front end of git REF is measured too (its worker may take minutes on the LSTM).
+The working tree is measured a second time with its layout worker made to fail (the page then lays
+out in slices itself). With --against REF, the front end of git REF is measured too (its worker may
+take minutes on the LSTM).
 Needs Chromium at /usr/bin/chromium (or $GRADSTEP_CHROMIUM).
 """
 
@@ -36,8 +38,14 @@ LONGEST_TASK = """async () => {
 }"""
 
 
-def measure(browser, base: str, frontend: Path | None) -> dict:
+# a page whose layout worker cannot start: what the page does when its worker fails
+NO_WORKER = "window.Worker = class { constructor() { throw new Error('no worker (benchmark)'); } };"
+
+
+def measure(browser, base: str, frontend: Path | None, worker: bool = True) -> dict:
     page = browser.new_context(viewport={"width": 1440, "height": 900}).new_page()
+    if not worker:
+        page.add_init_script(NO_WORKER)
     failures: list[str] = []
     page.on("console", lambda m: "layout worker failed" in m.text and failures.append(m.text))
     if frontend is not None:
@@ -79,6 +87,7 @@ def main() -> None:
         with sync_playwright() as p:
             browser = launch(p)
             report("working tree", measure(browser, base, None))
+            report("working tree, its worker made to fail", measure(browser, base, None, worker=False))
             if args.against:
                 with frontend_of(args.against) as folder:
                     report(f"front end of {args.against}", measure(browser, base, folder))

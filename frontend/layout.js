@@ -71,7 +71,34 @@ function containerOf(model, item) {
  * curves between their boxes). `cache` (a Map) keeps per-container results
  * between calls; `onProgress(done, total)` is called after each container.
  */
-export function layoutGraph(model, expandedIn, vis, { cache = new Map(), onProgress = null } = {}) {
+export function layoutGraph(model, expandedIn, vis, options = {}) {
+  const steps = layoutSteps(model, expandedIn, vis, options);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+  }
+}
+
+/**
+ * layoutGraph in slices of about `sliceMs`, giving the page its turn between them: a
+ * layout the page must do itself (no worker) never blocks it for long. One dagre run
+ * (a container or band of at most BAND.over children) is the smallest slice.
+ */
+export async function layoutGraphInSlices(model, expandedIn, vis, options = {}, sliceMs = 40) {
+  const steps = layoutSteps(model, expandedIn, vis, options);
+  let start = performance.now();
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    if (performance.now() - start > sliceMs) {
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      start = performance.now();
+    }
+  }
+}
+
+/** The layout as a generator: yields after each dagre run. */
+function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = null } = {}) {
   if (!cache.shapes) cache.shapes = new Map();
   const shapes = cache.shapes;
   const expanded = effectiveExpanded(model, expandedIn);
@@ -141,7 +168,7 @@ export function layoutGraph(model, expandedIn, vis, { cache = new Map(), onProgr
     const shapeKey = `${id === "" ? "root" : "box"}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
     let shape = shapes.get(shapeKey);
     if (!shape) {
-      shape = layoutShape(sizes, local, id === "", shapes);
+      shape = yield* layoutShape(sizes, local, id === "", shapes);
       shapes.set(shapeKey, shape);
     }
     const pos = new Map(keys.map((k, i) => [k, shape.pos[i]]));
@@ -281,9 +308,13 @@ function extent(pos) {
 }
 
 /** One container's children laid out: dagre per band, bands stacked and centred. */
-function bandedBoxes(sizes, edges, memo) {
+function* bandedBoxes(sizes, edges, memo) {
   const bands = splitBands(sizes.length, edges);
-  if (bands.length === 1) return dagreBoxes(sizes, edges);
+  if (bands.length === 1) {
+    const r = dagreBoxes(sizes, edges);
+    yield;
+    return r;
+  }
   const bandOf = new Array(sizes.length);
   const slot = new Array(sizes.length);
   bands.forEach((b, k) => b.forEach((i, j) => ((bandOf[i] = k), (slot[i] = j))));
@@ -293,7 +324,8 @@ function bandedBoxes(sizes, edges, memo) {
     inner[bandOf[a]].edges.push([slot[a], slot[b]]);
     inner[bandOf[a]].ids.push(i);
   });
-  const laid = bands.map((b, k) => {
+  const laid = [];
+  for (const [k, b] of bands.entries()) {
     // bands of a repeated body have the same shape: laid out once (results are not mutated)
     const bandSizes = b.map((i) => sizes[i]);
     const key = `band|${JSON.stringify(bandSizes)}|${JSON.stringify(inner[k].edges)}`;
@@ -302,9 +334,10 @@ function bandedBoxes(sizes, edges, memo) {
       r = dagreBoxes(bandSizes, inner[k].edges);
       r.box = extent(r.pos);
       memo.set(key, r);
+      yield;
     }
-    return r;
-  });
+    laid.push(r);
+  }
   const widest = Math.max(...laid.map((r) => r.box.maxX - r.box.minX));
   const pos = new Array(sizes.length);
   const points = edges.map(() => null);
@@ -325,8 +358,8 @@ function bandedBoxes(sizes, edges, memo) {
 }
 
 /** A container's children as boxes (top-left) and routed edges by index, inside its frame. */
-function layoutShape(sizes, edges, isRoot, memo) {
-  const { pos, points: raw } = bandedBoxes(sizes, edges, memo);
+function* layoutShape(sizes, edges, isRoot, memo) {
+  const { pos, points: raw } = yield* bandedBoxes(sizes, edges, memo);
   const pad = isRoot ? 0 : G.framePad;
   const head = isRoot ? 0 : G.frameHead;
   const { minX, minY, maxX, maxY } = extent(pos);

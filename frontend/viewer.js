@@ -8,7 +8,7 @@ import {
   buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
   reportedText, reachSentence,
 } from "./model.js";
-import { layoutGraph, deserializeLayout } from "./layout.js";
+import { layoutGraph, layoutGraphInSlices, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
 import { renderNarration } from "./narration.js";
 import { h } from "./dom.js";
@@ -252,7 +252,8 @@ export function createViewer(el, options = {}) {
         layout = await layoutInWorker(id, [...expanded], vis.items.size);
       } catch (e) {
         console.error(`gradstep: the layout worker failed (${e && e.message ? e.message : e}); laying out ${vis.items.size} nodes on the page instead`);
-        layout = layoutGraph(model, expanded, vis, { cache: layoutCache });
+        // in slices, so the page keeps its turn while it lays out
+        layout = await layoutGraphInSlices(model, expanded, vis, { cache: layoutCache });
       }
       el.classList.remove("gs-laying-out");
       graph.setProgress(null);

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { buildModel, visibleGraph } from "../../frontend/model.js";
-import { layoutGraph, splitBands } from "../../frontend/layout.js";
+import { layoutGraph, layoutGraphInSlices, splitBands } from "../../frontend/layout.js";
 
 function chain(n, module) {
   // one weight read by the first op, then n ops each using the previous one
@@ -67,4 +67,29 @@ test("children on a cycle between module boxes still get a band", () => {
   const edges = [[0, 1], [1, 2], [2, 1], [2, 3]];
   const bands = splitBands(4, edges, { over: 2, items: 1, ranks: 1 });
   assert.deepEqual([...bands.flat()].sort(), [0, 1, 2, 3]);
+});
+
+test("laid out in slices, the layout gives the event loop turns and equals the one-go layout", async () => {
+  const m = buildModel(chain(600, "rnn.cell"));
+  const all = new Set(m.groups.keys());
+  const vis = visibleGraph(m, all);
+  let turns = 0;
+  const tick = setInterval(() => turns++, 0);
+  const sliced = await layoutGraphInSlices(m, all, vis, {}, 0);
+  clearInterval(tick);
+  assert.ok(turns > 0, "no timer ran while laying out");
+  assert.deepEqual(sliced, layoutGraph(m, all, vis));
+});
+
+test("the layout worker posts a failure back with its reason", async () => {
+  const posted = [];
+  globalThis.self = { postMessage: (msg) => posted.push(msg) };
+  await import("../../frontend/layout.worker.js");
+  self.onmessage({ data: { type: "init", graph: { nodes: [] } } });
+  self.onmessage({ data: { type: "layout", id: 7, expanded: ["nowhere"] } });
+  const last = posted.at(-1);
+  assert.equal(last.type, "error");
+  assert.equal(last.id, 7);
+  assert.match(last.message, /\w+Error: ./);
+  delete globalThis.self;
 });
