@@ -1,5 +1,7 @@
 // Layout: where every visible item goes. Pure (no DOM), so it runs in a Web
-// Worker (layout.worker.js), on the main thread for small graphs, and in node tests.
+// Worker (layout.worker.js), on the main thread for small graphs (or in slices
+// when the worker failed), and in node tests. No recursion of ours: graphs can be
+// thousands of nodes deep (see splitBands for dagre's).
 //
 // Computed over the union of all steps (every node the trace ever shows), so
 // nothing moves while stepping. Modules are laid out one container at a time,
@@ -240,11 +242,14 @@ export function splitBands(count, edges, { over = BAND.over, items = BAND.items,
   // the op that reads them, not all in the first rank).
   for (let q = queue.length - 1; q >= 0; q--) {
     const a = queue[q];
-    if (outs[a].length) rank[a] = Math.min(...outs[a].map((b) => rank[b])) - 1;
+    if (!outs[a].length) continue;
+    let first = Infinity; // a loop, not Math.min(...): a weight may feed thousands of ops
+    for (const b of outs[a]) first = Math.min(first, rank[b]);
+    rank[a] = first - 1;
   }
   // Children on a cycle (edges between module boxes can form one) go after the rest.
   if (queue.length < count) {
-    let next = Math.max(0, ...queue.map((i) => rank[i])) + 1;
+    let next = queue.reduce((m, i) => Math.max(m, rank[i]), 0) + 1;
     for (let i = 0; i < count; i++) if (indeg[i]) rank[i] = next++;
   }
   const byRank = new Map();

@@ -36,6 +36,7 @@ def test_expand_all_on_an_unrolled_lstm_draws_every_node_without_the_worker_fail
         assert set(layout["frames"]) >= groups
         assert not [t for t in console if "layout worker failed" in t], console
         assert app.errors == []
+        app.page.wait_for_timeout(1000)  # the nodes in view are built before the picture
         app.shot("deep_layout_lstm_expanded_1400")
     finally:
         app.close()
