@@ -1,5 +1,7 @@
 // Layout: where every visible item goes. Pure (no DOM), so it runs in a Web
-// Worker (layout.worker.js), on the main thread for small graphs, and in node tests.
+// Worker (layout.worker.js), on the main thread for small graphs (or in slices
+// when the worker failed), and in node tests. No recursion of ours: graphs can be
+// thousands of nodes deep (see splitBands for dagre's).
 //
 // Computed over the union of all steps (every node the trace ever shows), so
 // nothing moves while stepping. Modules are laid out one container at a time,
@@ -71,7 +73,34 @@ function containerOf(model, item) {
  * curves between their boxes). `cache` (a Map) keeps per-container results
  * between calls; `onProgress(done, total)` is called after each container.
  */
-export function layoutGraph(model, expandedIn, vis, { cache = new Map(), onProgress = null } = {}) {
+export function layoutGraph(model, expandedIn, vis, options = {}) {
+  const steps = layoutSteps(model, expandedIn, vis, options);
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+  }
+}
+
+/**
+ * layoutGraph in slices of about `sliceMs`, giving the page its turn between them: a
+ * layout the page must do itself (no worker) never blocks it for long. One dagre run
+ * (a container or band of at most BAND.over children) is the smallest slice.
+ */
+export async function layoutGraphInSlices(model, expandedIn, vis, options = {}, sliceMs = 40) {
+  const steps = layoutSteps(model, expandedIn, vis, options);
+  let start = performance.now();
+  for (;;) {
+    const r = steps.next();
+    if (r.done) return r.value;
+    if (performance.now() - start > sliceMs) {
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      start = performance.now();
+    }
+  }
+}
+
+/** The layout as a generator: yields after each dagre run. */
+function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = null } = {}) {
   if (!cache.shapes) cache.shapes = new Map();
   const shapes = cache.shapes;
   const expanded = effectiveExpanded(model, expandedIn);
@@ -109,13 +138,14 @@ export function layoutGraph(model, expandedIn, vis, { cache = new Map(), onProgr
   const below = (id) => [...expanded].filter((x) => id === "" || x.startsWith(`${id}.`)).sort().join(",");
   const sizeOfItem = (item) => (item.kind === "node" ? nodeSize(model, item.id) : [G.groupW, G.groupH]);
 
-  // Post-order: children containers first.
+  // Children containers before their parents (reversed pre-order; no recursion).
   const order = [];
-  const visit = (id) => {
-    for (const f of containers.get(id).frames) visit(f);
+  for (const stack = [""]; stack.length; ) {
+    const id = stack.pop();
     order.push(id);
-  };
-  visit("");
+    stack.push(...containers.get(id).frames);
+  }
+  order.reverse();
   const todo = order.filter((id) => {
     const hit = cache.get(id);
     return !(hit && hit.sig === below(id));
@@ -140,7 +170,7 @@ export function layoutGraph(model, expandedIn, vis, { cache = new Map(), onProgr
     const shapeKey = `${id === "" ? "root" : "box"}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
     let shape = shapes.get(shapeKey);
     if (!shape) {
-      shape = layoutShape(sizes, local, id === "");
+      shape = yield* layoutShape(sizes, local, id === "", shapes);
       shapes.set(shapeKey, shape);
     }
     const pos = new Map(keys.map((k, i) => [k, shape.pos[i]]));
@@ -159,60 +189,192 @@ export function layoutGraph(model, expandedIn, vis, { cache = new Map(), onProgr
   const items = new Map();
   const frames = new Map();
   const edges = new Map();
-  const place = (id, ox, oy) => {
+  for (const stack = [["", 0, 0]]; stack.length; ) {
+    const [id, ox, oy] = stack.pop();
     const r = results.get(id);
     for (const [k, p] of r.pos) {
       const box = { x: p.x + ox, y: p.y + oy, w: p.w, h: p.h };
       if (k.startsWith("f:")) {
         frames.set(k.slice(2), box);
-        place(k.slice(2), box.x, box.y);
+        stack.push([k.slice(2), box.x, box.y]);
       } else {
         items.set(k, box);
       }
     }
     for (const [k, pts] of r.points) edges.set(k, pts.map(([x, y]) => [x + ox, y + oy]));
-  };
-  place("", 0, 0);
+  }
   const root = results.get("");
   return { items, frames, edges, width: root.w, height: root.h, laidOut: todo.length };
 }
 
-/** dagre over one container's children: boxes (top-left) and routed edges by index. */
-function layoutShape(sizes, edges, isRoot) {
+// dagre's ranking and network simplex recurse along paths and grow faster than
+// linearly with a container's size: an unrolled loop (an LSTM over 100 time steps)
+// is one container holding a chain thousands of nodes deep, which overflows the
+// stack and takes minutes. Bigger containers are cut into bands of consecutive
+// ranks, each laid out by dagre on its own and stacked top to bottom; edges
+// between bands are drawn as curves between their boxes.
+export const BAND = { over: 240, items: 30, ranks: 15 };
+
+/**
+ * Bands of a container too big for one dagre run: lists of child indices, in
+ * rank order (longest path from the sources, computed without recursion).
+ */
+export function splitBands(count, edges, { over = BAND.over, items = BAND.items, ranks = BAND.ranks } = {}) {
+  if (count <= over) return [[...Array(count).keys()]];
+  const outs = Array.from({ length: count }, () => []);
+  const indeg = new Array(count).fill(0);
+  for (const [a, b] of edges) {
+    if (a === b) continue;
+    outs[a].push(b);
+    indeg[b]++;
+  }
+  const rank = new Array(count).fill(0);
+  const queue = [];
+  for (let i = 0; i < count; i++) if (!indeg[i]) queue.push(i);
+  for (let q = 0; q < queue.length; q++) {
+    const a = queue[q];
+    for (const b of outs[a]) {
+      rank[b] = Math.max(rank[b], rank[a] + 1);
+      if (--indeg[b] === 0) queue.push(b);
+    }
+  }
+  // Pull each child down to just above its first user (inputs and weights next to
+  // the op that reads them, not all in the first rank).
+  for (let q = queue.length - 1; q >= 0; q--) {
+    const a = queue[q];
+    if (!outs[a].length) continue;
+    let first = Infinity; // a loop, not Math.min(...): a weight may feed thousands of ops
+    for (const b of outs[a]) first = Math.min(first, rank[b]);
+    rank[a] = first - 1;
+  }
+  // Children on a cycle (edges between module boxes can form one) go after the rest.
+  if (queue.length < count) {
+    let next = queue.reduce((m, i) => Math.max(m, rank[i]), 0) + 1;
+    for (let i = 0; i < count; i++) if (indeg[i]) rank[i] = next++;
+  }
+  const byRank = new Map();
+  for (let i = 0; i < count; i++) {
+    if (!byRank.has(rank[i])) byRank.set(rank[i], []);
+    byRank.get(rank[i]).push(i);
+  }
+  // A band ends once full, preferably after a rank of one child (the state carried from
+  // one loop iteration to the next): few edges cross, and bands of a repeated body repeat.
+  const bands = [];
+  let band = [];
+  let first = 0;
+  let narrow = false;
+  for (const r of [...byRank.keys()].sort((x, y) => x - y)) {
+    const full = band.length >= items || r - first >= ranks;
+    const overfull = band.length >= 2 * items || r - first >= 2 * ranks;
+    if (band.length && ((full && narrow) || overfull)) {
+      bands.push(band);
+      band = [];
+    }
+    if (!band.length) first = r;
+    band.push(...byRank.get(r));
+    narrow = byRank.get(r).length === 1;
+  }
+  if (band.length) bands.push(band);
+  return bands;
+}
+
+/** dagre over some children: boxes (top-left) and routed edges, in dagre's coordinates. */
+function dagreBoxes(sizes, edges) {
   const g = new dagre.graphlib.Graph({ multigraph: true });
   g.setGraph({ rankdir: "TB", nodesep: G.nodesep, ranksep: G.ranksep, edgesep: 8, marginx: 0, marginy: 0 });
   g.setDefaultEdgeLabel(() => ({}));
   sizes.forEach(([w, h], i) => g.setNode(String(i), { width: w, height: h }));
   edges.forEach(([a, b], i) => g.setEdge(String(a), String(b), {}, String(i)));
   dagre.layout(g);
-  const pad = isRoot ? 0 : G.framePad;
-  const head = isRoot ? 0 : G.frameHead;
-  const pos = [];
+  const pos = sizes.map((_, i) => {
+    const n = g.node(String(i));
+    return { x: n.x - n.width / 2, y: n.y - n.height / 2, w: n.width, h: n.height };
+  });
+  const points = edges.map(([a, b], i) => {
+    const ed = g.edge(String(a), String(b), String(i));
+    return ed && ed.points ? ed.points.map((p) => [p.x, p.y]) : null;
+  });
+  return { pos, points };
+}
+
+function extent(pos) {
   let minX = Infinity;
   let minY = Infinity;
   let maxX = -Infinity;
   let maxY = -Infinity;
-  sizes.forEach((_, i) => {
-    const n = g.node(String(i));
-    const x = n.x - n.width / 2;
-    const y = n.y - n.height / 2;
-    pos.push({ x, y, w: n.width, h: n.height });
-    minX = Math.min(minX, x);
-    minY = Math.min(minY, y);
-    maxX = Math.max(maxX, x + n.width);
-    maxY = Math.max(maxY, y + n.height);
-  });
+  for (const p of pos) {
+    minX = Math.min(minX, p.x);
+    minY = Math.min(minY, p.y);
+    maxX = Math.max(maxX, p.x + p.w);
+    maxY = Math.max(maxY, p.y + p.h);
+  }
   if (!Number.isFinite(minX)) minX = minY = maxX = maxY = 0;
+  return { minX, minY, maxX, maxY };
+}
+
+/** One container's children laid out: dagre per band, bands stacked and centred. */
+function* bandedBoxes(sizes, edges, memo) {
+  const bands = splitBands(sizes.length, edges);
+  if (bands.length === 1) {
+    const r = dagreBoxes(sizes, edges);
+    yield;
+    return r;
+  }
+  const bandOf = new Array(sizes.length);
+  const slot = new Array(sizes.length);
+  bands.forEach((b, k) => b.forEach((i, j) => ((bandOf[i] = k), (slot[i] = j))));
+  const inner = bands.map(() => ({ edges: [], ids: [] }));
+  edges.forEach(([a, b], i) => {
+    if (bandOf[a] !== bandOf[b]) return;
+    inner[bandOf[a]].edges.push([slot[a], slot[b]]);
+    inner[bandOf[a]].ids.push(i);
+  });
+  const laid = [];
+  for (const [k, b] of bands.entries()) {
+    // bands of a repeated body have the same shape: laid out once (results are not mutated)
+    const bandSizes = b.map((i) => sizes[i]);
+    const key = `band|${JSON.stringify(bandSizes)}|${JSON.stringify(inner[k].edges)}`;
+    let r = memo.get(key);
+    if (!r) {
+      r = dagreBoxes(bandSizes, inner[k].edges);
+      r.box = extent(r.pos);
+      memo.set(key, r);
+      yield;
+    }
+    laid.push(r);
+  }
+  const widest = Math.max(...laid.map((r) => r.box.maxX - r.box.minX));
+  const pos = new Array(sizes.length);
+  const points = edges.map(() => null);
+  let top = 0;
+  laid.forEach((r, k) => {
+    const dx = (widest - (r.box.maxX - r.box.minX)) / 2 - r.box.minX;
+    const dy = top - r.box.minY;
+    bands[k].forEach((i, j) => {
+      const p = r.pos[j];
+      pos[i] = { x: p.x + dx, y: p.y + dy, w: p.w, h: p.h };
+    });
+    inner[k].ids.forEach((i, j) => {
+      if (r.points[j]) points[i] = r.points[j].map(([x, y]) => [x + dx, y + dy]);
+    });
+    top += r.box.maxY - r.box.minY + G.ranksep;
+  });
+  return { pos, points };
+}
+
+/** A container's children as boxes (top-left) and routed edges by index, inside its frame. */
+function* layoutShape(sizes, edges, isRoot, memo) {
+  const { pos, points: raw } = yield* bandedBoxes(sizes, edges, memo);
+  const pad = isRoot ? 0 : G.framePad;
+  const head = isRoot ? 0 : G.frameHead;
+  const { minX, minY, maxX, maxY } = extent(pos);
   const dx = pad - minX;
   const dy = pad + head - minY;
   for (const p of pos) {
     p.x += dx;
     p.y += dy;
   }
-  const points = edges.map(([a, b], i) => {
-    const ed = g.edge(String(a), String(b), String(i));
-    return ed && ed.points ? ed.points.map((p) => [p.x + dx, p.y + dy]) : null;
-  });
+  const points = raw.map((pts) => (pts ? pts.map(([x, y]) => [x + dx, y + dy]) : null));
   const w = Math.ceil(Math.max(maxX - minX + pad * 2, isRoot ? 0 : G.groupW));
   const h = Math.ceil(maxY - minY + pad * 2 + head);
   return { pos, points, w, h };

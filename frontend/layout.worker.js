@@ -14,19 +14,27 @@ self.onmessage = (ev) => {
     return;
   }
   if (msg.type === "layout") {
-    const expanded = new Set(msg.expanded);
-    const vis = visibleGraph(graph, expanded);
-    let last = 0;
-    const l = layoutGraph(graph, expanded, vis, {
-      cache,
-      onProgress(done, total) {
-        const now = performance.now();
-        if (now - last > 50 || done === total) {
-          last = now;
-          self.postMessage({ type: "progress", id: msg.id, done, total });
-        }
-      },
-    });
-    self.postMessage({ type: "layout", id: msg.id, layout: serializeLayout(l) });
+    try {
+      self.postMessage({ type: "layout", id: msg.id, layout: serializeLayout(layOut(msg)) });
+    } catch (e) {
+      // said to the page with its reason, rather than an opaque error event
+      self.postMessage({ type: "error", id: msg.id, message: `${e && e.name ? `${e.name}: ` : ""}${e && e.message ? e.message : e}` });
+    }
   }
 };
+
+function layOut(msg) {
+  const expanded = new Set(msg.expanded);
+  const vis = visibleGraph(graph, expanded);
+  let last = 0;
+  return layoutGraph(graph, expanded, vis, {
+    cache,
+    onProgress(done, total) {
+      const now = performance.now();
+      if (now - last > 50 || done === total) {
+        last = now;
+        self.postMessage({ type: "progress", id: msg.id, done, total });
+      }
+    },
+  });
+}

@@ -8,7 +8,7 @@ import {
   buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
   reportedText, reachSentence,
 } from "./model.js";
-import { layoutGraph, deserializeLayout } from "./layout.js";
+import { layoutGraph, layoutGraphInSlices, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
 import { renderNarration } from "./narration.js";
 import { h } from "./dom.js";
@@ -251,8 +251,9 @@ export function createViewer(el, options = {}) {
       try {
         layout = await layoutInWorker(id, [...expanded], vis.items.size);
       } catch (e) {
-        console.warn("gradstep: layout worker failed, laying out here", e);
-        layout = layoutGraph(model, expanded, vis, { cache: layoutCache });
+        console.error(`gradstep: the layout worker failed (${e && e.message ? e.message : e}); laying out ${vis.items.size} nodes on the page instead`);
+        // in slices, so the page keeps its turn while it lays out
+        layout = await layoutGraphInSlices(model, expanded, vis, { cache: layoutCache });
       }
       el.classList.remove("gs-laying-out");
       graph.setProgress(null);
@@ -286,6 +287,9 @@ export function createViewer(el, options = {}) {
         } else if (msg.type === "layout") {
           worker.removeEventListener("message", onMessage);
           resolve(deserializeLayout(msg.layout));
+        } else if (msg.type === "error") {
+          worker.removeEventListener("message", onMessage);
+          reject(new Error(msg.message));
         }
       };
       worker.addEventListener("message", onMessage);
