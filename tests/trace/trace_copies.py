@@ -6,6 +6,9 @@
 * the example of ``docs/trace-format.md`` ("## Example"): what ``gradstep trace`` prints for the
   snippet shown there, here with short lists on one line; and ``tests/frontend/example_trace.json``,
   the same trace, which the front end's fixtures load.
+* the list of diagnosis kinds in docs/trace-format.md (between ``<!-- generated: diagnosis kinds``
+  markers): ``gradstep.diagnose.registry``'s kinds in its order, each with its rule's ``DESCRIPTION``
+  or else its module docstring's first line.
 
 ``python tests/trace/trace_copies.py`` writes them; tests/trace/test_trace_copies.py checks that the
 committed files are what this gives.
@@ -29,7 +32,11 @@ EXAMPLE_FILE = ROOT / "tests" / "frontend" / "example_trace.json"
 EXAMPLE = re.compile(
     r"(## Example\n.*?```python\n)(?P<code>.*?)(```\n.*?```json\n)(?P<json>.*?)(```\n)", re.S
 )
-VARIES = ("torch",)  # differs from machine to machine: not compared
+VARIES = ("torch",)
+BEGIN, END = (
+    "<!-- generated: {} (make schema) -->\n",
+    "<!-- /generated: {} -->\n",
+)  # differs from machine to machine: not compared
 
 
 def tables() -> dict[str, dict[str, Any]]:
@@ -76,9 +83,48 @@ def dumps(value: Any, indent: str = "") -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
+def block(doc: str, name: str) -> tuple[int, int]:
+    """Where the generated block ``name`` of ``doc`` starts and ends (its markers excluded)."""
+    begin, end = BEGIN.format(name), END.format(name)
+    if doc.count(begin) != 1 or doc.count(end) != 1 or doc.index(begin) > doc.index(end):
+        raise ValueError(f"{DOC.name}: expected one {begin.strip()} ... {end.strip()}")
+    return doc.index(begin) + len(begin), doc.index(end)
+
+
+def replace_block(doc: str, name: str, text: str) -> str:
+    start, stop = block(doc, name)
+    return doc[:start] + text + doc[stop:]
+
+
+def markdown(text: str) -> str:
+    """A docstring's reST literals (````x````) as Markdown's (```x```)."""
+    return text.replace("``", "`")
+
+
+def diagnosis_kinds() -> str:
+    """The docs' list of diagnosis kinds, from the rule registry."""
+    from gradstep.diagnose.registry import RULES
+
+    lines = []
+    for rule in RULES:
+        said = getattr(rule, "DESCRIPTION", None) or (rule.__doc__ or "").strip().split("\n")[0]
+        lines.append(f"- `{rule.KIND}`" + (f": {markdown(said)}" if said else ""))
+    return "\n".join(lines) + "\n"
+
+
+GENERATED = {"diagnosis kinds": diagnosis_kinds}
+
+
+def generated(doc: str) -> str:
+    """``doc`` with every generated block written anew."""
+    for name, make in GENERATED.items():
+        doc = replace_block(doc, name, make())
+    return doc
+
+
 def write() -> None:
     TABLES_FILE.write_text(dumps(tables()) + "\n")
-    doc = DOC.read_text()
+    doc = generated(DOC.read_text())
     code, _ = doc_example(doc)
     trace = traced(code)
     found = EXAMPLE.search(doc)
