@@ -6,6 +6,9 @@
 * the example of ``docs/trace-format.md`` ("## Example"): what ``gradstep trace`` prints for the
   snippet shown there, here with short lists on one line; and ``tests/frontend/example_trace.json``,
   the same trace, which the front end's fixtures load.
+* the field tables of docs/trace-format.md's Reference (between ``<!-- generated: <Model> fields``
+  markers): each model's fields in order, their type and default in the docs' notation
+  (``type_name``, ``default_shown``) and their ``description`` as the meaning.
 * the list of diagnosis kinds in docs/trace-format.md (between ``<!-- generated: diagnosis kinds``
   markers): ``gradstep.diagnose.registry``'s kinds in its order, each with its rule's ``DESCRIPTION``
   or else its module docstring's first line.
@@ -22,8 +25,12 @@ import re
 import subprocess
 import sys
 import tempfile
+import types
+import typing
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "trace-format.md"
@@ -109,10 +116,69 @@ def diagnosis_kinds() -> str:
     for rule in RULES:
         said = getattr(rule, "DESCRIPTION", None) or (rule.__doc__ or "").strip().split("\n")[0]
         lines.append(f"- `{rule.KIND}`" + (f": {markdown(said)}" if said else ""))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n"
 
 
-GENERATED = {"diagnosis kinds": diagnosis_kinds}
+# ---------------------------------------------------------------- the Reference's field tables
+
+SHOWN_DEFAULT = {("Trace", "version"): "`1`"}  # the model writes the current version; an absent one is 1
+JSON_TYPES = {str: "string", int: "int", float: "number", bool: "bool", type(None): "null", Any: "any"}
+
+
+def type_name(annotation: Any) -> str:
+    """A field's type in the docs' notation: ``int \\| null``, ``[Reach]``, ``"ok"``, ``NodeInfo columns``."""
+    from gradstep.schema import _Columns
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " \\| ".join(type_name(arg) for arg in args)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{json.dumps(arg)}`" for arg in args)
+    if origin is list:
+        return f"[{type_name(args[0])}]"
+    if isinstance(annotation, type) and issubclass(annotation, _Columns):
+        return f"{annotation.row_model.__name__} columns"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation.model_config.get("title") or annotation.__name__
+    return JSON_TYPES[annotation]
+
+
+def default_shown(model: type[BaseModel], name: str) -> str:
+    from gradstep.schema import NodeTable, _Columns
+
+    info = model.model_fields[name]
+    if (model.__name__, name) in SHOWN_DEFAULT:
+        return SHOWN_DEFAULT[model.__name__, name]
+    if model is NodeTable.row_model and name == NodeTable.implicit:
+        return "its position"
+    if info.is_required():
+        return "required"
+    default = info.get_default(call_default_factory=True)
+    return "no rows" if isinstance(default, _Columns) else f"`{json.dumps(default, ensure_ascii=False)}`"
+
+
+def field_table(model: type[BaseModel]) -> str:
+    """The docs' table of ``model``'s fields: name, type, default, and its description as meaning."""
+    rows = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    for name, info in model.model_fields.items():
+        cells = [f"`{name}`", type_name(info.annotation), default_shown(model, name), info.description or ""]
+        rows.append(("| " + " | ".join(cells) + " |").replace("|  |", "| |"))
+    return "\n".join(rows) + "\n\n"  # the blank line ends the table before the marker (else a row)
+
+
+def documented_models() -> dict[str, type[BaseModel]]:
+    """The models the Reference gives a table, by the name its headings give them."""
+    from gradstep import schema
+
+    models = (schema.Trace, schema.SourceFile, schema.TraceError, schema.Reach, schema.Warning_)
+    models += (schema.NodeInfo, schema.SavedValue, schema.Step, schema.Update, schema.ParamUpdate)
+    models += (schema.Link, schema.Diagnosis, schema.Fix, schema.NodeState, schema.TensorState, schema.Grad)
+    return {model.model_config.get("title") or model.__name__: model for model in models}
+
+
+GENERATED = {"diagnosis kinds": diagnosis_kinds} | {
+    f"{name} fields": lambda model=model: field_table(model) for name, model in documented_models().items()
+}
 
 
 def generated(doc: str) -> str:
