@@ -17,6 +17,7 @@ import pytest
 from gradstep import schema
 from gradstep.columns import NODE_STATES, NODES, TENSORS, Table
 from trace_copies import (
+    DICTS_FILE,
     DOC,
     EXAMPLE_FILE,
     GENERATED,
@@ -27,6 +28,7 @@ from trace_copies import (
     doc_example,
     tables,
     traced,
+    with_typed_dicts,
 )
 
 COLUMNS_JS = (ROOT / "frontend" / "columns.js").read_text()
@@ -126,3 +128,8 @@ def test_each_generated_block_of_the_docs_is_what_make_schema_writes(name: str):
     doc = DOC.read_text()
     start, stop = block(doc, name)
     assert doc[start:stop] == GENERATED[name](), f"{DOC.name}'s {name} are stale: run `make schema`"
+
+
+def test_trace_dicts_typed_dicts_are_what_make_schema_writes():
+    text = DICTS_FILE.read_text()
+    assert text == with_typed_dicts(text), f"{DICTS_FILE.name}'s TypedDicts are stale: run `make schema`"

@@ -9,6 +9,8 @@
 * the field tables of docs/trace-format.md's Reference (between ``<!-- generated: <Model> fields``
   markers): each model's fields in order, their type and default in the docs' notation
   (``type_name``, ``default_shown``) and their ``description`` as the meaning.
+* the TypedDicts of ``server/gradstep/trace_dicts.py`` (between its ``# ---- generated`` markers): one
+  per model, its keys required where the model has no default (``typed_dicts``).
 * the list of diagnosis kinds in docs/trace-format.md (between ``<!-- generated: diagnosis kinds``
   markers): ``gradstep.diagnose.registry``'s kinds in its order, each with its rule's ``DESCRIPTION``
   or else its module docstring's first line.
@@ -188,7 +190,107 @@ def generated(doc: str) -> str:
     return doc
 
 
+# ---------------------------------------------------------------- gradstep/trace_dicts.py's TypedDicts
+
+DICTS_FILE = ROOT / "server" / "gradstep" / "trace_dicts.py"
+DICTS_BEGIN = (
+    "# ---- generated from gradstep.schema by `make schema` (tests/trace/trace_copies.py): do not edit ----\n"
+)
+DICTS_END = "# ---- end of the generated TypedDicts ----\n"
+# The models' TypedDicts, by model: the names the readers know (a few older than this list).
+DICT_NAMES = {
+    "TraceError": "TraceErrorDict",
+    "SavedValue": "SavedDict",
+    "NodeInfo": "NodeDict",
+    "NodeState": "NodeStateDict",
+    "Grad": "GradDict",
+    "TensorState": "TensorDict",
+    "Warning_": "WarningDict",
+    "Reach": "ReachDict",
+    "Link": "LinkDict",
+    "ParamUpdate": "ParamUpdateDict",
+    "Update": "UpdateDict",
+    "Step": "StepDict",
+    "Fix": "FixDict",
+    "Diagnosis": "DiagnosisDict",
+    "SourceFile": "SourceFileDict",
+    "Trace": "TraceDict",
+}
+# Keys of the rows in memory that the wire has not: {dict: (key, type, the key it follows)}.
+ROW_ONLY = {"StepDict": ("edges", "NotRequired[list[tuple[int, int]]]", "nodes")}
+
+
+def dict_type(annotation: Any, aliases: dict[Any, str]) -> str:
+    """``annotation`` as the TypedDicts write it: models as their dicts, a table as columns as a list
+    of its rows' dicts, a ``Literal`` by its name in gradstep.schema."""
+    from gradstep.schema import _Columns
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        if annotation not in aliases:
+            raise ValueError(f"{annotation}: give it a name in gradstep/schema.py (the TypedDicts use it)")
+        return f"schema.{aliases[annotation]}"
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(dict_type(arg, aliases) for arg in args)
+    if origin is list:
+        return f"list[{dict_type(args[0], aliases)}]"
+    if isinstance(annotation, type) and issubclass(annotation, _Columns):
+        return f"list[{DICT_NAMES[annotation.row_model.__name__]}]"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return DICT_NAMES[annotation.__name__]
+    return "None" if annotation is type(None) else "Any" if annotation is Any else annotation.__name__
+
+
+def typed_dicts() -> str:
+    """The TypedDicts of trace_dicts.py: one per model, its required keys first, each model after
+    the models it holds (a TypedDict's annotations are evaluated where it is defined)."""
+    from gradstep import schema
+
+    aliases = {
+        value: name for name, value in vars(schema).items() if typing.get_origin(value) is typing.Literal
+    }
+    models = {name: getattr(schema, name) for name in DICT_NAMES}
+    out: list[str] = []
+    done: set[str] = set()
+
+    def define(name: str) -> None:
+        if name in done:
+            return
+        done.add(name)
+        model = models[name]
+        fields = model.model_fields
+        keys = [key for key in fields if fields[key].is_required()] + [
+            k for k in fields if not fields[k].is_required()
+        ]
+        for info in fields.values():
+            for arg in re.findall(r"\b(\w+)Dict\b", dict_type(info.annotation, aliases)):
+                held = next(m for m, d in DICT_NAMES.items() if d == arg + "Dict")
+                if held != name:
+                    define(held)
+        lines = ["@_strict_keys", f"class {DICT_NAMES[name]}(TypedDict):"]
+        extra = ROW_ONLY.get(DICT_NAMES[name])
+        for key in keys:
+            hint = dict_type(fields[key].annotation, aliases)
+            lines.append(f"    {key}: {hint if fields[key].is_required() else f'NotRequired[{hint}]'}")
+            if extra and extra[2] == key:
+                lines.append(f"    {extra[0]}: {extra[1]}")
+        out.append("\n".join(lines) + "\n")
+
+    for name in DICT_NAMES:
+        define(name)
+    return "\n\n" + "\n\n".join(out) + "\n\n"
+
+
+def with_typed_dicts(text: str) -> str:
+    """trace_dicts.py's text with its generated TypedDicts written anew."""
+    if text.count(DICTS_BEGIN) != 1 or text.count(DICTS_END) != 1:
+        raise ValueError(f"{DICTS_FILE.name}: expected one {DICTS_BEGIN.strip()} ... {DICTS_END.strip()}")
+    start, stop = text.index(DICTS_BEGIN) + len(DICTS_BEGIN), text.index(DICTS_END)
+    return text[:start] + typed_dicts() + text[stop:]
+
+
 def write() -> None:
+    DICTS_FILE.write_text(with_typed_dicts(DICTS_FILE.read_text()))
     TABLES_FILE.write_text(dumps(tables()) + "\n")
     doc = generated(DOC.read_text())
     code, _ = doc_example(doc)
