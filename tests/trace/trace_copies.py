@@ -1,4 +1,4 @@
-"""The copies of the trace format that are pure data, written from their source (``make schema``).
+"""The copies of the trace format that can be written from their source, written (``make schema``).
 
 * ``tests/frontend/trace_tables.json``: each table's key fields and defaults, as
   ``gradstep.columns`` reads them from ``gradstep/schema.py``; the front end's unit tests write and
