@@ -63,7 +63,8 @@ format: install
 	$(VENV)/bin/ruff format .
 
 # The trace format's copies that are data, from gradstep/schema.py: the JSON Schema, the front-end
-# tests' tables, and the docs' example (traced in the sandbox) with its front-end copy.
+# tests' tables, the docs' field tables and example (traced in the sandbox) with its front-end copy;
+# and the docs' list of diagnosis kinds, from gradstep/diagnose/registry.py.
 schema: install
 	$(PY) -c "import json, gradstep.schema as s; print(json.dumps(s.json_schema(), indent=2))" > server/gradstep/trace.schema.json
 	$(PY) tests/trace/trace_copies.py

@@ -7,7 +7,9 @@ and ``.get`` the rest. In memory a trace's tables are rows (``TraceDict``: a ``N
 ``StepDict`` with its ``edges``); on the wire they are columns (``WireTraceDict``, made from the row
 dicts by ``_columns``; ``gradstep.columns`` converts). (No ``from __future__ import annotations``
 here: a TypedDict reads ``NotRequired`` from evaluated annotations.)
-``tests/trace/test_trace_dicts.py`` holds each TypedDict to its model, type for type.
+The TypedDicts are written from the models by ``make schema`` (tests/trace/trace_copies.py), between
+the markers below; the rest of this module is written by hand. ``tests/trace/test_trace_dicts.py``
+holds each TypedDict to its model, type for type.
 
 The wire dicts are also how the server validates a child's trace (``TRACE``): as complete as
 validating the models (the same keys and types, no extra key, columns of one length), without
@@ -22,21 +24,14 @@ from typing import Annotated, Any, NotRequired, get_type_hints
 from pydantic import AfterValidator, ConfigDict, TypeAdapter, with_config
 from typing_extensions import TypedDict  # pydantic validates this one on Python 3.11, not typing's
 
+from gradstep import schema
 from gradstep.columns import pack
-from gradstep.schema import (
-    Api,
-    GradChange,
-    PrintMode,
-    SavedKind,
-    Severity,
-    Status,
-    StepKind,
-    Trace,
-    UpdateOp,
-    one_length,
-)
+from gradstep.schema import Trace, one_length
 
 _strict_keys = with_config(ConfigDict(extra="forbid"))  # as the models: an unknown key is an error
+
+
+# ---- generated from gradstep.schema by `make schema` (tests/trace/trace_copies.py): do not edit ----
 
 
 @_strict_keys
@@ -53,7 +48,7 @@ class TraceErrorDict(TypedDict):
 @_strict_keys
 class SavedDict(TypedDict):
     name: str
-    kind: SavedKind
+    kind: schema.SavedKind
     shape: NotRequired[list[int] | None]
     dtype: NotRequired[str | None]
     bytes: NotRequired[int | None]
@@ -100,7 +95,7 @@ class GradDict(TypedDict):
     has_grad_fn: bool
     norm: float | None
     values: NotRequired[Any]
-    format: NotRequired[list[PrintMode]]
+    format: NotRequired[list[schema.PrintMode]]
 
 
 @_strict_keys
@@ -142,7 +137,7 @@ class LinkDict(TypedDict):
 @_strict_keys
 class ParamUpdateDict(TypedDict):
     name: str
-    grad: NotRequired[GradChange | None]
+    grad: NotRequired[schema.GradChange | None]
     updated: NotRequired[bool]
     delta_norm: NotRequired[float | None]
     grad_norm_before: NotRequired[float | None]
@@ -151,7 +146,7 @@ class ParamUpdateDict(TypedDict):
 
 @_strict_keys
 class UpdateDict(TypedDict):
-    op: UpdateOp
+    op: schema.UpdateOp
     of_class: NotRequired[str | None]
     params: NotRequired[list[ParamUpdateDict]]
     set_to_none: NotRequired[bool | None]
@@ -167,13 +162,13 @@ class UpdateDict(TypedDict):
 @_strict_keys
 class StepDict(TypedDict):
     index: int
-    kind: StepKind
+    kind: schema.StepKind
     line: NotRequired[int | None]
     file: NotRequired[int | None]
     repeat: NotRequired[int]
     iteration: NotRequired[int | None]
     update: NotRequired[UpdateDict | None]
-    api: NotRequired[Api | None]
+    api: NotRequired[schema.Api | None]
     retain_graph: NotRequired[bool | None]
     create_graph: NotRequired[bool | None]
     inputs: NotRequired[list[str] | None]
@@ -206,7 +201,7 @@ class FixDict(TypedDict):
 @_strict_keys
 class DiagnosisDict(TypedDict):
     kind: str
-    severity: Severity
+    severity: schema.Severity
     message: str
     line: NotRequired[int | None]
     fixes: NotRequired[list[FixDict]]
@@ -220,7 +215,7 @@ class SourceFileDict(TypedDict):
 
 @_strict_keys
 class TraceDict(TypedDict):
-    status: Status
+    status: schema.Status
     version: NotRequired[int]
     error: NotRequired[TraceErrorDict | None]
     limit: NotRequired[str | None]
@@ -235,6 +230,9 @@ class TraceDict(TypedDict):
     notes: NotRequired[list[str]]
     diagnoses: NotRequired[list[DiagnosisDict]]
     reaches: NotRequired[list[ReachDict]]
+
+
+# ---- end of the generated TypedDicts ----
 
 
 def _one_entry_per_row(table: dict) -> dict:

@@ -16,7 +16,20 @@ import typing
 import pytest
 from gradstep import schema
 from gradstep.columns import NODE_STATES, NODES, TENSORS, Table
-from trace_copies import EXAMPLE_FILE, ROOT, TABLES_FILE, VARIES, doc_example, tables, traced
+from trace_copies import (
+    DICTS_FILE,
+    DOC,
+    EXAMPLE_FILE,
+    GENERATED,
+    ROOT,
+    TABLES_FILE,
+    VARIES,
+    block,
+    doc_example,
+    tables,
+    traced,
+    with_typed_dicts,
+)
 
 COLUMNS_JS = (ROOT / "frontend" / "columns.js").read_text()
 MODEL_JS = (ROOT / "frontend" / "model.js").read_text()
@@ -108,3 +121,15 @@ def test_the_docs_example_is_what_gradstep_trace_prints():
 
 def test_the_front_end_example_is_the_docs_example():
     assert json.loads(EXAMPLE_FILE.read_text()) == doc_example()[1], "run `make schema`"
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_each_generated_block_of_the_docs_is_what_make_schema_writes(name: str):
+    doc = DOC.read_text()
+    start, stop = block(doc, name)
+    assert doc[start:stop] == GENERATED[name](), f"{DOC.name}'s {name} are stale: run `make schema`"
+
+
+def test_trace_dicts_typed_dicts_are_what_make_schema_writes():
+    text = DICTS_FILE.read_text()
+    assert text == with_typed_dicts(text), f"{DICTS_FILE.name}'s TypedDicts are stale: run `make schema`"

@@ -17,6 +17,11 @@ from gradstep.diagnose.candidate import Candidate, fix_of, present
 from gradstep.diagnose.source import Source
 
 KIND = "data_write"
+# the docs' list of kinds (docs/trace-format.md, written by `make schema`)
+DESCRIPTION = (
+    "Writes through `.data` (`w.data -= lr * w.grad`), how an update stepped outside the graph before "
+    "PyTorch 0.4 (2018): changing a tensor behind autograd's back."
+)
 
 
 def find(trace: dict, src: Source) -> list[Candidate]:
