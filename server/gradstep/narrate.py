@@ -26,6 +26,7 @@ from gradstep.trace_dicts import GradDict, NodeDict, StepDict, TensorDict, Trace
 
 MAX_LISTED = 6  # nodes or tensors named one by one before the rest is summarised
 MAX_VALUES = 4  # gradients with at most this many elements are shown by value
+MAX_NORMS = 3  # when many .grad changed: the largest named by norm (and the smallest)
 
 
 class _Text:
@@ -423,7 +424,10 @@ class _Narrator:
 
     def _order(self, ran: list[int], error: dict | None, failed: int | None, t: _Text) -> None:
         t.sentence_break()
-        if ran:
+        if len(ran) > 2 * MAX_LISTED:  # a real model's backward: the order of hundreds is not read
+            t.add(f"It ran {_plural(len(ran), 'node')}, from ")
+            t.node(ran[0], self.label(ran[0])).add(" to the leaves (numbered in the graph in order).")
+        elif ran:
             t.add(f"It ran {_plural(len(ran), 'node')}{' in this order' if len(ran) > 1 else ''}: ")
             shown = ran[:MAX_LISTED]
             for i, nid in enumerate(shown):
@@ -573,9 +577,15 @@ class _Narrator:
         if released:
             t.sentence_break()
             t.add("It released the saved tensors of ")
-            t.join(released[:MAX_LISTED], lambda nid: t.node(nid, self.label(nid)))
-            if len(released) > MAX_LISTED:
-                t.add(f" and {len(released) - MAX_LISTED} more nodes")
+            if len(released) > MAX_LISTED:  # counted by op, as a forward step counts what it built
+                counts = Counter(self.op[nid] for nid in released).most_common()
+                t.add(f"{len(released)} nodes: ")
+                shown = [f"{n} × {op}" for op, n in counts[:MAX_LISTED]]
+                if len(counts) > MAX_LISTED:
+                    shown.append(f"{len(counts) - MAX_LISTED} other ops")
+                t.join(shown, t.add)
+            else:
+                t.join(released, lambda nid: t.node(nid, self.label(nid)))
             t.add(f" (saved tensors held: {fmt_bytes(before)} → {fmt_bytes(after)}).")
         # a call without retain_graph frees every node it ran that saved a tensor: the rest saved none
         # (said only when that is why nothing was released: beside a release it is noise)
@@ -612,7 +622,12 @@ class _Narrator:
                 changed.append((name, old, grad))
             elif grad is not None:
                 kept.append(name)
-        for name, old, grad in changed[:MAX_LISTED]:
+        if len(changed) > MAX_LISTED:
+            self._grads_summary(changed, unnamed, t)
+            changed_listed: list = []
+        else:
+            changed_listed = changed
+        for name, old, grad in changed_listed:
             t.sentence_break()
             t.tensor(name, f"{name}'s .grad" if name in unnamed else f"{name}.grad")
             if old is None:  # the numbers link to their tensor too; torch's 448. must not end a sentence
@@ -622,9 +637,6 @@ class _Narrator:
             else:
                 t.add(" went from ").tensor(name, fmt_grad(old)).add(" to ").tensor(name, fmt_grad(grad))
                 t.add(" (it accumulates: old + new).")
-        if len(changed) > MAX_LISTED:
-            t.sentence_break()
-            t.add(f"{len(changed) - MAX_LISTED} more .grad changed.")
         if step.get("error") and not changed:
             t.sentence_break()
             if kept:
@@ -633,6 +645,51 @@ class _Narrator:
                 t.add(" kept " + ("its value." if len(kept) == 1 else "their values."))
             else:
                 t.add("No .grad changed.")
+
+    def _grads_summary(self, changed: list, unnamed: set, t: _Text) -> None:
+        """Many .grad changed (a real model's backward): counted by module, the largest named, the
+        smallest too — a list of them all would not be read (the tensors panel has it)."""
+        modules = {name.rsplit(".", 1)[0] if "." in name else "" for name, _, _ in changed}
+        written = sum(1 for _, old, grad in changed if old is None and grad is not None)
+        reset = sum(1 for _, _, grad in changed if grad is None)
+        normed = sorted(
+            (
+                (grad["norm"], name)
+                for name, _, grad in changed
+                if grad is not None and grad.get("norm") is not None
+            ),
+            key=lambda pair: -pair[0],
+        )
+        accumulated = len(changed) - written - reset
+        where = f" in {len(modules)} modules" if len(modules) > 1 else ""
+        t.sentence_break()
+        if written == len(changed):
+            t.add(f"The call wrote the .grad of {len(changed)} tensors{where} (each was None).")
+        elif accumulated == len(changed):
+            t.add(
+                f"The call added into the .grad of {len(changed)} tensors{where} (it accumulates: old + new)."
+            )
+        else:
+            counts = [
+                f"{written} written where it was None" if written else "",
+                f"{accumulated} accumulated (old + new)" if accumulated else "",
+                f"{reset} reset to None" if reset else "",
+            ]
+            t.add(f"The call changed the .grad of {len(changed)} tensors{where}: ")
+            t.add(", ".join(c for c in counts if c) + ".")
+
+        def named(pair: tuple) -> None:
+            norm, name = pair
+            t.tensor(name, f"{name}'s .grad" if name in unnamed else name).add(f" ‖{fmt_number(norm)}‖")
+
+        if normed:
+            t.sentence_break()
+            t.add("Largest .grad norms: ")
+            t.join(normed[:MAX_NORMS], named)
+            if len(normed) > MAX_NORMS:
+                t.add("; smallest: ")
+                named(normed[-1])
+            t.add(". The tensors panel lists each.")
 
 
 _CALL_NAMES = frozenset({"backward", "grad"})

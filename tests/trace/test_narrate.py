@@ -282,3 +282,28 @@ def test_dropped_nodes_are_counted():
         assert (
             f"{count} node{'s' if count > 1 else ''} that no variable reaches any more" in step["explanation"]
         )
+
+
+DEEP_MLP = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(*[m for _ in range(12) for m in (nn.Linear(32, 32), nn.ReLU())], nn.Linear(32, 1))
+loss = model(torch.randn(16, 32)).pow(2).mean()
+loss.backward()
+"""
+
+
+def test_a_real_models_backward_is_summarised_by_module_with_the_largest_grads_torch_computes():
+    trace = _trace(DEEP_MLP)
+    (call,) = _calls(trace)
+    text = call["explanation"]
+    scope: dict = {}
+    exec(compile(DEEP_MLP, "<plain>", "exec"), scope)
+    norms = {f"model.{name}": p.grad.norm().item() for name, p in scope["model"].named_parameters()}
+    largest = max(norms, key=norms.get)
+    assert len(text) <= 800  # read in the narration's box, not scrolled through
+    assert f"wrote the .grad of {len(norms)} tensors in {len(norms) // 2} modules" in text
+    assert f"Largest .grad norms: {largest} ‖" in text  # the tensor torch gives the largest gradient
+    ran = text.split("It ran ", 1)[1]
+    assert "to the leaves" in ran and " → " not in ran  # the order of its nodes counted, not listed
