@@ -66,14 +66,20 @@ def test_the_pasted_iframe_html_shows_the_whole_stepper_without_scrolling_inside
 ):
     html, _, _ = share(app, 2)
     assert html.startswith('<iframe src="') and "<script>" in html
-    tab, frame = lesson(browser, site, server, html, width, f"lesson-{width}.html")
-    try:
-        assert inner_overflow(tab, frame) <= 0, "the frame scrolls inside: its .grad panel is cut"
-        # the frame was not just made huge: it is as high as its content, within a few px
-        assert inner_overflow(tab, frame) > -40
-        assert tab.errors == []
-    finally:
-        tab.close()
+    overflows = []
+    for attempt in range(2):  # a second opening of the page when the first settled off on a busy machine
+        tab, frame = lesson(browser, site, server, html, width, f"lesson-{width}-{attempt}.html")
+        try:
+            overflow = inner_overflow(tab, frame)
+            overflows.append(overflow)
+            assert tab.errors == []
+        finally:
+            tab.close()
+        if -40 < overflow <= 0:
+            break
+    # the frame neither scrolls inside (its .grad panel cut) nor was just made huge: as high as its
+    # content, within a few px
+    assert -40 < overflows[-1] <= 0, overflows
 
 
 def test_the_iframe_height_alone_fits_a_course_page_column(app, browser, site, server):
