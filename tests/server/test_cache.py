@@ -21,7 +21,7 @@ from gradstep.cache.shared import PREFIX, encode_entry
 from gradstep.encoding import BR, Encoded, compress, decompress, with_gzip
 from gradstep.routes.trace import TraceOptions
 from gradstep.settings import Settings
-from testkit.cache_support import CODE, SECRET, final_grad, plain_grad
+from testkit.cache_support import CODE, SECRET, final_grad, plain_grad, redis_backed_client
 from testkit.sandbox_guard import uid_base
 from testkit.services import free_port
 
@@ -214,16 +214,7 @@ def test_the_memory_cache_evicts_the_least_recently_used_first():
 
 @pytest.fixture(scope="module")
 def shared_client(redis_server):
-    settings = Settings(
-        workers=1,
-        queue=4,
-        rate=0,
-        uid_base=uid_base(),
-        cache_url=redis_server.url,
-        cache_secret=SECRET.decode(),
-    )
-    with TestClient(create_app(settings)) as client:
-        yield client
+    yield from redis_backed_client(redis_server.url)
 
 
 def test_a_trace_another_process_computed_is_served_from_redis(shared_client, redis_server):

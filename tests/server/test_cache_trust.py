@@ -22,9 +22,7 @@ import gradstep
 import orjson
 import pytest
 import redis
-from fastapi.testclient import TestClient
 from gradstep import trace as trace_in_process
-from gradstep.app import create_app
 from gradstep.cache import RedisCache, TieredCache, cache_key
 from gradstep.cache.memory import MemoryCache
 from gradstep.cache.shared import MAGIC, PREFIX, encode_entry
@@ -32,8 +30,7 @@ from gradstep.encoding import BR, RATIO_FROM, TooLarge, compress, inflate
 from gradstep.routes.trace import TraceOptions
 from gradstep.runs import served_fields
 from gradstep.settings import Settings, SettingsError
-from testkit.cache_support import CODE, final_grad, plain_grad
-from testkit.sandbox_guard import uid_base
+from testkit.cache_support import CODE, final_grad, plain_grad, redis_backed_client
 
 SECRET = b"0123456789abcdef0123456789abcdef-replicas"
 # What an attacker traces instead: other gradients, and output of its own.
@@ -223,18 +220,7 @@ def test_a_secret_shorter_than_32_bytes_is_refused():
 
 @pytest.fixture(scope="module")
 def app_client(redis_server):
-    settings = Settings(
-        workers=1,
-        queue=4,
-        rate=0,
-        uid_base=uid_base(),
-        cache_url=redis_server.url,
-        cache_secret=SECRET.decode(),
-        cache_entry_bytes=64 << 10,
-        health_detail=True,
-    )
-    with TestClient(create_app(settings)) as client:
-        yield client
+    yield from redis_backed_client(redis_server.url, SECRET, cache_entry_bytes=64 << 10, health_detail=True)
 
 
 def app_key(client, code: str) -> str:
