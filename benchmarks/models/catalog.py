@@ -227,7 +227,14 @@ loss.backward()
 """
 
 
-MODELS = {"gpt": gpt, "gpttrain": gpt_training, "resnet18": resnet18, "mlp": mlp, "loop": training_loop, "lstm": lstm}
+MODELS = {
+    "gpt": gpt,
+    "gpttrain": gpt_training,
+    "resnet18": resnet18,
+    "mlp": mlp,
+    "loop": training_loop,
+    "lstm": lstm,
+}
 
 if __name__ == "__main__":
     name, *args = sys.argv[1:] or ["gpt", "12"]
