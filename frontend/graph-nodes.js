@@ -7,9 +7,43 @@
 
 import { select } from "./vendor/d3.js";
 import { G, chipWidth } from "./layout.js";
-import { accText, fmtGrad, nodeStatus } from "./model.js";
+import { accText, fmtBytes, fmtGrad, nodeStatus } from "./model.js";
+import { fmtNumber } from "./printing.js";
 import { statusBadge } from "./graph-signatures.js";
 import { setHooks } from "./graph-hooks.js";
+
+/** A collapsed module's name in its parent's frame: "wte", or "h.3" for a numbered child. */
+export function groupLabel(model, path) {
+  const grp = model.groups.get(path);
+  const rel = grp.parent ? path.slice(grp.parent.length + 1) : path;
+  const up = grp.parent ? model.groups.get(grp.parent).name : "";
+  return /^\d+$/.test(rel) && up ? `${up}.${rel}` : rel;
+}
+
+/**
+ * The three lines of facts a collapsed module shows at a step, from moduleStats
+ * (module-stats.js) and groupStatus: "61 nodes · ran 61/61", "saved 1.2 MB · 96 KB freed",
+ * "‖grad‖ 0.2860".
+ */
+export function groupLines(m, s) {
+  const doing = [];
+  if (s.executed) doing.push(`ran ${s.executed}/${s.alive}`);
+  else if (s.isNew) doing.push(`${s.isNew} new`);
+  else if (s.alive === 0) doing.push("not built");
+  if (s.failed) doing.push("✕ failed");
+  if (s.stale) doing.push(`${s.stale} stale`);
+  const count = [`${m.nodes} nodes`, ...doing].join(" · ");
+  let saved;
+  if (!m.savedHeld && !m.savedFreed) saved = "nothing saved";
+  else if (!m.savedFreed) saved = `saved ${fmtBytes(m.savedHeld)} held`;
+  else if (!m.savedHeld) saved = `saved ${fmtBytes(m.savedFreed)} freed`;
+  else saved = `saved ${fmtBytes(m.savedHeld)} · ${fmtBytes(m.savedFreed)} freed`;
+  let grad;
+  if (!m.params) grad = "‖grad‖ none";
+  else if (m.gradNorm === null) grad = "‖grad‖ ✕ nan/inf";
+  else grad = `‖grad‖ ${fmtNumber(m.gradNorm)}${m.nonfinite ? ` · ${m.nonfinite} ✕ nan/inf` : ""}`;
+  return { count, saved, grad };
+}
 
 export function short(text, max) {
   return text.length > max ? `${text.slice(0, max - 1)}…` : text;
@@ -68,11 +102,12 @@ function buildParts(ctx, item) {
     g.attr("data-group", d.group);
     g.append("rect").attr("class", "gs-group-shadow").attr("x", 5).attr("y", 5).attr("width", b.w).attr("height", b.h).attr("rx", 8);
     g.append("rect").attr("class", "gs-body").attr("width", b.w).attr("height", b.h).attr("rx", 8);
-    const rel = grp.parent ? d.group.slice(grp.parent.length + 1) : d.group;
-    g.append("text").attr("class", "gs-group-name").attr("x", 10).attr("y", 18).text(short(`▸ ${rel}`, 24));
+    g.append("text").attr("class", "gs-group-name").attr("x", 10).attr("y", 18).text(short(`▸ ${groupLabel(model, d.group)}`, 24));
     g.append("title").text(`${d.group}: click to expand`);
-    g.append("text").attr("class", "gs-group-count").attr("x", 10).attr("y", 34).text(`${grp.size} nodes`);
-    g.append("text").attr("class", "gs-group-state").attr("x", 10).attr("y", 49);
+    // its facts at the step shown (paintGroup): what ran, saved tensors, its parameters' .grad norm
+    g.append("text").attr("class", "gs-group-count").attr("x", 10).attr("y", 35).text(`${grp.size} nodes`);
+    g.append("text").attr("class", "gs-group-saved").attr("x", 10).attr("y", 50);
+    g.append("text").attr("class", "gs-group-grad").attr("x", 10).attr("y", 65);
     g.on("click", () => on.onToggleGroup && on.onToggleGroup(d.group, true));
     g.on("keydown", (ev) => {
       if (ev.key === "Enter" || ev.key === " ") {
@@ -152,7 +187,10 @@ export function paintItem(ctx, item, step, sig) {
   const d = item.d;
   item.sig = sig;
   item.hooksSig = sig;
-  if (d.kind === "group") return paintGroup(ctx, item, ctx.signatures(step).groups.get(d.key));
+  if (d.kind === "group") {
+    const sigs = ctx.signatures(step);
+    return paintGroup(ctx, item, sigs.groups.get(d.key), sigs.modules.get(d.group));
+  }
   const n = model.nodes[d.id];
   const st = nodeStatus(model, step, n.id);
   const tensors = (step && st.alive && step.gradsOf.get(n.id)) || [];
@@ -268,7 +306,7 @@ function visibleText(el) {
   return out.join(" ");
 }
 
-function paintGroup(ctx, item, s) {
+function paintGroup(ctx, item, s, m) {
   const d = item.d;
   const g = select(item.el);
   g.classed("gs-absent", s.alive === 0)
@@ -277,16 +315,18 @@ function paintGroup(ctx, item, s) {
     .classed("gs-freed", s.withTensors > 0 && s.freed >= s.withTensors)
     .classed("gs-stale", s.stale > 0)
     .classed("gs-new", s.isNew > 0)
+    .classed("gs-nonfinite", m.nonfinite > 0)
     .attr("data-freed", s.withTensors > 0 && s.freed >= s.withTensors ? "true" : "false")
     .attr("data-executed", s.executed > 0 ? "true" : "false")
-    .attr("data-stale", s.stale > 0 ? "true" : "false");
-  const parts = [];
-  if (s.executed) parts.push(`${s.executed} ran`);
-  if (s.failed) parts.push("✕ failed");
-  if (s.withTensors) parts.push(s.freed ? `saved: ${s.freed}/${s.withTensors} freed` : `saved: ${s.withTensors} held`);
-  if (s.stale) parts.push(`${s.stale} stale`);
-  g.select("text.gs-group-state").text(parts.join(" · "));
-  g.attr("aria-label", `${visibleText(item.el)}. Module ${d.group}, ${ctx.model.groups.get(d.group).size} nodes${parts.length ? `, ${parts.join(", ")}` : ""}. Press Enter to expand.`);
+    .attr("data-stale", s.stale > 0 ? "true" : "false")
+    .attr("data-grad-norm", m.gradNorm === null ? null : String(m.gradNorm));
+  const lines = groupLines(m, s);
+  const w = (ctx.layout.items.get(d.key) || { w: 190 }).w;
+  const fit = (t) => short(t, Math.floor((w - 16) / 6.6));
+  g.select("text.gs-group-count").text(fit(lines.count));
+  g.select("text.gs-group-saved").text(fit(lines.saved));
+  g.select("text.gs-group-grad").text(fit(lines.grad));
+  g.attr("aria-label", `${visibleText(item.el)}. Module ${d.group}: ${lines.count}, saved tensors ${lines.saved.replace(/^saved /, "")}, gradient norm of its parameters ${lines.grad.replace(/^‖grad‖ /, "")}. Press Enter to expand.`);
 }
 
 function ariaFor(n, st, tensors) {

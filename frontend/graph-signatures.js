@@ -3,10 +3,11 @@
 // what they show. Computed from the model alone (no DOM), once per step and visible graph.
 
 import { fmtGrad, groupStatus, nodeStatus } from "./model.js";
+import { moduleStats } from "./module-stats.js";
 
 /**
  * A cache of stepSignatures for one graph view: signatures(model, vis, step) →
- * {items: Map(item key → sig), groups: Map(item key → groupStatus), edges: Map(edge key → sig),
+ * {items: Map(item key → sig), groups: Map(item key → groupStatus), modules: moduleStats, edges: Map(edge key → sig),
  *  flowKeys: Map(edge key → engine order of the gradient flowing along it)}.
  * model.step(i) objects are cached by the model, so a step keeps its signatures while its vis does.
  */
@@ -23,14 +24,15 @@ export function signatureCache() {
 
 export function stepSignatures(model, vis, step) {
   // a collapsed module's status walks all its members: kept for its paint
-  const s = { vis, items: new Map(), groups: new Map(), edges: new Map(), flowKeys: new Map() };
+  // and every module's facts at the step, in one pass (a collapsed module's box shows its own)
+  const s = { vis, items: new Map(), groups: new Map(), modules: moduleStats(model, step.index), edges: new Map(), flowKeys: new Map() };
   const changes = model.gradChanges(step.index);
   const dropped = new Set(step.dropped);
   for (const d of vis.items.values()) {
     if (d.kind === "group") {
       const gs = groupStatus(model, step, d.members);
       s.groups.set(d.key, gs);
-      s.items.set(d.key, groupSig(gs));
+      s.items.set(d.key, groupSig(gs, s.modules.get(d.group)));
     } else s.items.set(d.key, nodeSig(model, step, d.id, changes, dropped));
   }
   // the step's graph is the `next` of its alive nodes; gradient flowed along step.flow
@@ -67,8 +69,8 @@ function nodeSig(model, step, id, changes, dropped) {
   ].join(";");
 }
 
-function groupSig(s) {
-  return `${s.alive};${s.executed};${s.failed};${s.withTensors};${s.freed};${s.stale};${s.isNew}`;
+function groupSig(s, m) {
+  return `${s.alive};${s.executed};${s.failed};${s.withTensors};${s.freed};${s.stale};${s.isNew};${m.savedHeld};${m.savedFreed};${m.params};${m.gradNorm};${m.nonfinite}`;
 }
 
 /** The badge above a node: dropped / failed / stale / freed / retained / create_graph, or null. */

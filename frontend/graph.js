@@ -19,8 +19,21 @@ import { createHookWriter } from "./graph-hooks.js";
 
 export { prefersReducedMotion };
 
-/** The smallest scale Fit uses for a graph drawn whole: 11.5 px node text stays at 11 px. */
-export const MIN_READABLE = 11 / 11.5;
+/**
+ * The smallest scale a view is fitted at: 11.5 px node text shows at 10 px, a collapsed module's
+ * 13 px name at 11 px. A graph bigger than its pane at this scale is shown in part and panned
+ * (a big model opens at a summary of module boxes, model.js initialExpanded, so the part is telling).
+ */
+export const MIN_READABLE = 10 / 11.5;
+
+/** Pan and zoom in a straight line between two views [cx, cy, width] (d3's default zooms out mid-pan). */
+function interpolateView(a, b) {
+  return (t) => [a[0] + (b[0] - a[0]) * t, a[1] + (b[1] - a[1]) * t, a[2] + (b[2] - a[2]) * t];
+}
+
+function sameView(a, b) {
+  return Math.abs(a.k - b.k) < 1e-9 && Math.abs(a.x - b.x) < 1e-6 && Math.abs(a.y - b.y) < 1e-6;
+}
 
 function appendDefs(svg) {
   const defs = svg.append("defs");
@@ -110,6 +123,7 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup } = {})
 
   const zoomer = zoom()
     .scaleExtent([0.02, 3])
+    .interpolate(interpolateView)
     .on("zoom", (ev) => {
       viewport.attr("transform", ev.transform);
       if (ev.sourceEvent) view.userMoved = true;
@@ -153,6 +167,84 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup } = {})
     if (diff) flow.animate(step, diff, sigs.flowKeys);
   }
 
+  // The view a step gets while the user has not moved it is a function of the layout, the pane and
+  // the step alone (stepView), and every move goes to an absolute transform: an animated pan cut
+  // short by the next step ends where that step's own view is, however the steps were reached.
+  let focus = [];
+  function paneSize() {
+    if (ctx.size.width && ctx.size.height) return ctx.size;
+    const r = root.getBoundingClientRect();
+    return { width: r.width, height: r.height };
+  }
+
+  /** The fitted view: whole if it is legible, else the top left at a legible scale. */
+  function fitTransform() {
+    const { layout } = ctx;
+    const { width, height } = paneSize();
+    if (!layout || !width || !height) return null;
+    const pad = 24;
+    const top = 46; // below the toolbar
+    const bottom = 40; // above the Legend's button
+    const kw = (width - pad * 2) / Math.max(1, layout.width);
+    const kh = (height - bottom - top) / Math.max(1, layout.height);
+    // Fit the whole graph, but never below a readable scale (a small pane pans instead: drag, or
+    // the keyboard's focus on a node brings it into view).
+    const k = Math.min(1.5, Math.max(MIN_READABLE, Math.min(kw, kh)));
+    const w = layout.width * k;
+    const hgt = layout.height * k;
+    // centred when it fits; else from its left and top edges (a wide or tall graph is panned)
+    const x = w <= width - pad * 2 ? (width - w) / 2 : pad;
+    const y = hgt <= height - top - bottom ? top + (height - top - bottom - hgt) / 2 : top;
+    return zoomIdentity.translate(x, y).scale(k);
+  }
+
+  /** The view of the step shown: the fitted one, panned to the step's first item if none is in it. */
+  function stepView() {
+    const t = fitTransform();
+    const { vis, layout } = ctx;
+    if (!t || !vis || !focus.length) return t;
+    const { width, height } = paneSize();
+    const boxes = focus.map((id) => layout.items.get(vis.rep[id])).filter(Boolean);
+    const inView = (b) => t.applyX(b.x) >= 0 && t.applyY(b.y) >= 0 && t.applyX(b.x + b.w) <= width && t.applyY(b.y + b.h) <= height;
+    if (!boxes.length || boxes.some(inView)) return t;
+    const b = boxes[0];
+    return zoomIdentity.translate(width / 2 - (b.x + b.w / 2) * t.k, height / 2 - (b.y + b.h / 2) * t.k).scale(t.k);
+  }
+
+  let target = null; // the transform the view is moving to (or is at)
+  function moveTo(t, duration) {
+    if (!t) return;
+    zoomer.scaleExtent([Math.min(0.02, t.k), 3]);
+    const now = zoomTransform(svg.node());
+    if (target && sameView(t, target) && sameView(t, now)) return;
+    target = t;
+    svg.interrupt();
+    if (duration && !prefersReducedMotion()) svg.transition().duration(duration).call(zoomer.transform, t);
+    else svg.call(zoomer.transform, t);
+  }
+
+  // Expanding or collapsing a module keeps it where it was on screen: the toggled box (or frame)
+  // keeps its top-left corner, at the same scale.
+  let anchor = null;
+  const toggle = ctx.on.onToggleGroup;
+  ctx.on.onToggleGroup = (id, open) => {
+    const box = ctx.layout && (open ? ctx.layout.items.get(`g:${id}`) : ctx.layout.frames.get(id));
+    const t = zoomTransform(svg.node());
+    anchor = box ? { id, open, sx: t.applyX(box.x), sy: t.applyY(box.y), k: t.k } : null;
+    return toggle && toggle(id, open);
+  };
+  function keepAnchor() {
+    const a = anchor;
+    anchor = null;
+    if (!a || !ctx.layout) return;
+    const box = a.open ? ctx.layout.frames.get(a.id) : ctx.layout.items.get(`g:${a.id}`);
+    if (!box) return;
+    view.userMoved = true; // the user is looking here now: stepping does not move it away
+    target = zoomIdentity.translate(a.sx - box.x * a.k, a.sy - box.y * a.k).scale(a.k);
+    svg.interrupt();
+    svg.call(zoomer.transform, target);
+  }
+
   const view = {
     svg: svg.node(),
     userMoved: false,
@@ -178,6 +270,7 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup } = {})
       }
       view.select(selected);
       view.link([]);
+      keepAnchor();
       culler.cull();
       if (ctx.current) paint(ctx.current, null);
     },
@@ -197,51 +290,24 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup } = {})
       layers.nodes.selectAll("g.gs-item").classed("gs-linked", (d) => linked.has(d.key));
       svg.classed("gs-has-linked", linked.size > 0);
     },
+    /** Back to the step's own view (the fitted one; see stepView). */
     fit(duration = 0) {
-      const { layout } = ctx;
-      if (!layout) return;
+      if (!ctx.layout) return;
       view.userMoved = false;
-      const { width, height } = root.getBoundingClientRect();
-      if (!width || !height) return;
-      const pad = 24;
-      const top = 46; // below the toolbar
-      const bottom = 40; // above the Legend's button
-      const kw = (width - pad * 2) / Math.max(1, layout.width);
-      const kh = (height - bottom - top) / Math.max(1, layout.height);
-      // Fit the whole graph, but never below a readable scale: node text stays at ~11 px or more
-      // (a small pane pans instead: drag, or the keyboard's focus on a node brings it into view).
-      // A big graph (a whole model, collapsed by module) is fitted whole, as an overview.
-      const readable = isBig(ctx.vis) ? Math.min(0.6, kw) : MIN_READABLE;
-      const k = Math.min(1.5, Math.max(readable, Math.min(kw, kh)));
-      const kk = Math.max(k, 0.02);
-      zoomer.scaleExtent([Math.min(0.02, kk), 3]);
-      const w = layout.width * kk;
-      const hgt = layout.height * kk;
-      // centred when it fits; else from its left and top edges (a wide or tall graph is panned)
-      const x = w <= width - pad * 2 ? (width - w) / 2 : pad;
-      const y = hgt <= height - top - bottom ? top + (height - top - bottom - hgt) / 2 : top;
-      const t = zoomIdentity.translate(x, y).scale(kk);
-      if (duration && !prefersReducedMotion()) svg.transition().duration(duration).call(zoomer.transform, t);
-      else svg.call(zoomer.transform, t);
+      moveTo(stepView(), duration);
     },
     zoomBy(f) {
       svg.transition().duration(prefersReducedMotion() ? 0 : 200).call(zoomer.scaleBy, f);
     },
     /**
-     * A graph bigger than its pane (shown at a readable scale, not shrunk): when none of the step's
-     * nodes `ids` is in view, pan to the first. Reads only the size a ResizeObserver measured.
+     * A graph bigger than its pane (shown at a readable scale, not shrunk): the step's nodes `ids`
+     * are its focus; when none is in the fitted view, the view pans to the first (stepView). Reads
+     * only the size a ResizeObserver measured.
      */
     follow(ids) {
-      const { vis, layout } = ctx;
-      if (!vis || !layout || !ids.length || view.userMoved) return;
-      const { width, height } = ctx.size;
-      if (!width || !height) return;
-      const t = zoomTransform(svg.node());
-      const boxes = ids.map((id) => layout.items.get(vis.rep[id])).filter(Boolean);
-      const inView = (b) => t.applyX(b.x) >= 0 && t.applyY(b.y) >= 0 && t.applyX(b.x + b.w) <= width && t.applyY(b.y + b.h) <= height;
-      if (!boxes.length || boxes.some(inView)) return;
-      const b = boxes[0];
-      svg.transition().duration(prefersReducedMotion() ? 0 : 250).call(zoomer.translateTo, b.x + b.w / 2, b.y + b.h / 2);
+      focus = ids;
+      if (!ctx.vis || !ctx.layout || view.userMoved || !ctx.size.width || !ctx.size.height) return;
+      moveTo(stepView(), 250);
     },
     /** Pan so that a node is in view (keyboard selection, inspector links). */
     reveal(id) {

@@ -25,7 +25,7 @@ export const G = {
   padY: 6,
   minW: 104,
   groupW: 190,
-  groupH: 58,
+  groupH: 72, // a collapsed module: its name and three lines of facts
   framePad: 12,
   frameHead: 22,
   nodesep: 18,
@@ -167,10 +167,12 @@ function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = 
     const sizes = [...c.items.map(sizeOfItem), ...c.frames.map((f) => [results.get(f).w, results.get(f).h])];
     const index = new Map(keys.map((k, i) => [k, i]));
     const local = c.edges.map((e) => [index.get(e.from), index.get(e.to)]);
-    const shapeKey = `${id === "" ? "root" : "box"}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
+    // only module boxes (a model's repeated blocks): a long chain of them wraps into rows
+    const boxes = c.frames.length === 0 && c.items.every((i) => i.kind === "group");
+    const shapeKey = `${id === "" ? "root" : "box"}|${boxes}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
     let shape = shapes.get(shapeKey);
     if (!shape) {
-      shape = yield* layoutShape(sizes, local, id === "", shapes);
+      shape = yield* layoutShape(sizes, local, id === "", shapes, boxes);
       shapes.set(shapeKey, shape);
     }
     const pos = new Map(keys.map((k, i) => [k, shape.pos[i]]));
@@ -312,6 +314,51 @@ function extent(pos) {
   return { minX, minY, maxX, maxY };
 }
 
+export const CHAIN = { min: 5, cols: 3, gapX: 20, gapY: 24 };
+
+/**
+ * A chain of at least CHAIN.min boxes of one size (a model's repeated blocks,
+ * collapsed), laid out in rows of CHAIN.cols that turn back at each end (row 2
+ * runs right to left, under the end of row 1), so a summary of a deep model is
+ * as wide as it is tall instead of a strip. Null for any other shape.
+ */
+export function chainRows(sizes, edges) {
+  const n = sizes.length;
+  if (n < CHAIN.min || sizes.some(([w, h]) => w !== sizes[0][0] || h !== sizes[0][1])) return null;
+  const next = new Array(n).fill(-1);
+  const into = new Array(n).fill(0);
+  for (const [a, b] of edges) {
+    if (a === b || next[a] === b) continue;
+    if (next[a] !== -1) return null;
+    next[a] = b;
+    into[b]++;
+  }
+  const start = into.indexOf(0);
+  if (start < 0 || into.some((k) => k > 1)) return null;
+  const order = [];
+  for (let i = start; i !== -1 && order.length <= n; i = next[i]) order.push(i);
+  if (order.length !== n) return null;
+  const [w, h] = sizes[0];
+  const cols = Math.min(CHAIN.cols, n);
+  const pos = new Array(n);
+  order.forEach((i, k) => {
+    const row = Math.floor(k / cols);
+    const col = row % 2 ? cols - 1 - (k % cols) : k % cols;
+    pos[i] = { x: col * (w + CHAIN.gapX), y: row * (h + CHAIN.gapY), w, h };
+  });
+  // along a row: side to side; at a turn: bottom to top
+  const points = edges.map(([a, b]) => {
+    const p = pos[a];
+    const q = pos[b];
+    if (p.y === q.y) {
+      const right = q.x > p.x;
+      return [[right ? p.x + w : p.x, p.y + h / 2], [right ? q.x : q.x + w, q.y + h / 2]];
+    }
+    return [[p.x + w / 2, p.y + h], [q.x + w / 2, q.y]];
+  });
+  return { pos, points };
+}
+
 /** One container's children laid out: dagre per band, bands stacked and centred. */
 function* bandedBoxes(sizes, edges, memo) {
   const bands = splitBands(sizes.length, edges);
@@ -363,8 +410,8 @@ function* bandedBoxes(sizes, edges, memo) {
 }
 
 /** A container's children as boxes (top-left) and routed edges by index, inside its frame. */
-function* layoutShape(sizes, edges, isRoot, memo) {
-  const { pos, points: raw } = yield* bandedBoxes(sizes, edges, memo);
+function* layoutShape(sizes, edges, isRoot, memo, boxes = false) {
+  const { pos, points: raw } = (boxes && chainRows(sizes, edges)) || (yield* bandedBoxes(sizes, edges, memo));
   const pad = isRoot ? 0 : G.framePad;
   const head = isRoot ? 0 : G.frameHead;
   const { minX, minY, maxX, maxY } = extent(pos);

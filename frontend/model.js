@@ -551,25 +551,34 @@ export function savedBytesSeries(model) {
  * down, while the number of visible items stays within `budget`. A module with a
  * single child module and no nodes of its own opens with its parent (chains
  * like model → model.layers are not worth a click).
+ *
+ * A model bigger than `budget` nodes opens at a summary: modules without
+ * submodules stay boxes (their nodes are the detail), and levels open while at
+ * most `summary` items show: a transformer's blocks, a ResNet's stages, each a
+ * box with its facts, legible at once; a click opens one.
  */
-export function initialExpanded(model, budget = 120) {
+export function initialExpanded(model, budget = 120, summary = 40) {
+  const big = model.nodes.length > budget;
+  const limit = big ? Math.min(budget, summary) : budget;
   const expanded = new Set();
   let level = [...model.rootGroups];
   let visible = model.rootNodes.length + level.length;
   while (level.length) {
+    const open = big ? level.filter((id) => model.groups.get(id).groups.length > 0) : level;
+    if (!open.length) break;
     const next = [];
     let added = 0;
-    for (const id of level) {
+    for (const id of open) {
       const g = model.groups.get(id);
       added += g.nodes.length + g.groups.length - 1;
       next.push(...g.groups);
     }
-    const chain = level.every((id) => {
+    const chain = open.length === level.length && level.every((id) => {
       const g = model.groups.get(id);
       return g.groups.length === 1 && g.nodes.length === 0;
     });
-    if (visible + added > budget && !chain) break;
-    for (const id of level) expanded.add(id);
+    if (visible + added > limit && !chain) break;
+    for (const id of open) expanded.add(id);
     visible += added;
     level = next;
   }
