@@ -552,8 +552,8 @@ export function savedBytesSeries(model) {
  * single child module and no nodes of its own opens with its parent (chains
  * like model → model.layers are not worth a click).
  *
- * A model bigger than `budget` nodes opens at a summary: modules without
- * submodules stay boxes (their nodes are the detail), and levels open while at
+ * A model bigger than `budget` nodes opens at a summary: modules with fewer
+ * than three submodules stay boxes (their nodes are the detail), and levels open while at
  * most `summary` items show: a transformer's blocks, a ResNet's stages, each a
  * box with its facts, legible at once; a click opens one.
  */
@@ -564,7 +564,9 @@ export function initialExpanded(model, budget = 120, summary = 40) {
   let level = [...model.rootGroups];
   let visible = model.rootNodes.length + level.length;
   while (level.length) {
-    const open = big ? level.filter((id) => model.groups.get(id).groups.length > 0) : level;
+    // in a summary, a module opens when it holds several submodules (a stage of two blocks is one box)
+    const opens = (g) => g.groups.length >= 3 || (g.groups.length === 1 && g.nodes.length === 0);
+    const open = big ? level.filter((id) => opens(model.groups.get(id))) : level;
     if (!open.length) break;
     const next = [];
     let added = 0;
