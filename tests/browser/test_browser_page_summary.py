@@ -116,7 +116,9 @@ def test_expanding_a_block_keeps_it_where_it_was_and_lays_out_only_it_and_its_an
         app.close()
 
 
-def test_stepping_with_the_keyboard_through_animated_pans_ends_at_the_view_jumping_there_gives(browser, server):
+def test_stepping_with_the_keyboard_through_animated_pans_ends_at_the_view_jumping_there_gives(
+    browser, server
+):
     app = Page(browser, server, viewport={"width": 1400, "height": 900})  # animations on
     try:
         app.open()
