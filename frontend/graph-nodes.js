@@ -102,7 +102,7 @@ function buildParts(ctx, item) {
     g.attr("data-group", d.group);
     g.append("rect").attr("class", "gs-group-shadow").attr("x", 5).attr("y", 5).attr("width", b.w).attr("height", b.h).attr("rx", 8);
     g.append("rect").attr("class", "gs-body").attr("width", b.w).attr("height", b.h).attr("rx", 8);
-    g.append("text").attr("class", "gs-group-name").attr("x", 10).attr("y", 18).text(short(`▸ ${groupLabel(model, d.group)}`, 24));
+    g.append("text").attr("class", "gs-group-name").attr("x", 10).attr("y", 18).text(short(`▸ ${groupLabel(model, d.group)}`, Math.floor((b.w - 16) / 7.8)));
     g.append("title").text(`${d.group}: click to expand`);
     // its facts at the step shown (paintGroup): what ran, saved tensors, its parameters' .grad norm
     g.append("text").attr("class", "gs-group-count").attr("x", 10).attr("y", 35).text(`${grp.size} nodes`);

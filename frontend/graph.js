@@ -20,11 +20,11 @@ import { createHookWriter } from "./graph-hooks.js";
 export { prefersReducedMotion };
 
 /**
- * The smallest scale a view is fitted at: 11.5 px node text shows at 10 px, a collapsed module's
- * 13 px name at 11 px. A graph bigger than its pane at this scale is shown in part and panned
- * (a big model opens at a summary of module boxes, model.js initialExpanded, so the part is telling).
+ * The smallest scale a view is fitted at: 11.5 px node text stays at 11 px (a collapsed module's
+ * name at 12.4 px). A graph bigger than its pane at this scale is shown in part and panned (a big
+ * model opens at a summary of module boxes, model.js initialExpanded, so the part is telling).
  */
-export const MIN_READABLE = 10 / 11.5;
+export const MIN_READABLE = 11 / 11.5;
 
 /** Pan and zoom in a straight line between two views [cx, cy, width] (d3's default zooms out mid-pan). */
 function interpolateView(a, b) {

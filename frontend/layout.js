@@ -24,7 +24,7 @@ export const G = {
   accRow: 15,
   padY: 6,
   minW: 104,
-  groupW: 190,
+  groupW: 176,
   groupH: 72, // a collapsed module: its name and three lines of facts
   framePad: 12,
   frameHead: 22,
@@ -314,7 +314,7 @@ function extent(pos) {
   return { minX, minY, maxX, maxY };
 }
 
-export const CHAIN = { min: 5, cols: 3, gapX: 20, gapY: 24 };
+export const CHAIN = { min: 5, cols: 3, gapX: 16, gapY: 16 };
 
 /**
  * A chain of at least CHAIN.min boxes of one size (a model's repeated blocks,
