@@ -557,7 +557,7 @@ export function savedBytesSeries(model) {
  * most `summary` items show: a transformer's blocks, a ResNet's stages, each a
  * box with its facts, legible at once; a click opens one.
  */
-export function initialExpanded(model, budget = 120, summary = 40) {
+export function initialExpanded(model, budget = 120, summary = 64) {
   const big = model.nodes.length > budget;
   const limit = big ? Math.min(budget, summary) : budget;
   const expanded = new Set();

@@ -8,15 +8,15 @@ import { buildModel, initialExpanded, visibleGraph } from "../../frontend/model.
 import { CHAIN, G, chainRows, layoutGraph } from "../../frontend/layout.js";
 import { groupLines } from "../../frontend/graph-nodes.js";
 
-/** A transformer-like trace: `layers` blocks of `perBlock` ops in four submodules, then a loss. */
+/** A transformer-like trace: `layers` blocks of `perBlock` ops in four submodules and the block's own (the residual adds), then a loss. */
 function transformer(layers, perBlock = 12) {
   const nodes = [];
   let prev = null;
-  const subs = ["ln_1", "attn", "ln_2", "mlp"];
+  const subs = [".ln_1", ".attn", "", ".ln_2", ".mlp", ""];
   for (let b = 0; b < layers; b++) {
     for (let k = 0; k < perBlock; k++) {
       const id = nodes.length;
-      nodes.push({ id, op: "AddBackward0", step: 0, line: 3, module: `model.h.${b}.${subs[k % 4]}`, next: prev === null ? [] : [prev] });
+      nodes.push({ id, op: "AddBackward0", step: 0, line: 3, module: `model.h.${b}${subs[k % 6]}`, next: prev === null ? [] : [prev] });
       prev = id;
     }
   }
