@@ -13,7 +13,7 @@ import { h } from "./dom.js";
 import { fmtGrad, gradValues } from "./model.js";
 import { fmtNumber, fmtValues } from "./printing.js";
 import {
-  ERROR_CHOICES, TOLERANCE_TEXT, asksNorm, checkError, checkFreed, checkGrad, freedCandidates, nodeLabel, parseGradAnswer,
+  commentQuestions, ERROR_CHOICES, TOLERANCE_TEXT, asksNorm, checkError, checkFreed, checkGrad, freedCandidates, nodeLabel, parseGradAnswer,
   planExercise, summarize, truthOf,
 } from "./exercise-spec.js";
 
@@ -25,7 +25,8 @@ const jsonValues = (v) => (Array.isArray(v) ? v.map(jsonValues) : jsonNumber(v))
 /**
  * createExercise(host, { predict, code, post, toggle }) → exercise
  * host: where the card and badge go (the top of the graph column). code: the editor (the call's
- * line is marked while asking). post(msg): where events go. toggle: show a switch to turn it off.
+ * line is marked while asking). post(msg): where events go. toggle: a switch to turn it off (and on),
+ * shown where the code has `# predict:` comments; onToggle(on): it was switched.
  * exercise.attach(viewer) after the viewer exists; the viewer's options take exercise.onTrace and
  * exercise.gate.
  */
@@ -71,7 +72,9 @@ export function createExercise(host, { predict = null, code = null, post = () =>
       if (!byStep.has(q.step)) byStep.set(q.step, []);
       byStep.get(q.step).push(q);
     }
-    host.hidden = !plan.on && !(toggle && model);
+    // the switch shows where the snippet carries its exercise (# predict: comments)
+    switchRow.hidden = !(toggle && model && commentQuestions(model.trace.code).byLine.size > 0);
+    host.hidden = !plan.on && switchRow.hidden;
     errorsEl.replaceChildren(...plan.errors.map((e) => h("p", { class: "gs-ex-error" }, e)));
     errorsEl.hidden = !plan.errors.length;
     markTimeline();
@@ -440,6 +443,11 @@ export function createExercise(host, { predict = null, code = null, post = () =>
       ready = true;
       markTimeline();
       renderBadge();
+    },
+    /** The option the next trace is planned with (no redraw). */
+    configure(p) {
+      option = p;
+      switchBox.checked = Boolean(p);
     },
     /** Another option (the app's switch): asks again from the first step. */
     setOption(p) {
