@@ -205,7 +205,7 @@ export function createExercise(host, { predict = null, code = null, post = () =>
         input,
         h("p", { class: "gs-ex-hint", id: hintId },
           `${norm ? "One number" : "A number, a list ([1, 2]; nested for 2-D)"} or None; ${TOLERANCE_TEXT}.`,
-          before ? ` Before the call: ${fmtGrad(before.grad)}.` : ""),
+          before ? ` Before the call it is ${fmtGrad(before.grad)}` : ""),
       );
     }
     if (q.kind === "freed") {
