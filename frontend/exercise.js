@@ -155,6 +155,10 @@ export function createExercise(host, { predict = null, code = null, post = () =>
   }
 
   function openCard(step, focus = true) {
+    if (asking === step && showing === "questions" && !card.hidden) {
+      if (focus) card.focus({ preventScroll: true }); // asked again (a key on the card): keep what was typed
+      return;
+    }
     asking = step;
     showing = "questions";
     const qs = byStep.get(step);
@@ -434,7 +438,6 @@ export function createExercise(host, { predict = null, code = null, post = () =>
     },
     onTrace(m) {
       model = m;
-      ready = false;
       replan();
     },
     gate,
