@@ -237,3 +237,10 @@ test("the summary counts first answers; a skipped question is not answered", () 
   const results = new Map([["a", { firstCorrect: true }], ["b", { firstCorrect: false }], ["c", { skipped: true }]]);
   assert.deepEqual(summarize(qs, results), { answered: 2, correct: 1, skipped: 1, total: 4 });
 });
+
+test("a .grad too big to carry its values is asked for its norm", () => {
+  const big = { shape: [10, 10], dtype: "float32", has_grad_fn: false, norm: 12.5 };
+  const steps = X7.steps.map((s) => (s.index === 1 ? { ...s, tensors: s.tensors.map((t) => ({ ...t, shape: [10, 10], grad: big })) } : s));
+  const m = buildModel({ ...X7, steps });
+  assert.deepEqual(truthOf(m, { step: 1, kind: "grad", tensor: "x" }), { norm: 12.5, numel: 100, shape: [10, 10] });
+});
