@@ -335,6 +335,7 @@ def test_the_app_turns_the_exercise_on_for_predict_comments_and_its_switch_turns
         app.page.click(".gs-stepper button[aria-label^='Last step']")
         card_open(app.page)
         assert step_of(app.page) == call_steps[0] - 1
+        assert serious(app.page) == []
         app.page.uncheck(".gs-ex-switch")
         app.page.click(".gs-stepper button[aria-label^='Last step']")
         app.page.wait_for_function(
