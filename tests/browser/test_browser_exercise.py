@@ -383,3 +383,41 @@ def test_the_card_fits_a_phone_without_horizontal_scrolling(browser, server):
         assert not math.isnan(box["height"])
     finally:
         tab.close()
+
+
+# ---------------------------------------------------------------- the notebook widget
+
+WIDGET_HOST = """async ([esm, body]) => {
+  const mod = await import(URL.createObjectURL(new Blob([esm], { type: "text/javascript" })));
+  const state = { ...body };
+  const model = { get: (k) => state[k], set() {}, on() {}, off() {} };
+  const el = document.createElement("div");
+  document.body.append(el);
+  await mod.default.render({ model, el });
+  const root = el.querySelector(".gradstep-widget-host").shadowRoot;
+  root.querySelector(".gs-next").click();
+  await new Promise((r) => setTimeout(r, 100));
+  const card = root.querySelector(".gs-ex-card:not([hidden]) .gs-ex-label");
+  return [Number(root.querySelector(".gs-stepper").dataset.step), card ? card.textContent : null];
+}"""
+
+
+@pytest.mark.parametrize(("predict", "asks"), [("x.grad", True), ("", False)])
+def test_the_widget_asks_when_its_predict_trait_says_so(browser, server, site, predict, asks):
+    from gradstep.notebook import widget_esm
+
+    trace = httpx.post(
+        f"{server}/api/trace", json={"code": CODE.replace("  # predict:", "  # note:")}, timeout=60
+    ).json()
+    ctx = browser.new_context()
+    try:
+        page = ctx.new_page()
+        (site.root / "notebook.html").write_text("<!doctype html><title>notebook</title>", encoding="utf-8")
+        page.goto(f"{site.base}/notebook.html")
+        step, label = page.evaluate(WIDGET_HOST, [widget_esm(), {"trace": trace, "predict": predict}])
+        if asks:
+            assert (step, label) == (0, "x.grad after this call")
+        else:
+            assert (step, label) == (1, None)
+    finally:
+        ctx.close()
