@@ -11,6 +11,8 @@ import { createRunStatus } from "./run-status.js";
 import { createExamples, isStillExample } from "./examples.js";
 import { installThemeButton } from "./theme.js";
 import { exposeApp, runFinished, runTiming, traceStatus } from "./testing.js";
+import { createExercise } from "./exercise.js";
+import { commentQuestions } from "./exercise-spec.js";
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -49,10 +51,28 @@ const editor = createEditor($("#gs-editor"), {
   },
 });
 
+// The exercise mode: on for code that carries its questions (`# predict:` comments), with a switch
+// to turn it off (and on again); the page is not framed, so its answers stay in it.
+let exerciseWanted = true;
+const exercise = createExercise(document.createElement("div"), {
+  code: editor,
+  toggle: true,
+  onToggle: (on) => {
+    exerciseWanted = on;
+    exercise.setOption(on ? "code" : null);
+  },
+});
 const viewer = createViewer($("#gs-viewer"), {
   code: editor,
   slots: { stepper: $("#gs-stepper"), graph: $("#gs-graph"), panels: $("#gs-panels") },
+  onTrace: (m) => {
+    exercise.configure(exerciseWanted && commentQuestions(m.trace.code).byLine.size > 0 ? "code" : null);
+    exercise.onTrace(m);
+  },
+  gate: exercise.gate,
 });
+$("#gs-graph").prepend(exercise.el);
+exercise.attach(viewer);
 // diagnoses of the last run, and the side-by-side view "Apply fix" opens
 let currentTrace = null;
 const diagnoses = createDiagnoses($("#gs-diagnoses"), {
@@ -107,7 +127,7 @@ async function applyFix(fix) {
   }
 }
 
-exposeApp({ viewer, editor, run, pick, compare, applyFix });
+exposeApp({ viewer, editor, run, pick, compare, applyFix, exercise });
 
 // keyboard: ←/→, Home/End, space anywhere outside the editor and form fields
 document.addEventListener("keydown", (ev) => {
@@ -166,6 +186,7 @@ async function run() {
     lastRunCode = code;
     document.body.classList.remove("gs-edited");
     await viewer.setTrace(trace);
+    exercise.settled();
     const rendered = performance.now();
     runTiming(seq, { t0, arrived, rendered, nodes: (trace.nodes || []).length });
     traceStatus(trace.status);

@@ -1,7 +1,8 @@
 // The /embed page: one stepper with minimal chrome, for an <iframe> on a course page.
 //
 // Parameters (query, overridden by the fragment; docs/embed.md): snippet=NAME or #code=<c>,
-// step (from 0, clamped), theme=light|dark|auto, editor=hidden|readonly|editable, autoplay=1.
+// step (from 0, clamped), theme=light|dark|auto, editor=hidden|readonly|editable, autoplay=1,
+// predict=SPEC (the exercise: its answers go to the framing page only, through the messenger).
 // Bad parameters get a readable message in the frame (and a gradstep:error message to the parent),
 // never a blank frame. Framed, no document-wide key handlers: keys work once the stepper has focus, so
 // the frame never takes keys from the page around it; opened on its own, the stepper is the page and
@@ -150,6 +151,8 @@ async function start() {
     // Apply fix: the fix's run, which the server kept when it verified the fix
     runFix: (fixCode) => runTrace(fixCode),
     pageKeys: window.parent === window, // opened on its own, not framed
+    predict: opts.predict,
+    post: (msg) => messenger.post(msg), // the exercise's answers: to the framing page, as the step messages
   });
   if (editable) {
     $("#gs-frame-editbar").hidden = false;

@@ -21,6 +21,7 @@ import { createCompare } from "./compare.js";
 import { fixLineMap } from "./align.js";
 import { rowsOf } from "./columns.js";
 import { h } from "./dom.js";
+import { createExercise } from "./exercise.js";
 
 export const NARROW = 720; // px of the embed's own width: below it one column, the code folded
 export const PHONE = 480; // below it a shorter graph
@@ -32,6 +33,11 @@ function ensureStyles() {
   link.rel = "stylesheet";
   link.href = href;
   document.head.append(link);
+}
+
+/** The exercise's events, by default: to the page that frames this one, and nowhere else. */
+function postToParent(msg) {
+  if (window.parent !== window) window.parent.postMessage(msg, "*");
 }
 
 /** The layout classes for a width: "gs-embed-narrow" and "gs-embed-phone" (pure, for tests). */
@@ -52,10 +58,14 @@ export function widthClasses(width) {
  * pageKeys: the stepper is the page (opened on its own, not framed): a key on the page's body goes to
  *   it before it is clicked, and the page does not scroll on End, → or space instead. A framed
  *   stepper never takes keys from the page around it.
+ * predict: the exercise mode (exercise.js): a spec ("x.grad, freed, error"), true or "code" (the
+ *   snippet's `# predict:` comments, else a default set at every call); absent/false: off.
+ * post(msg): where the exercise's `gradstep:answer`/`gradstep:exercise` events go; by default, framed,
+ *   to window.parent (the framing page) and nowhere else. Each is also a `gs-answer` event on `el`.
  * Returns the viewer: setStep(i), next(), prev(), play(), stop(), step, editor, compare, destroy().
  */
 export async function render({ trace, el, step = 0, theme = "auto", code = true, panels = true, styles = true,
-  editable = false, onRun = null, onStep = null, diagnoses: showDiagnoses = true, runFix = null, pageKeys = false }) {
+  editable = false, onRun = null, onStep = null, diagnoses: showDiagnoses = true, runFix = null, pageKeys = false, predict = null, post = null }) {
   if (!el) throw new Error("render: `el` is required");
   if (styles) ensureStyles();
   el.replaceChildren();
@@ -95,8 +105,14 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
   const editor = createEditor(codeEl, {
     doc: trace.code || "", readOnly: !code || !editable, onRun, onHoverLine: (line) => viewer && viewer.hoverLine(line), label: "Snippet code",
   });
-  viewer = createViewer(el, { code: editor, onStep, slots: { stepper: stepperEl, graph: graphEl, panels: panelsEl } });
+  const exercise = createExercise(h("div"), { predict, code: editor, post: post || postToParent });
+  viewer = createViewer(el, {
+    code: editor, onStep, slots: { stepper: stepperEl, graph: graphEl, panels: panelsEl }, onTrace: exercise.onTrace, gate: exercise.gate,
+  });
+  graphEl.prepend(exercise.el); // the card above the narration and the graph
+  exercise.attach(viewer);
   viewer.editor = editor;
+  viewer.exercise = exercise;
 
   // ---------------------------------------------------------------- diagnoses and Apply fix
   let shown = rowsOf(trace); // the trace the single view shows (the diagnoses are its), as rows: compare.js reads those
@@ -203,5 +219,6 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
   el.tabIndex = el.tabIndex >= 0 ? el.tabIndex : 0; // ←/→, Home/End, space once focused
   el.setAttribute("aria-label", el.getAttribute("aria-label") || "gradstep: autograd steps");
   await viewer.setTrace(trace, { step });
+  exercise.settled();
   return viewer;
 }

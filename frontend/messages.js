@@ -1,7 +1,8 @@
 // The frame's side of the postMessage API (docs/embed.md).
 //
 // Out, to the parent: {type:"gradstep:ready", steps, step}, {type:"gradstep:step", step, steps},
-// {type:"gradstep:error", message}, and the height in the shapes hosts already listen for:
+// {type:"gradstep:error", message}, the exercise's {type:"gradstep:answer", version:1, …} and
+// {type:"gradstep:exercise", version:1, …} (exercise.js, posted through `post` below), and the height in the shapes hosts already listen for:
 // {context:"iframe.resize", height, src} (Embedly/Observable hosts) and
 // {subject:"lti.frameResize", height} (Canvas LMS).
 // In, from the parent: {type:"gradstep:goto", step}, {type:"gradstep:play"}, {type:"gradstep:pause"}.

@@ -2,7 +2,8 @@
 //
 // code=<c>: c = base64url without padding of the raw DEFLATE stream of the UTF-8 code — the
 // same codec as server/gradstep/permalink.py, so links decode on both sides.
-// Embed URL: /embed?snippet=NAME&step=N&theme=light|dark|auto&editor=hidden|readonly|editable&autoplay=1,
+// Embed URL: /embed?snippet=NAME&step=N&theme=light|dark|auto&editor=hidden|readonly|editable&autoplay=1
+// &predict=SPEC (the exercise mode: exercise-spec.js; `predict` alone or predict=1: the code's comments),
 // code in the fragment (/embed#code=<c>&step=3): fragment parameters override query ones.
 
 export const MAX_CODE_BYTES = 64 * 1024; // the API's limit: longer code could never run
@@ -13,6 +14,7 @@ export const MAX_ENCODED = 90_000;
 const INFLATE_CHUNK = 1024; // compressed bytes fed at a time: each inflates to at most ~1 MB
 export const THEMES = ["light", "dark", "auto"];
 export const EDITOR_MODES = ["hidden", "readonly", "editable"];
+export const MAX_PREDICT = 500; // characters of an exercise spec (exercise-spec.js MAX_SPEC)
 
 function toBase64Url(bytes) {
   let s = "";
@@ -95,13 +97,15 @@ export function urlParams(href) {
 }
 
 /**
- * Validate embed parameters. Returns {snippet, code, step, theme, editor, autoplay, errors}:
+ * Validate embed parameters. Returns {snippet, code, step, theme, editor, autoplay, predict, errors}:
+ * `predict` is null (no exercise), "code" (`predict` given empty) or the spec as given: its grammar
+ * is checked by the exercise, which says what is wrong above the graph while the page steps as usual.
  * `code` is still compressed (decode it with decodeCode); errors are readable sentences.
  * `step` is a non-negative integer, clamped later to the trace's steps.
  */
 export function embedOptions(params, snippetNames = null) {
   const errors = [];
-  const out = { snippet: null, code: null, step: 0, theme: "auto", editor: "readonly", autoplay: false, errors };
+  const out = { snippet: null, code: null, step: 0, theme: "auto", editor: "readonly", autoplay: false, predict: null, errors };
   if (params.code != null) {
     if (params.code.length > MAX_ENCODED) errors.push(`The code in this link is too long (${params.code.length} characters; at most ${MAX_ENCODED}).`);
     else out.code = params.code;
@@ -124,6 +128,12 @@ export function embedOptions(params, snippetNames = null) {
   if (params.editor != null) {
     if (EDITOR_MODES.includes(params.editor)) out.editor = params.editor;
     else errors.push(`Unknown editor mode “${params.editor.slice(0, 20)}”: use ${EDITOR_MODES.join(", ")}.`);
+  }
+  if (params.predict != null) {
+    const p = params.predict.trim();
+    if (p.length > MAX_PREDICT) errors.push(`The exercise in this link (predict=) is too long (${p.length} characters; at most ${MAX_PREDICT}).`);
+    else if (/[\n\r]/.test(p)) errors.push("The exercise in this link (predict=) is one line: questions separated by commas.");
+    else out.predict = p === "" ? "code" : p;
   }
   if (params.autoplay != null) out.autoplay = ["1", "true", "yes", ""].includes(params.autoplay);
   return out;

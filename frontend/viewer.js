@@ -49,6 +49,10 @@ function layoutInput(model) {
  * options.code: the code pane (editor.js): showStep({current, linked, errors}, line)
  * options.slots: { stepper, graph, panels } — elements to build into (defaults: inside el)
  * options.onStep(i), options.workerUrl
+ * options.onTrace(model): a new trace's model, before its first step is shown
+ * options.gate(from, to) → the step a move from `from` to `to` may reach (the exercise asks before
+ *   a call is shown: exercise.js); a move it holds back stops Play
+ * viewer.picking = (id) => …: while set, choosing a node (click, Enter/Space) also calls it
  */
 export function createViewer(el, options = {}) {
   const code = options.code || null;
@@ -176,6 +180,7 @@ export function createViewer(el, options = {}) {
     async setTrace(trace, { step = 0 } = {}) {
       stop();
       model = buildModel(trace);
+      if (options.onTrace) options.onTrace(model);
       layoutCache = new Map();
       showAllTensors = false;
       if (worker) worker.postMessage({ type: "init", graph: layoutInput(model) });
@@ -184,6 +189,7 @@ export function createViewer(el, options = {}) {
       fitted = false;
       expanded = initialExpanded(model);
       index = Math.max(0, Math.min(step, steps() - 1));
+      if (options.gate && steps()) index = options.gate(0, index);
       buildTimeline();
       renderChart();
       el.classList.toggle("gs-no-modules", model.groups.size === 0);
@@ -332,7 +338,9 @@ export function createViewer(el, options = {}) {
 
   function go(i, { animate = true } = {}) {
     if (!model || !steps()) return;
-    const j = Math.max(0, Math.min(steps() - 1, i));
+    const asked = Math.max(0, Math.min(steps() - 1, i));
+    const j = options.gate ? options.gate(index, asked) : asked;
+    if (j !== asked) stop();
     if (j === index && animate) return;
     const from = index;
     index = j;
@@ -610,6 +618,7 @@ export function createViewer(el, options = {}) {
   // ---------------------------------------------------------- inspector
 
   function selectNode(id) {
+    if (viewer.picking && id !== null && id !== undefined) viewer.picking(id);
     selected = id;
     graph.select(id);
     if (id !== null && id !== undefined) graph.reveal(id);

@@ -6,7 +6,9 @@
 // model keys: "trace" (a trace object or its JSON text), or "trace_url" (fetched; for MyST pages
 // next to a `gradstep export --format json` file), "step" (from 0, clamped), "theme"
 // ("light" | "dark" | "auto"), "fixes" (optional: the trace of each fix's run by the fix's code, for
-// Apply fix). Changing "step" moves the stepper; changing "trace" or "theme" redraws.
+// Apply fix), "predict" (the exercise mode: "" off, "code" the snippet's `# predict:` comments, or a
+// spec such as "x.grad, freed"). Changing "step" moves the stepper; changing "trace", "theme" or
+// "predict" redraws.
 // Stepping in the page sets "step" back (two-way), where the host can save changes.
 // "auto" follows the host's own theme where it says one (JupyterLab's data-jp-theme-light, VS
 // Code's body classes, a "dark" class or data-theme on <html>/<body> as marimo and MyST set),
@@ -130,7 +132,11 @@ async function render({ model, el }) {
         // "fixes": the run of each fix offered, by its code (made when the trace was), for Apply fix
         const runs = model.get("fixes");
         const runFix = async (code) => (runs && typeof runs === "object" && Object.hasOwn(runs, code) ? runs[code] : null);
-        viewer = await renderTrace({ trace, el: view, step: Number(model.get("step")) || 0, theme: resolveTheme(asked()), styles: false, onStep: onViewStep, runFix });
+        const predict = model.get("predict");
+        viewer = await renderTrace({
+          trace, el: view, step: Number(model.get("step")) || 0, theme: resolveTheme(asked()), styles: false, onStep: onViewStep, runFix,
+          predict: typeof predict === "string" && predict.trim() ? predict : null,
+        });
         applyTheme();
       } catch (e) {
         viewer = null;
@@ -151,6 +157,7 @@ async function render({ model, el }) {
   model.on("change:trace", draw);
   model.on("change:trace_url", draw);
   model.on("change:theme", onTheme);
+  model.on("change:predict", draw);
   model.on("change:step", onStep);
   // "auto" follows the host's theme and the system's as they change.
   const watcher = new MutationObserver(() => asked() === "auto" && applyTheme());
@@ -168,6 +175,7 @@ async function render({ model, el }) {
     quietly(() => model.off("change:trace", draw));
     quietly(() => model.off("change:trace_url", draw));
     quietly(() => model.off("change:theme", onTheme));
+    quietly(() => model.off("change:predict", draw));
     quietly(() => model.off("change:step", onStep));
     if (viewer && viewer.destroy) viewer.destroy();
     host.remove();

@@ -70,8 +70,17 @@ test("fragment parameters override query parameters", () => {
 test("embed options default to a read-only editor, auto theme, step 0, no autoplay", () => {
   const o = embedOptions({ snippet: "a" }, ["a"]);
   assert.deepEqual({ ...o, errors: o.errors.length }, {
-    snippet: "a", code: null, step: 0, theme: "auto", editor: "readonly", autoplay: false, errors: 0,
+    snippet: "a", code: null, step: 0, theme: "auto", editor: "readonly", autoplay: false, predict: null, errors: 0,
   });
+});
+
+test("predict passes its spec to the exercise; given empty it means the code's comments", () => {
+  assert.equal(embedOptions({ snippet: "a", predict: " x.grad, freed " }, ["a"]).predict, "x.grad, freed");
+  assert.equal(embedOptions({ snippet: "a", predict: "" }, ["a"]).predict, "code");
+});
+
+test("a predict spec longer than 500 characters is a readable error", () => {
+  assert.match(embedOptions({ snippet: "a", predict: "freed,".repeat(90) }, ["a"]).errors.join(), /exercise in this link \(predict=\) is too long/);
 });
 
 test("code in the link wins over a snippet name", () => {
