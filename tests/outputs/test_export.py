@@ -734,3 +734,12 @@ def test_cli_export_with_a_predict_option_of_several_lines_exits_2_before_runnin
     assert r.returncode == 2
     assert "predict must be one line" in r.stderr
     assert "running" not in r.stderr and not (tmp_path / "p.html").exists()
+
+
+def test_the_exercise_docs_name_only_snippets_that_exist():
+    text = (REPO / "docs" / "exercises.md").read_text()
+    named = set(re.findall(r"snippet=(\w+)", text)) | set(re.findall(r"snippets/(\w+)\.py", text))
+    named |= set(re.findall(r"^\| `(exercise_\w+)` \|", text, re.M))
+    assert len(named) >= 4
+    missing = sorted(n for n in named if not (REPO / "snippets" / f"{n}.py").is_file())
+    assert missing == []
