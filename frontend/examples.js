@@ -7,13 +7,15 @@ import { h } from "./dom.js";
 /** The course: groups in order, each with its examples in order. Examples not listed go last. */
 export const COURSE = [
   ["Backward twice: retain_graph", [
-    "backward_twice_fails", "retain_graph_accumulates", "no_saved_tensors_backward_twice",
+    "backward_twice_fails", "exercise_retain_graph", "retain_graph_accumulates", "no_saved_tensors_backward_twice",
     "two_outputs_without_retain_fails", "two_outputs_retain_graph", "shared_trunk_partial_grads",
     "shared_trunk_retain_graph", "shared_trunk_sum_losses", "retain_graph_in_loop_not_needed",
     "stale_graph_training_loop_fails", "content_loss_retain_graph",
   ]],
-  ["Accumulation: .grad adds up", ["training_loop_no_zero_grad", "zero_grad_before_step", "running_loss_keeps_graphs"]],
-  ["create_graph: derivatives of derivatives", ["create_graph_second_derivative"]],
+  ["Accumulation: .grad adds up", [
+    "training_loop_no_zero_grad", "exercise_accumulation", "zero_grad_before_step", "running_loss_keeps_graphs",
+  ]],
+  ["create_graph: derivatives of derivatives", ["create_graph_second_derivative", "exercise_create_graph"]],
   ["torch.autograd.grad", [
     "backward_vs_autograd_grad", "autograd_grad_many_inputs", "non_scalar_backward_fails", "non_scalar_backward_gradient",
   ]],

@@ -49,11 +49,19 @@ def trace(code: str, diagnose: bool = True, limits=None) -> Trace:
     return typed(in_process(code, limits, diagnose=diagnose))
 
 
-def show(code: str, step: int = 0, theme: str = "auto", height: int | None = None):
-    """Run ``code`` in this process and display its stepper inline (Jupyter, VS Code): see gradstep.notebook."""
+def show(
+    code: str,
+    step: int = 0,
+    theme: str = "auto",
+    height: int | None = None,
+    diagnose: bool = True,
+    predict: str | bool | None = None,
+):
+    """Run ``code`` in this process and display its stepper inline (Jupyter, VS Code): see
+    gradstep.notebook. ``predict`` makes it an exercise (docs/exercises.md)."""
     from gradstep.notebook import show
 
-    return show(code, step=step, theme=theme, height=height)
+    return show(code, step=step, theme=theme, height=height, diagnose=diagnose, predict=predict)
 
 
 def record(fn=None, /, *, when=None, watch=None, limits=None, locals=True, explain=True):

@@ -152,6 +152,7 @@ def _export(args: argparse.Namespace) -> int:
                 step=args.step,
                 theme=args.theme,
                 title=args.title or _title_of(str(files[0]), code),
+                predict=args.predict,
             )
         snippets = [(f, c, args.title or _title_of(str(f), c)) for f, c in zip(files, codes, strict=True)]
         sandbox = _Sandbox(args.timeout)
@@ -169,6 +170,7 @@ def _export(args: argparse.Namespace) -> int:
             theme=args.theme,
             shared=args.shared_library,
             start=sandbox,
+            predict=args.predict,
         )
     except ExportError as e:
         print(f"gradstep: {e}", file=sys.stderr)
@@ -239,6 +241,13 @@ def main(argv: list[str] | None = None) -> int:
         "--theme", choices=["light", "dark", "auto"], default="auto", help="colours (default auto)"
     )
     e.add_argument("--title", help="the page's title (default: the snippet's docstring title or file name)")
+    e.add_argument(
+        "--predict",
+        metavar="SPEC",
+        help="make the page an exercise: the learner predicts before each backward step is shown."
+        " SPEC: questions such as 'x.grad, freed, error' (add @LINE to ask at one line's calls only),"
+        " or 'code' for only those of the snippet's '# predict:' comments (docs/exercises.md)",
+    )
     e.add_argument("--timeout", type=float, default=30.0, help="wall-clock limit in seconds (default 30)")
     e.set_defaults(func=_export)
     s = sub.add_parser("serve", help="serve the web app (settings also from GRADSTEP_* variables)")

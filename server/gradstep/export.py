@@ -409,13 +409,14 @@ def export_widget(
     theme: str = "auto",
     folder: Path | None = None,
     fixes: Mapping[str, Trace | dict] | None = None,
+    predict: str | bool | None = None,
 ) -> str:
     """The anywidget module (frontend/widget.js, inlined) carrying `trace` (and its `fixes`' runs): one
     file a MyST or Jupyter Book page shows with ```{anywidget} ./file.mjs``` (its JSON body may set
-    "step", "theme")."""
+    "step", "theme", "predict"). `predict`: the exercise's questions (predict_option)."""
     check_options(step, theme)
     data = trace_json(trace)
-    defaults = {"trace": data, "step": clamp_step(data, step), "theme": theme}
+    defaults = {"trace": data, **page_options(data, step, theme, predict_option(predict))}
     if fixes:
         defaults["fixes"] = fixes_json(data, fixes)
     default = _WIDGET_DEFAULTS % {"defaults": _js_string(defaults)}
@@ -462,6 +463,39 @@ FRAME_RESIZER_JS = """\
   watch.observe(document.documentElement, { attributes: true, attributeFilter });
   if (document.body) watch.observe(document.body, { attributes: true, attributeFilter });
 })();"""
+
+
+MAX_PREDICT = 500  # characters of an exercise spec: a few questions, not a document
+
+
+def predict_option(value: str | bool | None) -> str | None:
+    """The exercise ("predict") option as pages carry it: None (off), "code" (only the questions the
+    snippet's ``# predict:`` comments ask) or a spec such as ``"x.grad, freed, error@12"``. The spec's
+    grammar is read by the page (frontend/exercise-spec.js), which shows a spec it cannot read as a
+    message; here only what cannot be one is refused. True means "code"; False, None and "" are off."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "code"
+    if not isinstance(value, str):
+        raise ExportError(
+            f"predict must be a string (questions such as 'x.grad, freed, error', or 'code'), True or"
+            f" False, not {type(value).__name__}"
+        )
+    spec = value.strip()
+    if "\n" in spec or "\r" in spec:
+        raise ExportError("predict must be one line (questions separated by commas), not several")
+    if len(spec) > MAX_PREDICT:
+        raise ExportError(f"predict must be at most {MAX_PREDICT} characters, not {len(spec)}")
+    return spec or None
+
+
+def page_options(data: dict, step: int, theme: str, predict: str | None) -> dict:
+    """What a page's render call is given besides its trace (predict only when the exercise is on)."""
+    options: dict = {"step": clamp_step(data, step), "theme": theme}
+    if predict is not None:
+        options["predict"] = predict
+    return options
 
 
 def check_options(step: int, theme: str) -> None:
@@ -539,14 +573,18 @@ def export_html(
     folder: Path | None = None,
     fixes: Mapping[str, Trace | dict] | None = None,
     library: str | None = None,
+    predict: str | bool | None = None,
 ) -> str:
     """The self-contained page for `trace`, opening at `step` (clamped) in `theme`. `fixes` (a fix's
     code -> the trace of its run) are shipped in the page: Apply fix shows them with no server.
     `library`: a URL prefix ("" for the page's own folder) where the page finds library_files()
-    instead of carrying the front end itself."""
+    instead of carrying the front end itself. `predict`: the page is an exercise asking these
+    questions (predict_option); it is data, in the page's options, not in its script (whose hash
+    the page's policy allows)."""
     from jinja2 import Environment, FileSystemLoader, select_autoescape
 
     check_options(step, theme)
+    predict = predict_option(predict)
     data = trace_json(trace)
     folder = folder or frontend_folder()
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html"]))
@@ -565,7 +603,7 @@ def export_html(
         library=None if library is None else {"js": library + LIBRARY_JS, "css": library + LIBRARY_CSS},
         trace_json=_js_string(data),
         fixes_json=_js_string(fixes_json(data, fixes)),
-        options_json=_js_string({"step": clamp_step(data, step), "theme": theme}),
+        options_json=_js_string(page_options(data, step, theme, predict)),
         module=module,
         policy=page_policy(module, shared=library is not None),
     )
@@ -604,19 +642,30 @@ def _split(ran: Ran) -> tuple[dict, dict[str, dict]]:
 
 
 def _render(
-    data: dict, fixes: dict, fmt: str, step: int, theme: str, title: str | None, library=None
+    data: dict,
+    fixes: dict,
+    fmt: str,
+    step: int,
+    theme: str,
+    title: str | None,
+    library=None,
+    predict: str | None = None,
 ) -> bytes:
     if fmt == "json":
         return export_json(data) + b"\n"
     if fmt == "widget":
-        return export_widget(data, step=step, theme=theme, fixes=fixes).encode()
-    return export_html(data, step=step, theme=theme, title=title, fixes=fixes, library=library).encode()
+        return export_widget(data, step=step, theme=theme, fixes=fixes, predict=predict).encode()
+    return export_html(
+        data, step=step, theme=theme, title=title, fixes=fixes, library=library, predict=predict
+    ).encode()
 
 
-def _check_format(fmt: str, step: int, theme: str) -> None:
+def _check_format(fmt: str, step: int, theme: str, predict: str | bool | None = None) -> None:
     if fmt not in FORMATS:
         raise ExportError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     check_options(step, theme)
+    if predict_option(predict) is not None and fmt == "json":
+        raise ExportError("--predict is for pages (html or widget): a json export is the raw trace")
     if fmt != "json":
         frontend_folder()  # before the run: a missing front end is a misuse, not a snippet error
 
@@ -636,19 +685,20 @@ def write_export(
     step: int = 0,
     theme: str = "auto",
     title: str | None = None,
+    predict: str | bool | None = None,
 ) -> int:
     """`gradstep export`: check the options, run the snippet (`run` returns its trace JSON, or it
-    and the runs of its fixes), write it.
+    and the runs of its fixes), write it. `predict`: the page is an exercise (predict_option).
 
     Options are checked before the run (a misuse costs nothing); the snippet's own failure is in
     the trace (the page shows it), so it still exports. Returns the exit code.
     """
-    _check_format(fmt, step, theme)
+    _check_format(fmt, step, theme, predict)
     target = None if output == "-" else Path(output)
     if target is not None and not target.parent.is_dir():
         raise ExportError(f"cannot write {target}: folder {target.parent} does not exist")
     data, fixes = _split(run())
-    body = _render(data, fixes, fmt, step, theme, title)
+    body = _render(data, fixes, fmt, step, theme, title, predict=predict_option(predict))
     if target is None:
         sys.stdout.buffer.write(body)
         return 0
@@ -675,12 +725,15 @@ def write_exports(
     theme: str = "auto",
     shared: bool = False,
     start: contextlib.AbstractContextManager | None = None,
+    predict: str | bool | None = None,
 ) -> int:
     """`gradstep export` of several snippets ((file, code, title) each) into the folder `output`, one
     page each named after its file; `run(i, file, code)` runs the i-th (from 1) inside `start` (the
     sandbox, started once for all). `shared`: the front end is written once beside the pages
-    (library_files) instead of into each. Returns the exit code."""
-    _check_format(fmt, step, theme)
+    (library_files) instead of into each. `predict`: every page is an exercise (predict_option).
+    Returns the exit code."""
+    _check_format(fmt, step, theme, predict)
+    predict = predict_option(predict)
     if shared and fmt != "html":
         raise ExportError("--shared-library is for html pages")
     folder = Path(output)
@@ -697,7 +750,9 @@ def write_exports(
     with start or contextlib.nullcontext():
         for i, ((path, code, title), name) in enumerate(zip(snippets, names, strict=True), 1):
             data, fixes = _split(run(i, path, code))
-            body = _render(data, fixes, fmt, step, theme, title, library="" if shared else None)
+            body = _render(
+                data, fixes, fmt, step, theme, title, library="" if shared else None, predict=predict
+            )
             _write(folder / name, body)
             _wrote(folder / name, body, data)
             total += len(body)

@@ -25,6 +25,7 @@ from gradstep.export import (
     clamp_step,
     export_html,
     fixes_json,
+    predict_option,
     trace_json,
 )
 from gradstep.schema import Trace
@@ -45,18 +46,22 @@ _HINT_REMOVER = (
 )
 
 
-def _check(step: int, theme: str, height: int | None) -> None:
+def _check(step: int, theme: str, height: int | None, predict: str | bool | None = None) -> str | None:
+    """Refuse a bad option with a ValueError; the exercise's questions as pages carry them."""
     try:
         check_options(step, theme)
+        spec = predict_option(predict)
     except ExportError as e:
         raise ValueError(str(e)) from None
     if height is not None and (isinstance(height, bool) or not isinstance(height, int) or height < 120):
         raise ValueError(f"height must be a whole number of pixels, at least 120, not {height!r}")
+    return spec
 
 
 class Stepper:
     """A traced snippet that displays as the stepper (``_repr_html_``); ``.data`` is its trace as the
-    tracer's dicts (rows), ``.trace`` its typed trace."""
+    tracer's dicts (rows), ``.trace`` its typed trace; ``.predict`` the exercise's questions (a spec,
+    "code" for those of the code's ``# predict:`` comments, or None: no exercise)."""
 
     def __init__(
         self,
@@ -66,8 +71,9 @@ class Stepper:
         theme: str = "auto",
         height: int | None = None,
         fixes: dict[str, dict] | None = None,
+        predict: str | bool | None = None,
     ):
-        _check(step, theme, height)
+        self.predict = _check(step, theme, height, predict)
         self.data = data
         self.fixes = fixes or {}  # the run of each fix offered, by its code: Apply fix shows it
         self.step = clamp_step(data, step)
@@ -80,7 +86,14 @@ class Stepper:
 
     def html(self) -> str:
         """The self-contained page (what ``gradstep export`` writes)."""
-        return export_html(self.data, step=self.step, theme=self.theme, title="gradstep", fixes=self.fixes)
+        return export_html(
+            self.data,
+            step=self.step,
+            theme=self.theme,
+            title="gradstep",
+            fixes=self.fixes,
+            predict=self.predict,
+        )
 
     def save(self, path: str | Path) -> Path:
         """Write the page to `path` (a static export of this trace)."""
@@ -110,7 +123,12 @@ class Stepper:
         import marimo as mo
 
         page = export_html(
-            self.data, step=self.step, theme=_marimo_theme(self.theme), title="gradstep", fixes=self.fixes
+            self.data,
+            step=self.step,
+            theme=_marimo_theme(self.theme),
+            title="gradstep",
+            fixes=self.fixes,
+            predict=self.predict,
         )
         return mo.iframe(page, height=f"{self.height or MARIMO_HEIGHT}px")
 
@@ -118,7 +136,13 @@ class Stepper:
         """The same stepper as an anywidget (``pip install anywidget``); ``.step`` follows the page
         and moves it. In marimo: ``mo.ui.anywidget(gradstep.show(code).widget())``."""
         fixes = fixes_json(self.data, self.fixes)
-        return _widget_class()(trace=trace_json(self.data), step=self.step, theme=self.theme, fixes=fixes)
+        return _widget_class()(
+            trace=trace_json(self.data),
+            step=self.step,
+            theme=self.theme,
+            fixes=fixes,
+            predict=self.predict or "",
+        )
 
     def __repr__(self) -> str:
         steps = len(self.data.get("steps") or ())
@@ -151,15 +175,23 @@ def record_dict(code: str, diagnose: bool = True, fix_runs: dict[str, dict] | No
 
 
 def show(
-    code: str, step: int = 0, theme: str = "auto", height: int | None = None, diagnose: bool = True
+    code: str,
+    step: int = 0,
+    theme: str = "auto",
+    height: int | None = None,
+    diagnose: bool = True,
+    predict: str | bool | None = None,
 ) -> Stepper:
     """Run `code` here and return the stepper for it: the last expression of a cell displays it.
     `height` (pixels) fixes the output's height; by default it fits the stepper. `diagnose=False`
-    skips running the fixes of known mistakes."""
-    _check(step, theme, height)
+    skips running the fixes of known mistakes. `predict` makes it an exercise, the learner
+    predicting before each backward step is shown: True (or "code") asks the questions of the
+    code's ``# predict:`` comments (or a default set), a spec such as "x.grad, freed, error" adds
+    those (docs/exercises.md)."""
+    _check(step, theme, height, predict)
     fixes: dict[str, dict] = {}
     data = record_dict(code, diagnose, fixes)
-    return Stepper(data, step=step, theme=theme, height=height, fixes=fixes)
+    return Stepper(data, step=step, theme=theme, height=height, fixes=fixes, predict=predict)
 
 
 # ---------------------------------------------------------------- anywidget
@@ -199,6 +231,15 @@ def _widget_class():
         fixes = traitlets.Dict().tag(sync=True)  # each fix's run by its code: Apply fix shows it
         step = traitlets.Int(0).tag(sync=True)
         theme = traitlets.Unicode("auto").tag(sync=True)
+        # the exercise's questions: "" no exercise, "code" those of the code's comments, or a spec
+        predict = traitlets.Unicode("").tag(sync=True)
+
+        @traitlets.validate("predict")
+        def _valid_predict(self, proposal):
+            try:
+                return predict_option(proposal["value"]) or ""
+            except ExportError as e:
+                raise traitlets.TraitError(str(e)) from None
 
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
@@ -218,7 +259,7 @@ def _send_front_end(widget, content, buffers) -> None:
 def module_widget(path: str | Path, **state) -> Any:
     """An anywidget for a module written by ``gradstep export --format widget`` (a ``.mjs`` file
     that carries its trace): ``mo.ui.anywidget(module_widget("cube.mjs", step=2))`` in marimo, or
-    the last expression of a Jupyter cell. `state` sets ``step`` and ``theme``."""
+    the last expression of a Jupyter cell. `state` sets ``step``, ``theme`` and ``predict``."""
     try:
         import anywidget
         import traitlets
@@ -230,6 +271,7 @@ def module_widget(path: str | Path, **state) -> Any:
         _esm = source
         step = traitlets.Int(allow_none=True, default_value=None).tag(sync=True)
         theme = traitlets.Unicode(allow_none=True, default_value=None).tag(sync=True)
+        predict = traitlets.Unicode(allow_none=True, default_value=None).tag(sync=True)
 
     return ExportedStepper(**state)
 
@@ -247,16 +289,18 @@ def _magic_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", type=int, default=0)
     p.add_argument("--theme", default="auto")
     p.add_argument("--height", type=int, default=None)
+    p.add_argument("--predict", nargs="?", const="code", default=None)  # alone: the comments' questions
     return p
 
 
 def gradstep_magic(line: str, cell: str) -> Stepper:
-    """``%%gradstep [--step N] [--theme light|dark|auto] [--height PX]``: trace the cell and show it."""
+    """``%%gradstep [--step N] [--theme light|dark|auto] [--height PX] [--predict [SPEC]]``: trace the
+    cell and show it (``--predict``: as an exercise)."""
     from IPython.core.error import UsageError
 
     try:
         args = _magic_parser().parse_args(shlex.split(line))
-        return show(cell, step=args.step, theme=args.theme, height=args.height)
+        return show(cell, step=args.step, theme=args.theme, height=args.height, predict=args.predict)
     except ValueError as e:
         raise UsageError(str(e)) from None
 

@@ -10,6 +10,11 @@ In ``conf.py``: ``extensions = ["gradstep.sphinx"]``, then::
        x = torch.tensor(2.0, requires_grad=True)
        (x ** 3).backward()
 
+``:predict:`` makes the stepper an exercise: the reader predicts before each backward step is
+shown. With no value it asks the questions of the body's ``# predict:`` comments (or a default
+set); with a value, those questions too, e.g. ``:predict: x.grad, freed, error``
+(docs/exercises.md).
+
 The body is traced at build time by the in-process tracer (docs are trusted code, like any code
 Sphinx runs; nothing is sandboxed), each one written as a static export page to
 ``_gradstep/<docname>-<n>.html`` in the HTML output and shown in an iframe that grows to the
@@ -31,7 +36,7 @@ from docutils.parsers.rst import directives
 from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 
-from gradstep.export import FRAME_RESIZER_JS, THEMES, export_html
+from gradstep.export import FRAME_RESIZER_JS, THEMES, export_html, predict_option
 
 OUT_DIR = "_gradstep"
 DEFAULT_HEIGHT = 720  # pixels, until the page reports its own height
@@ -48,6 +53,12 @@ def _pages(env) -> dict[str, dict[str, str]]:
     return env.gradstep_pages
 
 
+def predict_spec(arg: str | None) -> str:
+    """``:predict:`` alone: the questions of the code's comments ("code"); else the spec, as given
+    (the page reads it; only what cannot be one is refused, as an invalid option value)."""
+    return predict_option(arg if arg and arg.strip() else True) or "code"
+
+
 class GradstepDirective(SphinxDirective):
     has_content = True
     required_arguments = 0
@@ -55,6 +66,7 @@ class GradstepDirective(SphinxDirective):
         "step": directives.nonnegative_int,
         "theme": lambda arg: directives.choice(arg, THEMES),
         "height": directives.positive_int,
+        "predict": predict_spec,
     }
 
     def run(self) -> list[nodes.Node]:
@@ -73,6 +85,7 @@ class GradstepDirective(SphinxDirective):
             fixes=fixes,  # Apply fix shows their runs: the built pages need no server
             # the front end once in _gradstep/, beside the pages (gradstep_shared_library = False: in each)
             library="" if self.config.gradstep_shared_library else None,
+            predict=self.options.get("predict"),
         )
         pages = _pages(self.env).setdefault(self.env.docname, {})
         digest = hashlib.sha256(code.encode()).hexdigest()[:8]

@@ -586,3 +586,160 @@ def test_widget_format_carries_the_runs_of_the_fixes(tmp_path):
     defaults = json.loads(re.search(r"^const DEFAULTS = (.*);$", out.read_text(), re.M).group(1))
     assert fixes and sorted(defaults["fixes"]) == sorted(fixes)
     assert all(run["status"] == "ok" for run in defaults["fixes"].values())
+
+
+# ---------------------------------------------------------------- the exercise (predict) option
+
+EXERCISE = REPO / "snippets" / "exercise_retain_graph.py"
+
+
+def options_of(page: str) -> dict:
+    return json.loads(parse(page).scripts["gradstep-options"])
+
+
+def test_an_exercise_page_carries_its_questions_in_its_options_stripped():
+    assert options_of(export_html(record(POW), predict="  x.grad, freed@4 ,error "))["predict"] == (
+        "x.grad, freed@4 ,error"
+    )
+
+
+def test_predict_true_asks_the_questions_of_the_codes_comments():
+    assert options_of(export_html(record(POW), predict=True))["predict"] == "code"
+
+
+@pytest.mark.parametrize("off", [None, False, "", "   "])
+def test_a_page_without_the_exercise_has_no_predict_option(off):
+    assert "predict" not in options_of(export_html(record(POW), predict=off))
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (3, "predict must be a string .* not int"),
+        (["x.grad"], "predict must be a string .* not list"),
+        ("x.grad\nfreed", "predict must be one line"),
+        ("x.grad," * 100, "predict must be at most 500 characters, not 700"),
+    ],
+)
+def test_a_predict_option_that_cannot_be_a_spec_is_refused_by_name(bad, message):
+    with pytest.raises(ExportError, match=message):
+        export_html(record(POW), predict=bad)
+
+
+def test_a_spec_holding_a_script_tag_cannot_break_out_of_the_page():
+    spec = "x.grad</script><script>alert(1)</script><!--"
+    page = parse(export_html(record(POW), predict=spec))
+    assert [t for t, _ in page.tags].count("script") == 4  # trace, fixes, options, module
+    assert json.loads(page.scripts["gradstep-options"])["predict"] == spec
+
+
+def test_an_exercise_page_runs_only_its_own_module_by_its_hash_the_same_module_as_without():
+    data = record(POW)
+    page = parse(export_html(data, predict="x.grad, error"))
+    digest = base64.b64encode(hashlib.sha256(page.scripts["module"].encode()).digest()).decode()
+    assert page_policy_of(page)["script-src"] == f"'sha256-{digest}'"
+    # the questions are data beside the script, so the script (and its hash) is the plain page's
+    assert page.scripts["module"] == parse(export_html(data)).scripts["module"]
+
+
+# A front end whose render shows what the page hands it: the page's own script, under its policy,
+# is what calls render (a script the policy refused would not run, and the page would not be ready).
+RECORDING_EMBED = """\
+export async function render(options) {
+  const { el, trace, step, theme, predict } = options;
+  el.dataset.rendered = JSON.stringify({ steps: trace.steps.length, step, theme, predict: predict ?? null });
+  return { step, setStep() {}, play() {}, stop() {} };
+}
+"""
+
+
+@pytest.mark.parametrize("predict", ["x.grad, error", "code", None])
+def test_the_exercise_option_reaches_the_render_call_of_the_page_opened_from_disk(tmp_path, browser, predict):
+    (tmp_path / "embed.js").write_text(RECORDING_EMBED)
+    (tmp_path / "style.css").write_text("")
+    data = record(POW)
+    out = tmp_path / "page.html"
+    out.write_text(export_html(data, folder=tmp_path, predict=predict, step=2))
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    violations: list[str] = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and violations.append(m.text))
+    try:
+        page.goto(out.as_uri())
+        page.locator("body[data-ready=true]").wait_for(timeout=30_000)
+        rendered = json.loads(page.locator("#gradstep").get_attribute("data-rendered"))
+    finally:
+        ctx.close()
+    assert rendered == {"steps": len(data["steps"]), "step": 2, "theme": "auto", "predict": predict}
+    assert violations == []
+
+
+def test_the_widget_format_carries_the_exercise_option(tmp_path):
+    data = record(POW)
+    out = tmp_path / "pow.mjs"
+    assert write_export(lambda: json.dumps(data).encode(), output=str(out), fmt="widget", predict=True) == 0
+    defaults = json.loads(re.search(r"^const DEFAULTS = (.*);$", out.read_text(), re.M).group(1))
+    assert defaults["predict"] == "code"
+
+
+def test_the_json_format_refuses_the_exercise_option_before_the_snippet_runs(tmp_path):
+    ran = []
+    with pytest.raises(ExportError, match="--predict is for pages"):
+        write_export(
+            lambda: ran.append(1) or b"{}", output=str(tmp_path / "t.json"), fmt="json", predict="x.grad"
+        )
+    assert ran == []
+
+
+def plain_retain_graph_exercise() -> tuple[list[float], str]:
+    """x.grad after each backward call of the exercise, and the error of its last call, in plain torch."""
+    x = torch.tensor(2.0, requires_grad=True)
+    y = x**3
+    grads = []
+    y.backward(retain_graph=True)
+    grads.append(x.grad.item())
+    y.backward()
+    grads.append(x.grad.item())
+    with pytest.raises(RuntimeError) as failed:
+        y.backward()
+    return grads, str(failed.value)
+
+
+def test_cli_export_predict_code_writes_the_exercise_page_whose_answers_are_plain_torchs(tmp_path):
+    out = tmp_path / "exercise.html"
+    r = run_cli("export", str(EXERCISE), "--predict", "code", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    page = parse(out.read_text())
+    assert json.loads(page.scripts["gradstep-options"])["predict"] == "code"
+    trace = rows_of(json.loads(page.scripts["gradstep-trace"]))
+    assert "# predict: error" in trace["code"]  # the questions travel in the code
+    grads, error = plain_retain_graph_exercise()
+    calls = [s for s in trace["steps"] if s["kind"] == "backward"]
+    assert [c.get("error", {}).get("message") for c in calls] == [None, None, error]
+    assert grads_in(trace, "x")[: len(grads)] == pytest.approx(grads)
+
+
+def test_cli_export_of_several_snippets_makes_each_page_an_exercise(tmp_path):
+    folder = tmp_path / "pages"
+    other = tmp_path / "cube.py"
+    other.write_text(POW.replace("y.backward()\ny.backward()\n", "y.backward()\n"))
+    r = run_cli("export", str(EXERCISE), str(other), "--predict", "x.grad", "-o", str(folder))
+    assert r.returncode == 0, r.stderr
+    for name in ("exercise_retain_graph.html", "cube.html"):
+        assert options_of((folder / name).read_text())["predict"] == "x.grad"
+
+
+def test_cli_export_with_a_predict_option_of_several_lines_exits_2_before_running(tmp_path):
+    r = run_cli("export", str(SNIPPET), "-o", str(tmp_path / "p.html"), "--predict", "x.grad\nerror")
+    assert r.returncode == 2
+    assert "predict must be one line" in r.stderr
+    assert "running" not in r.stderr and not (tmp_path / "p.html").exists()
+
+
+def test_the_exercise_docs_name_only_snippets_that_exist():
+    text = (REPO / "docs" / "exercises.md").read_text()
+    named = set(re.findall(r"snippet=(\w+)", text)) | set(re.findall(r"snippets/(\w+)\.py", text))
+    named |= set(re.findall(r"^\| `(exercise_\w+)` \|", text, re.M))
+    assert len(named) >= 4
+    missing = sorted(n for n in named if not (REPO / "snippets" / f"{n}.py").is_file())
+    assert missing == []

@@ -346,3 +346,80 @@ def test_notebook_output_of_a_failing_cell_shows_its_diagnosis_and_applies_the_f
         assert requests == []
     finally:
         ctx.close()
+
+
+# ---------------------------------------------------------------- the exercise option
+
+
+def options_in_page(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="gradstep-options">(.*?)</script>', page, re.S)
+    return json.loads(m.group(1))
+
+
+def test_show_with_predict_true_makes_the_output_an_exercise_asking_the_comments_questions():
+    shown = gradstep.show(CODE, predict=True)
+    assert shown.predict == "code"
+    assert options_in_page(srcdoc_of(shown._repr_html_()))["predict"] == "code"
+
+
+def test_show_with_a_spec_carries_it_stripped_into_the_page():
+    shown = gradstep.show(CODE, predict="  w.grad, error ")
+    assert options_in_page(shown.html())["predict"] == "w.grad, error"
+
+
+def test_show_without_predict_is_no_exercise():
+    shown = gradstep.show(CODE)
+    assert shown.predict is None and "predict" not in options_in_page(shown.html())
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [(1, "predict must be a string .* not int"), ("w.grad\nerror", "predict must be one line")],
+)
+def test_show_refuses_a_predict_that_cannot_be_a_spec_before_running(bad, message, monkeypatch):
+    import gradstep.notebook as nb
+
+    ran = []
+    monkeypatch.setattr(nb, "record_dict", lambda *a, **k: ran.append(a) or {})
+    with pytest.raises(ValueError, match=message):
+        gradstep.show(CODE, predict=bad)
+    assert ran == []
+
+
+def test_the_widget_syncs_the_exercise_as_its_predict_trait():
+    pytest.importorskip("anywidget")
+    assert gradstep.show(CODE, predict="w.grad").widget().predict == "w.grad"
+    assert gradstep.show(CODE, predict=True).widget().predict == "code"
+    w = gradstep.show(CODE).widget()
+    assert w.predict == ""
+    assert "predict" in w.keys  # synced with the page (frontend/widget.js reads it)
+
+
+def test_the_widgets_predict_trait_refuses_a_spec_of_several_lines():
+    pytest.importorskip("anywidget")
+    import traitlets
+
+    w = gradstep.show(CODE).widget()
+    with pytest.raises(traitlets.TraitError, match="predict must be one line"):
+        w.predict = "w.grad\nerror"
+    w.predict = " freed "
+    assert w.predict == "freed"
+
+
+def test_cell_magic_predict_alone_asks_the_comments_questions_and_with_a_value_those_too(shell):
+    alone = shell.run_cell(f"%%gradstep --predict\n{CODE}")
+    assert alone.success, alone.error_in_exec
+    assert alone.result.predict == "code"
+    spec = shell.run_cell(f"%%gradstep --predict 'w.grad, freed' --step 1\n{CODE}")
+    assert spec.success, spec.error_in_exec
+    assert (spec.result.predict, spec.result.step) == ("w.grad, freed", 1)
+
+
+def test_module_widget_takes_the_exercise_option(tmp_path):
+    pytest.importorskip("anywidget")
+    from gradstep.export import export_widget
+    from gradstep.notebook import module_widget
+
+    path = tmp_path / "cube.mjs"
+    path.write_text(export_widget(gradstep.trace(CODE)))
+    assert module_widget(path, predict="code").predict == "code"

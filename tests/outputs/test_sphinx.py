@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gradstep.columns import rows_of
 from testkit.browser_support import fmt_values, needs_chromium
 
 pytest.importorskip("sphinx")
@@ -278,3 +279,69 @@ def test_a_site_can_inline_the_front_end_in_each_page(tmp_path):
     assert r.returncode == 0, r.stderr
     (page,) = (out / "_gradstep").iterdir()
     assert 'src="gradstep.js"' not in page.read_text() and "function createViewer(" in page.read_text()
+
+
+# ---------------------------------------------------------------- the exercise option
+
+
+def exercise_recipe() -> str:
+    """The directive of docs/exercises.md's Sphinx section, as an instructor copies it."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "exercises.md").read_text()
+    section = text[text.index("### Sphinx") :]
+    return re.search(r"```rst\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture(scope="module")
+def built_exercises(tmp_path_factory):
+    page = (
+        f"Exercises\n=========\n\n{exercise_recipe()}\n"
+        f".. gradstep::\n   :predict:   x.grad, freed@4 \n\n{indent(CUBE)}\n\n"
+        f".. gradstep::\n\n{indent(CUBE)}\n"
+    )
+    src = project(tmp_path_factory.mktemp("docs"), {"index.rst": page})
+    r, out = build(src)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def exercise_pages(out: Path) -> list[tuple[dict, dict]]:
+    return [exported(out / frame["src"]) for frame in iframes(out / "index.html")]
+
+
+def test_the_docs_recipe_with_predict_alone_asks_the_questions_of_the_bodys_comments(built_exercises):
+    trace, options = exercise_pages(built_exercises)[0]
+    assert options["predict"] == "code"
+    assert "loss.backward()  # predict: w.grad" in trace["code"]  # the questions travel in the code
+
+
+def test_the_docs_recipes_exercise_holds_the_grads_of_plain_torch(built_exercises):
+    trace, _ = exercise_pages(built_exercises)[0]
+    w = torch.tensor([1.0, -2.0], requires_grad=True)
+    x = torch.tensor([3.0, 0.5])
+    plain = []
+    for _ in range(2):
+        (w * x).sum().backward()
+        plain.append(w.grad.tolist())
+    shown = [
+        t["grad"]["values"]
+        for s in rows_of(trace)["steps"]
+        if s["kind"] == "backward"
+        for t in s["tensors"]
+        if t["name"] == "w"
+    ]
+    assert shown == plain
+
+
+def test_predict_with_a_spec_carries_it_stripped_and_a_directive_without_it_has_none(built_exercises):
+    (_, first), (_, spec), (_, plain) = exercise_pages(built_exercises)
+    assert spec["predict"] == "x.grad, freed@4"
+    assert "predict" not in plain
+
+
+def test_a_predict_spec_too_long_fails_the_directive_saying_why(tmp_path):
+    spec = "x.grad, " * 70
+    src = project(tmp_path, {"index.rst": f"T\n=\n\n.. gradstep::\n   :predict: {spec}\n\n{indent(CUBE)}\n"})
+    r, out = build(src)
+    assert 'invalid option value: (option: "predict"' in r.stderr
+    assert "predict must be at most 500 characters" in r.stderr
+    assert iframes(out / "index.html") == []

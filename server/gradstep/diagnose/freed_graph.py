@@ -18,7 +18,12 @@ from gradstep.printing import fmt_bytes
 
 KIND = "backward_through_freed_graph"
 # the curated snippets in snippets/ that show this mistake
-SNIPPETS = ("backward_twice_fails", "shared_trunk_partial_grads", "two_outputs_without_retain_fails")
+SNIPPETS = (
+    "backward_twice_fails",
+    "shared_trunk_partial_grads",
+    "two_outputs_without_retain_fails",
+    "exercise_retain_graph",
+)
 
 
 def _call_label(src: Source, call: ast.Call) -> str:

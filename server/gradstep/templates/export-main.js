@@ -35,12 +35,15 @@ function shippedFixes() {
 
 try {
   const trace = JSON.parse(document.getElementById("gradstep-trace").textContent);
-  const { step, theme } = JSON.parse(document.getElementById("gradstep-options").textContent);
+  // predict (present when the page is an exercise): the questions, a spec string or "code"
+  const { step, theme, predict } = JSON.parse(document.getElementById("gradstep-options").textContent);
   const steps = trace.steps ? trace.steps.length : 0;
   const framed = window.parent !== window;
   const onStep = framed ? (i) => window.parent.postMessage({ type: "gradstep:step", step: i, steps }, "*") : null;
   // opened on its own, the stepper is the page: it takes the page's keys (embed.js, pageKeys)
-  const viewer = await render({ trace, el, step, theme, styles: false, onStep, runFix: shippedFixes(), pageKeys: !framed });
+  const viewer = await render({
+    trace, el, step, theme, styles: false, onStep, runFix: shippedFixes(), pageKeys: !framed, predict,
+  });
   window.gradstepViewer = viewer;
   document.body.dataset.ready = "true";
   if (framed) talkToHost(viewer, steps, theme === "auto");
