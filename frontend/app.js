@@ -70,6 +70,7 @@ const viewer = createViewer($("#gs-viewer"), {
     exercise.onTrace(m);
   },
   gate: exercise.gate,
+  shows: exercise.shows,
 });
 $("#gs-graph").prepend(exercise.el);
 exercise.attach(viewer);
@@ -97,7 +98,7 @@ async function leaveCompare(choice = "fixed") {
     currentTrace = back.trace;
     await viewer.setTrace(back.trace);
     status.set("ok", "Your code again, with its run from before the fix.");
-    diagnoses.show(back.trace);
+    diagnoses.show(back.trace, { held: !exercise.done });
     editor.setMarks({ diagnoses: diagnoses.editorMarks(), changed: [] });
     return;
   }
@@ -126,6 +127,17 @@ async function applyFix(fix) {
     diagnoses.setBusy(false);
   }
 }
+
+// The exercise asks before a call is shown: until its questions are answered (or skipped), the
+// diagnoses (and their Apply fix) and the status line say nothing of how the run goes.
+let finished = null; // {trace, ms}: the run the status line tells
+function showOutcome() {
+  if (!currentTrace || compare.active) return;
+  diagnoses.show(currentTrace, { held: !exercise.done });
+  editor.setMarks({ diagnoses: diagnoses.editorMarks() });
+  if (finished && finished.trace === currentTrace) status.finished(finished.trace, finished.ms, !exercise.done);
+}
+exercise.watch(showOutcome);
 
 exposeApp({ viewer, editor, run, pick, compare, applyFix, exercise });
 
@@ -185,15 +197,15 @@ async function run() {
     const arrived = performance.now();
     lastRunCode = code;
     document.body.classList.remove("gs-edited");
+    currentTrace = trace; // (before its exercise is planned: showOutcome reads it)
+    finished = null;
     await viewer.setTrace(trace);
     exercise.settled();
     const rendered = performance.now();
     runTiming(seq, { t0, arrived, rendered, nodes: (trace.nodes || []).length });
     traceStatus(trace.status);
-    status.finished(trace, rendered - t0);
-    currentTrace = trace;
-    diagnoses.show(trace);
-    editor.setMarks({ diagnoses: diagnoses.editorMarks() });
+    finished = { trace, ms: rendered - t0 };
+    showOutcome();
     return trace;
   } catch (e) {
     if (e.name === "AbortError") return;

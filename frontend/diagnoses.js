@@ -61,9 +61,10 @@ export function createDiagnoses(el, options = {}) {
   }
 
   const api = {
-    /** Show the diagnoses of a trace (none: the panel hides). */
-    show(trace) {
-      current = (trace && trace.diagnoses) || [];
+    /** Show the diagnoses of a trace (none: the panel hides). `held`: not yet (the exercise's
+     * questions come first: a diagnosis says how a call goes), shown as none, with no Apply fix. */
+    show(trace, { held = false } = {}) {
+      current = (!held && trace && trace.diagnoses) || [];
       el.replaceChildren();
       el.hidden = current.length === 0;
       if (!current.length) return;

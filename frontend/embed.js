@@ -107,7 +107,7 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
   });
   const exercise = createExercise(h("div"), { predict, code: editor, post: post || postToParent });
   viewer = createViewer(el, {
-    code: editor, onStep, slots: { stepper: stepperEl, graph: graphEl, panels: panelsEl }, onTrace: exercise.onTrace, gate: exercise.gate,
+    code: editor, onStep, slots: { stepper: stepperEl, graph: graphEl, panels: panelsEl }, onTrace: exercise.onTrace, gate: exercise.gate, shows: exercise.shows,
   });
   graphEl.prepend(exercise.el); // the card above the narration and the graph
   exercise.attach(viewer);
@@ -128,9 +128,13 @@ export async function render({ trace, el, step = 0, theme = "auto", code = true,
   const compare = createCompare(compareEl, { code: editor, onExit: (choice) => leaveCompare(choice) });
   viewer.compare = compare;
 
+  // the exercise asks before a call is shown: a diagnosis (and its Apply fix) waits for its questions
+  exercise.watch(() => {
+    if (!compare.active && !before) showDiagnosesOf(shown);
+  });
   function showDiagnosesOf(t) {
     if (!showDiagnoses) return;
-    diag.show(t);
+    diag.show(t, { held: !exercise.done });
     if (!runFix) for (const b of diagEl.querySelectorAll(".gs-apply-fix")) b.remove();
     if (editor) editor.setMarks({ diagnoses: diag.editorMarks(), changed: [] });
   }

@@ -45,6 +45,7 @@ export function createExercise(host, { predict = null, code = null, post = () =>
   let picked = new Set(); // node ids chosen for the freed question
   let drafts = new Map(); // question id → what the learner entered, kept for "Try again"
   let ready = false; // the first paint is done: opening a card may move the focus
+  const watchers = []; // called when what may be shown changes (a step revealed, asked again, a new plan)
 
   const switchBox = h("input", { type: "checkbox", class: "gs-ex-switch", checked: true });
   const switchRow = h("label", { class: "gs-ex-toggle" }, switchBox, " Exercise: predict each call before it is shown");
@@ -79,6 +80,22 @@ export function createExercise(host, { predict = null, code = null, post = () =>
     errorsEl.hidden = !plan.errors.length;
     markTimeline();
     renderBadge();
+    for (const fn of watchers) fn(); // (the viewer draws the new trace's steps after this)
+  }
+
+  /** The first call step whose questions are not answered yet (Infinity: none): from it on, the
+   * page shows nothing of how the run goes on (an error, the freed bytes, the diagnoses). */
+  function concealFrom() {
+    if (!plan.on || !model) return Infinity;
+    let q = Infinity;
+    for (const s of byStep.keys()) if (!revealed.has(s) && s < q) q = s;
+    return q;
+  }
+
+  function changed() {
+    if (viewer && model) viewer.concealChanged();
+    markTimeline();
+    for (const fn of watchers) fn();
   }
 
   function markTimeline() {
@@ -311,6 +328,7 @@ export function createExercise(host, { predict = null, code = null, post = () =>
     setPicking(false);
     if (viewer.step === step - 1) viewer.next();
     else viewer.setStep(step);
+    changed();
     renderBadge();
     if (!rows) {
       closeCard();
@@ -348,6 +366,7 @@ export function createExercise(host, { predict = null, code = null, post = () =>
     revealed.delete(step);
     closeCard();
     viewer.setStep(step - 1);
+    changed();
     openCard(step, true);
   }
 
@@ -441,6 +460,16 @@ export function createExercise(host, { predict = null, code = null, post = () =>
       replan();
     },
     gate,
+    /** Whether what step `i` did may be shown (its questions, and those of every call before it, are answered or skipped). */
+    shows: (i) => i < concealFrom(),
+    /** Whether every question is answered or skipped (or there are none). */
+    get done() {
+      return concealFrom() === Infinity;
+    },
+    /** fn() runs when what may be shown changes. */
+    watch(fn) {
+      watchers.push(fn);
+    },
     /** The first paint is done: from now on a card that opens takes the focus. */
     settled() {
       ready = true;
@@ -457,7 +486,10 @@ export function createExercise(host, { predict = null, code = null, post = () =>
       option = p;
       switchBox.checked = Boolean(p);
       replan();
-      if (viewer && model) viewer.setStep(0);
+      if (viewer && model) {
+        viewer.concealChanged();
+        viewer.setStep(0);
+      }
     },
     get plan() {
       return plan;

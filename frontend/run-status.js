@@ -4,10 +4,14 @@
 import { limitName, reportedText } from "./model.js";
 import { h } from "./dom.js";
 
-/** What a finished run's trace says, as [kind, text] ("ok" or "error"); `ms` from click to render. */
-export function runSummary(trace, ms) {
+/** What a finished run's trace says, as [kind, text] ("ok" or "error"); `ms` from click to render.
+ * `held`: the exercise has questions to ask: a run that fails in a call reads like one that does not. */
+export function runSummary(trace, ms, { held = false } = {}) {
   const steps = (trace.steps || []).length;
   const took = `${(ms / 1000).toFixed(2)} s`;
+  if (held && (trace.status === "ok" || trace.status === "error")) {
+    return ["ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes · the exercise asks before each call is shown`];
+  }
   const more = trace.error ? trace.error.message : "";
   const reported = (trace.reaches || []).length ? " · reported by the code" : "";
   if (trace.status === "ok") return ["ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes${reported}`];
@@ -36,12 +40,12 @@ export function createRunStatus(el, { showNotes = null } = {}) {
     set,
     /** A run in progress, `seconds` after its click. */
     running: (seconds = null) => set("running", `Running in the sandbox…${seconds === null ? "" : ` ${seconds.toFixed(1)} s`}`),
-    finished: (trace, ms) => {
+    finished: (trace, ms, held = false) => {
       const n = (trace.notes || []).length;
       const notes = n > 0 && showNotes
         ? h("button", { type: "button", class: "gs-link gs-notes-link", text: `${n} note${n === 1 ? "" : "s"}`, onclick: showNotes })
         : null;
-      set(...runSummary(trace, ms), notes);
+      set(...runSummary(trace, ms, { held }), notes);
     },
   };
 }

@@ -52,10 +52,14 @@ function layoutInput(model) {
  * options.onTrace(model): a new trace's model, before its first step is shown
  * options.gate(from, to) → the step a move from `from` to `to` may reach (the exercise asks before
  *   a call is shown: exercise.js); a move it holds back stops Play
+ * options.shows(i) → whether what step i did may be shown yet (the exercise: not before its question
+ *   is answered): a step that may not shows no error in the timeline and no bytes in the chart;
+ *   viewer.concealChanged() redraws those when it changes
  * viewer.picking = (id) => …: while set, choosing a node (click, Enter/Space) also calls it
  */
 export function createViewer(el, options = {}) {
   const code = options.code || null;
+  const shows = options.shows || (() => true);
   const slots = options.slots || {};
   el.classList.add("gs-viewer");
   const stepperEl = slots.stepper || el.appendChild(h("div"));
@@ -205,6 +209,14 @@ export function createViewer(el, options = {}) {
       graph.fit(); // after the banner and panels took their height
     },
     setStep: (i) => go(i, { animate: false }),
+    /** What options.shows says changed: redraw the timeline and the chart (the step stays as it is). */
+    concealChanged() {
+      if (!model) return;
+      buildTimeline();
+      markCurrentChip();
+      renderChart();
+      renderChartCursor();
+    },
     /** Bring the run's notes into view: they follow the step's narration in the banner. */
     showNotes() {
       const note = banner.querySelector(".gs-note");
@@ -366,14 +378,7 @@ export function createViewer(el, options = {}) {
     bFirst.disabled = bPrev.disabled = index <= 0;
     bNext.disabled = bLast.disabled = index >= n - 1;
     bPlay.disabled = n <= 1;
-    for (const li of timeline.children) {
-      const k = Number(li.dataset.index);
-      li.classList.toggle("gs-current", k === index);
-      li.classList.toggle("gs-past", k < index);
-      const b = li.firstChild;
-      if (k === index) b.setAttribute("aria-current", "step");
-      else b.removeAttribute("aria-current");
-    }
+    markCurrentChip();
     const diff = step && animate ? diffSteps(model, from, index) : null;
     if (step) {
       graph.showStep(step, diff, { animate });
@@ -385,6 +390,17 @@ export function createViewer(el, options = {}) {
     renderChartCursor();
     renderOutput();
     printedUI.update(stepOutputView(model, index));
+  }
+
+  function markCurrentChip() {
+    for (const li of timeline.children) {
+      const k = Number(li.dataset.index);
+      li.classList.toggle("gs-current", k === index);
+      li.classList.toggle("gs-past", k < index);
+      const b = li.querySelector("button"); // (a chip that starts an iteration has its label first)
+      if (k === index) b.setAttribute("aria-current", "step");
+      else b.removeAttribute("aria-current");
+    }
   }
 
   /** The nodes a step is about: where it failed, else what it built, else what ran (in order). */
@@ -485,7 +501,7 @@ export function createViewer(el, options = {}) {
   /** What a timeline chip shows, as text (its accessible name starts with it). */
   function chipText(s, call) {
     const line = s.line !== null ? `L${s.line}` : "—";
-    if (s.kind === "error") return `${line} ${s.error ? s.error.type : "error"}`;
+    if (s.kind === "error") return `${line} ${s.concealed ? "?" : s.error ? s.error.type : "error"}`;
     const what = s.kind === "update" ? updateWord(s) : call ? (s.api === "torch.autograd.grad" || s.kind === "grad" ? "grad" : "backward") : s.repeat > 1 ? `×${s.repeat}` : "fwd";
     const flags = call ? callFlags(s).map((f) => f.replace("=True", "")) : [];
     return [line, what, ...flags].join(" ");
@@ -497,11 +513,15 @@ export function createViewer(el, options = {}) {
     tl.widths = [];
     if (tlSizes) tlSizes.disconnect();
     if (!model) return;
-    model.steps.forEach((s, i) => {
+    model.steps.forEach((shown, i) => {
+      // a step the page may not show yet (the exercise's question before it): nothing says whether it fails
+      const s = shows(i) ? shown : { ...shown, error: null, concealed: true };
       const update = s.kind === "update";
       const crash = s.kind === "error"; // the code raised outside a call: the run's last step
       const call = s.kind !== "forward" && !update && !crash;
-      const label = crash
+      const label = crash && s.concealed
+        ? h("span", { class: "gs-tl-concealed" }, "?")
+        : crash
         ? h("span", { class: "gs-tl-crash" }, s.error ? s.error.type : "error")
         : update
         ? h("span", { class: "gs-tl-update" }, updateWord(s))
@@ -512,9 +532,10 @@ export function createViewer(el, options = {}) {
       // the first step of each iteration of the snippet's loop carries its label
       const iteration = startsIteration(model.steps, i) ? h("span", { class: "gs-tl-iter" }, `iteration ${s.iteration}`) : null;
       const of = s.iteration !== null ? ` (iteration ${s.iteration})` : "";
+      const title = crash && s.concealed ? `${s.where ?? (s.line !== null ? `line ${s.line}` : "no line")} · shown after the exercise's question` : stepTitle(s);
       const li = h("li", { class: `gs-tl-step ${call ? "gs-tl-callstep" : ""} ${update ? "gs-tl-updatestep" : ""} ${iteration ? "gs-tl-newiter" : ""} ${s.error ? "gs-tl-error" : ""}`, "data-index": i, "data-iteration": s.iteration ?? "" },
         iteration,
-        h("button", { type: "button", title: `Step ${i + 1}${of}: ${stepTitle(s)} (Enter: go there, space: play)`, "aria-label": `${chipText(s, call)}: step ${i + 1}, ${stepTitle(s)}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
+        h("button", { type: "button", title: `Step ${i + 1}${of}: ${title} (Enter: go there, space: play)`, "aria-label": `${chipText(s, call)}: step ${i + 1}, ${title}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
           h("span", { class: "gs-tl-line" }, s.line !== null ? `L${s.line}` : "—"),
           " ", // (not drawn between flex items) its accessible text reads "L15 fwd", as its name starts
           label,
@@ -654,7 +675,10 @@ export function createViewer(el, options = {}) {
     if (!model || !steps()) return;
     const W = 280;
     const H = 70;
-    chartPeak = Math.max(...model.steps.map((s) => s.savedBytes));
+    // the bytes of a step the page may not show yet are not drawn (a drop would say that a call frees)
+    const bytes = model.steps.map((s, i) => (shows(i) ? s.savedBytes : null));
+    const drawn = bytes.filter((b) => b !== null);
+    chartPeak = Math.max(0, ...drawn);
     const max = Math.max(1, chartPeak);
     const bw = W / steps();
     const svgNS = "http://www.w3.org/2000/svg";
@@ -662,17 +686,18 @@ export function createViewer(el, options = {}) {
     svg.setAttribute("viewBox", `0 0 ${W} ${H + 14}`);
     svg.setAttribute("class", "gs-chart-svg");
     svg.setAttribute("role", "img");
-    svg.setAttribute("aria-label", `Saved bytes per step, from ${fmtBytes(model.steps[0].savedBytes)} to ${fmtBytes(model.steps[steps() - 1].savedBytes)}, peak ${fmtBytes(max)}`);
+    svg.setAttribute("aria-label", `Saved bytes per step, from ${fmtBytes(drawn[0] ?? 0)} to ${fmtBytes(drawn[drawn.length - 1] ?? 0)}${drawn.length < steps() ? " (so far)" : ""}, peak ${fmtBytes(max)}`);
     model.steps.forEach((s, i) => {
-      const hgt = Math.max(s.savedBytes ? 2 : 0, (s.savedBytes / max) * H);
+      const b = bytes[i] ?? 0;
+      const hgt = Math.max(b ? 2 : 0, (b / max) * H);
       const r = document.createElementNS(svgNS, "rect");
       r.setAttribute("x", String(i * bw + 1));
       r.setAttribute("width", String(Math.max(1, bw - 2)));
       r.setAttribute("y", String(H - hgt));
       r.setAttribute("height", String(hgt));
-      r.setAttribute("class", `gs-bar ${s.kind !== "forward" ? "gs-bar-call" : ""}`);
+      r.setAttribute("class", `gs-bar ${s.kind !== "forward" ? "gs-bar-call" : ""} ${bytes[i] === null ? "gs-bar-concealed" : ""}`);
       const title = document.createElementNS(svgNS, "title");
-      title.textContent = `Step ${i + 1}: ${fmtBytes(s.savedBytes)}`;
+      title.textContent = `Step ${i + 1}: ${bytes[i] === null ? "shown after the exercise's question" : fmtBytes(s.savedBytes)}`;
       r.append(title);
       r.addEventListener("click", () => go(i, { animate: false }));
       svg.append(r);
