@@ -241,7 +241,7 @@ async function pick(name, { autorun = true } = {}) {
 
 async function start() {
   await examples.load(readJSON("gs-snippets") || []);
-  if (await loadPermalink({ editor, viewer, run, setStatus: status.set })) return;
+  if (await loadPermalink({ editor, viewer, run, setStatus: status.set, setExercise: (on) => (exerciseWanted = on) })) return;
   const wanted = new URL(location.href).searchParams.get("snippet");
   const all = examples.all;
   const first = all.find((s) => s.name === wanted) || all.find((s) => s.name === config.default) || all[0];
@@ -249,5 +249,5 @@ async function start() {
   else status.set("idle", "Write a snippet and press Run (Ctrl/⌘+Enter).");
 }
 
-installShare({ button: $("#gs-share"), editor, viewer });
+installShare({ button: $("#gs-share"), editor, viewer, exercise });
 start();

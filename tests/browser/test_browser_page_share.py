@@ -104,3 +104,85 @@ def test_the_dialog_counts_steps_as_the_page_does_and_says_how_the_frame_sizes(a
     assert link.endswith("&step=2") and "step=2" in text  # and the link's parameter is explained
     assert "keeps it as high as its content" in text
     assert app.errors == []
+
+
+# ---------------------------------------------------------------- the exercise option
+
+EXERCISE = "exercise_retain_graph"  # its calls carry `# predict:` comments
+
+
+def open_share(app: Page, snippet: str) -> None:
+    app.open(f"?snippet={snippet}")
+    app.page.click("#gs-share")
+    app.page.wait_for_selector("#gs-share-dialog[open]")
+
+
+def test_share_offers_the_exercise_for_code_with_predict_comments_and_its_iframe_asks(browser, server, site):
+    app = Page(browser, server, reduced_motion="reduce")
+    try:
+        open_share(app, EXERCISE)
+        box = app.page.locator("#gs-share-exercise")
+        assert box.is_visible() and box.is_checked()  # the app asks: so does what it shares
+        html = app.page.locator("#gs-share-embed").input_value()
+        assert "&amp;predict=code" in html or "&predict=code" in html
+        assert app.page.locator("#gs-share-link").input_value().endswith("&predict=code")
+        assert app.errors == []
+    finally:
+        app.close()
+    tab, frame = lesson(browser, site, server, html, 1100, "exercise.html")
+    try:
+        frame.click(".gs-stepper button[aria-label^='Last step']")
+        frame.wait_for_selector(".gs-ex-card:not([hidden]) .gs-ex-form", timeout=10_000)
+        assert tab.errors == []
+    finally:
+        tab.close()
+
+
+def test_share_without_the_exercise_ticked_leaves_predict_out_of_the_iframe(app_share_unticked):
+    html, link = app_share_unticked
+    assert "predict" not in html
+    assert link.endswith("&predict=0")  # the app would otherwise open code with comments as an exercise
+
+
+@pytest.fixture
+def app_share_unticked(browser, server):
+    app = Page(browser, server, reduced_motion="reduce")
+    try:
+        open_share(app, EXERCISE)
+        app.page.uncheck("#gs-share-exercise")
+        yield (
+            app.page.locator("#gs-share-embed").input_value(),
+            app.page.locator("#gs-share-link").input_value(),
+        )
+        assert app.errors == []
+    finally:
+        app.close()
+
+
+def test_a_shared_link_without_the_exercise_opens_its_code_with_the_exercise_off(
+    browser, server, app_share_unticked
+):
+    _, link = app_share_unticked
+    app = Page(browser, server, reduced_motion="reduce")
+    try:
+        app.page.goto(link)
+        app.wait_runs(1)
+        app.page.click(".gs-stepper button[aria-label^='Last step']")
+        app.page.wait_for_function(
+            "document.querySelector('.gs-stepper').dataset.step == document.querySelector('.gs-stepper').dataset.steps - 1"
+        )
+        assert app.page.locator(".gs-ex-card:not([hidden])").count() == 0
+        assert not app.page.locator(".gs-ex-switch").is_checked()
+    finally:
+        app.close()
+
+
+def test_share_offers_no_exercise_for_code_without_questions(browser, server):
+    app = Page(browser, server, reduced_motion="reduce")
+    try:
+        open_share(app, SNIPPET)
+        assert not app.page.locator("#gs-share-exercise").is_visible()
+        assert "predict" not in app.page.locator("#gs-share-embed").input_value()
+        assert "predict" not in app.page.locator("#gs-share-link").input_value()
+    finally:
+        app.close()
