@@ -89,3 +89,64 @@ def test_sphinx_recipe_in_alabaster_is_not_cut_and_steps_to_plain_torch_grads(si
         assert errors == []
     finally:
         ctx.close()
+
+
+# ---------------------------------------------------------------- an exercise (`:predict:`)
+
+
+def exercise_page() -> str:
+    """The `:predict:` directive of docs/exercises.md's Sphinx section, as given there."""
+    text = (REPO / "docs" / "exercises.md").read_text()
+    section = text[text.index("### Sphinx") :]
+    return re.search(r"```rst\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture(scope="module")
+def exercise_site(tmp_path_factory):
+    ensure_packages("sphinx")
+    src = tmp_path_factory.mktemp("sphinx-exercise")
+    conf, _ = recipe()
+    (src / "conf.py").write_text(f'project = "course"\nhtml_theme = "alabaster"\n{conf}')
+    (src / "index.rst").write_text(f"Predict\n=======\n\n{exercise_page()}\n")
+    out = src / "_build"
+    r = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(src), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def test_sphinx_page_with_predict_asks_before_the_call_and_checks_the_answer_against_torch(
+    exercise_site, browser
+):
+    from testkit.truth import run_plain
+
+    body = "\n".join(line[3:] for line in exercise_page().splitlines()[3:])  # the directive's code
+    first = run_plain(body).calls[0]
+    (truth,) = [g for names, g in first.grads.items() if "w" in names]
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = ctx.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(f"{exercise_site}/index.html")
+        page.locator("iframe.gradstep-frame").scroll_into_view_if_needed()
+        frame = page.frame_locator("iframe.gradstep-frame")
+        frame.locator("body[data-ready=true]").wait_for(timeout=60_000)
+        frame.get_by_role("button", name="Last step (End)").click()
+        frame.locator(".gs-ex-card:not([hidden]) .gs-ex-form").wait_for(timeout=10_000)
+        frame.locator(".gs-ex-input").fill(str(truth.tolist()))
+        frame.locator(".gs-ex-check").click()
+        row = frame.locator(".gs-ex-results tbody tr[data-kind=grad]")
+        assert row.get_attribute("data-correct") == "true"
+        shot(page, "sphinx-exercise-answered")
+        assert errors == []
+    finally:
+        ctx.close()
