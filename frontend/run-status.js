@@ -10,7 +10,7 @@ export function runSummary(trace, ms, { held = false } = {}) {
   const steps = (trace.steps || []).length;
   const took = `${(ms / 1000).toFixed(2)} s`;
   if (held && (trace.status === "ok" || trace.status === "error")) {
-    return ["ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes · the exercise asks before each call is shown`];
+    return ["ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes · exercise on`];
   }
   const more = trace.error ? trace.error.message : "";
   const reported = (trace.reaches || []).length ? " · reported by the code" : "";

@@ -168,3 +168,28 @@ def test_the_embed_shows_no_diagnosis_or_error_mark_before_the_question_and_both
         assert tab.errors == []
     finally:
         tab.close()
+
+
+def test_the_result_of_an_error_question_fits_a_phone_without_horizontal_scrolling(browser, server):
+    """torch's message (long words such as retain_graph=True) wraps inside the result table."""
+    error = failing_call(RETAIN)
+    tab = Page(browser, server, reduced_motion="reduce", viewport={"width": 390, "height": 844})
+    try:
+        tab.page.goto(f"{server}/?snippet={SNIPPET}")
+        tab.wait_runs(1)
+        for _ in range(2):  # the first two calls
+            tab.page.click(".gs-stepper button[aria-label^='Last step']")
+            card_open(tab.page)
+            tab.page.click(".gs-ex-skip")
+        tab.page.click(".gs-stepper button[aria-label^='Last step']")
+        card_open(tab.page)
+        tab.page.locator(
+            ".gs-ex-q[data-kind=error] label", has_text="backward through the graph a second time"
+        ).click()
+        tab.page.click(".gs-ex-check")
+        tab.page.wait_for_selector(".gs-ex-results")
+        assert error["type"] in tab.page.inner_text(".gs-ex-results")
+        assert tab.page.evaluate("document.documentElement.scrollWidth") <= 390
+        assert tab.errors == []
+    finally:
+        tab.close()
