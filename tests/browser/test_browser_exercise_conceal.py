@@ -193,3 +193,20 @@ def test_the_result_of_an_error_question_fits_a_phone_without_horizontal_scrolli
         assert tab.errors == []
     finally:
         tab.close()
+
+
+def test_held_before_a_question_the_panels_and_graph_show_the_step_before_the_call(app, server):
+    """x.grad as plain torch has it before the first call, everywhere the page shows it."""
+    plain = run_plain(RETAIN)
+    (after,) = [g for names, g in plain.calls[0].grads.items() if "x" in names]
+    assert after is not None  # the call sets it: a page showing the call would show a number
+    app.page.goto(f"{server}/#code={encode_code(RETAIN)}")
+    app.wait_runs(1)
+    app.page.click(".gs-stepper button[aria-label^='Next step']")
+    card_open(app.page)
+    texts = app.page.evaluate(
+        '[...document.querySelectorAll(\'[data-grad-for="x"], [data-tensor-grad="x"]\')].map((e) => e.textContent.trim())'
+    )
+    assert texts and all(t == "None" for t in texts)
+    printed = app.page.inner_text(".gs-stepper")
+    assert "after the first backward" not in printed
