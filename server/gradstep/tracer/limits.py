@@ -23,6 +23,9 @@ class Limits:
     # a DataLoader loads in the run's process, missing tqdm/matplotlib get stand-ins, and notes say what
     # a snippet can use instead (see offline.py)
     offline: bool = False
+    # The run's memory limit (MB; the sandbox's, 0: none known): an allocation it refused ends the
+    # run as ``status=limit`` (``limit=memory``) with the steps recorded before it, and says what to do
+    memory_mb: int = 0
 
     @classmethod
     def sandboxed(cls, **kwargs: Any) -> Limits:

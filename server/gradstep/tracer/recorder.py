@@ -16,10 +16,12 @@ line now running) and passes events between the parts:
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import torch
 
+from gradstep import limit_advice
 from gradstep.schema import VERSION
 from gradstep.trace_dicts import TraceDict
 from gradstep.tracer import crash, errors, lines, offline, passes, patches
@@ -77,6 +79,7 @@ class Recorder:
         self.check_release = False
         self.callers: list[int | None] = []  # lines that called the snippet's functions
         self.raised: BaseException | None = None  # what ended the code, while its step is taken
+        self.stopped_by_memory = False  # an allocation the run's memory limit refused ended the code
 
     def own_stack(self, message: str) -> str:
         return errors.own_stack(message, self.frames)
@@ -142,6 +145,10 @@ class Recorder:
         self.module_index.clear()
         self.leaves.clear()
         self.warnings.close()
+        if self.stopped_by_memory:
+            # the failed allocation's traceback keeps the code's frames, and so its model, in a cycle:
+            # freed now, the run has room again to write its trace (else that can fail too)
+            gc.collect()
 
     @guarded
     def _finish(self) -> None:
@@ -152,9 +159,22 @@ class Recorder:
 
     def _result(self, status: str, error: dict | None) -> dict:
         capped = (("steps", self.snapshots.capped), ("stdout", self.out.dropped), ("nodes", self.graph.full))
+        limit = None
+        if error is not None and self.limits.memory_mb and limit_advice.out_of_memory(error):
+            # the sandbox's data limit sits below its memory cgroup's (sandbox/config.py), so a run
+            # too big for it gets here, with what it recorded, instead of being killed with nothing
+            status, limit = "limit", "memory"
+            self.stopped_by_memory = True
+            error = {
+                **error,
+                "message": limit_advice.memory_stop(
+                    error, self.limits.memory_mb, len(self.steps), self._shrink()
+                ),
+            }
         return {
             "version": VERSION,
             "status": status,
+            "limit": limit,
             "error": error,
             "stdout": self.out.text(),
             "code": self.code,
@@ -165,6 +185,14 @@ class Recorder:
             "truncated": [what for what, hit in capped if hit],
             "notes": self.uses.notes(self.limits, error, self.listed) + self.guard.failures,
         }
+
+    def _shrink(self) -> str:
+        """The largest tensors the steps name: what a smaller size of the same code shrinks."""
+        seen: dict[str, list[int]] = {}
+        for step in self.steps:
+            for t in step.get("tensors") or ():
+                seen.setdefault(t["name"], t["shape"])
+        return limit_advice.largest(seen.items())
 
     # -- line tracing --------------------------------------------------------
 
