@@ -517,7 +517,8 @@ def test_a_40_gb_tensor_is_refused(full, guard, mounts_before):
     kind, message = error_of(trace)
     # refused by RLIMIT_DATA: torch raises, and the run ends as the memory limit, with what it did
     assert (trace["status"], trace["limit"], kind) == ("limit", "memory", "RuntimeError")
-    assert "needed more memory than a run may use here, 512 MB" in message
+    # the value the job's spec gives the tracer (payload_for: the default settings')
+    assert f"needed more memory than a run may use here, {Settings().memory_mb:,} MB" in message
 
 
 def test_a_bytearray_memory_bomb_is_refused(full, guard, mounts_before):
