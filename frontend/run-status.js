@@ -19,7 +19,7 @@ export function runSummary(trace, ms) {
   if (trace.status === "limit" && steps) {
     // what it recorded is on the page; the message above the graph says which limit and what to do
     const line = trace.error && trace.error.line ? ` at line ${trace.error.line}` : "";
-    return ["error", `Stopped by the ${limitName(trace.limit)} limit${line} · ${steps} step${steps === 1 ? "" : "s"} recorded`];
+    return ["error", `Stopped${line}: ${limitName(trace.limit)} limit · ${steps} step${steps === 1 ? "" : "s"} kept`];
   }
   if (trace.status === "limit") return ["error", `Stopped: the run hit the ${limitName(trace.limit)} limit. ${more}`];
   return ["error", `The run crashed. ${more}${reportedText(trace.error)}`];
