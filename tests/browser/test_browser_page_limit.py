@@ -39,7 +39,9 @@ def test_a_run_stopped_by_the_memory_limit_says_so_and_shows_what_it_recorded(br
         banner = app.page.locator(".gs-banner .gs-note-error")
         assert banner.count() == 1
         # first in the banner, above the step's narration: on a phone what follows is scrolled away
-        assert app.page.evaluate("document.querySelector('.gs-banner').firstElementChild.classList.contains('gs-note-error')")
+        assert app.page.evaluate(
+            "document.querySelector('.gs-banner').firstElementChild.classList.contains('gs-note-error')"
+        )
         said = banner.inner_text()
         assert said.startswith("Run stopped by the memory limit.")
         for words in ("1,024 MB of memory", "same graph", "gradstep.record()", "GRADSTEP_MEMORY_MB"):
