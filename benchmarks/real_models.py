@@ -136,6 +136,7 @@ def main() -> None:
                 order = [("gpt", gpt_ms, models["12-layer GPT"]), ("mlp", mlp_ms, models["24-layer MLP"])]
                 for _, xs, code in order if k % 2 == 0 else reversed(order):
                     xs.append(painted(page, code, k))
+
             def part(xs: list[dict], key: str) -> float:
                 return med([x[key] for x in xs])
 
