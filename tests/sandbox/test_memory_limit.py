@@ -119,3 +119,45 @@ def test_a_run_the_memory_cgroup_kills_says_which_limit_its_value_and_what_to_do
 def test_the_data_limit_leaves_room_below_the_cgroup():
     for mb in (128, 512, 1024, 8192):
         assert 0 < data_mb(mb) <= mb - 32
+
+
+# -- CPU time: the run stops itself short of RLIMIT_CPU, with what it recorded --------------------
+
+BUSY_AFTER_A_GRAPH = """\
+import torch
+torch.manual_seed(0)
+w = torch.randn(4, 3, requires_grad=True)
+h = (w * 2).tanh()
+loss = h.sum()
+loss.backward()
+while True:
+    pass
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu_runner(guard):
+    settings = Settings(
+        workers=1, extra_slots=1, rate=0, cpu_seconds=2, wall_seconds=30, uid_base=uid_base(2360)
+    )
+    r = TraceRunner(settings, Sandbox(sandbox_config(settings, cgroup_parent=guard.parent)))
+    r.start()
+    guard.hold(r.health()["zygote_pid"])
+    yield r
+    r.close()
+
+
+def test_a_run_near_its_cpu_limit_stops_itself_with_the_steps_it_recorded(cpu_runner):
+    trace = traced(cpu_runner, BUSY_AFTER_A_GRAPH)
+    assert (trace["status"], trace["limit"]) == ("limit", "cpu")
+    before = record(BUSY_AFTER_A_GRAPH.split("while True")[0])  # the same code up to the loop, whole
+    kept = [(s["kind"], s["line"]) for s in trace["steps"] if s["kind"] != "error"]
+    assert kept == [(s["kind"], s["line"]) for s in before["steps"]]
+    grads = trace["steps"][len(kept) - 1]["tensors"]
+    assert (
+        grads["name"][0] == "w"
+        and grads["grad"][0]["values"] == before["steps"][-1]["tensors"][0]["grad"]["values"]
+    )
+    message = trace["error"]["message"]
+    assert "of its 2 s of CPU time" in message and "GRADSTEP_CPU_SECONDS" in message
+    assert "gradstep.record()" in message and "fewer iterations" in message

@@ -538,9 +538,14 @@ def test_a_shared_memory_mmap_bomb_hits_the_memory_limit(full, guard, mounts_bef
 # -- time ---------------------------------------------------------------------------
 
 
+# The tracer stops a snippet's own loop short of the limit (tracer/limits.py CpuWatch); code it does
+# not instrument (exec'd) runs on until the sandbox's RLIMIT_CPU ends it.
+SPIN = "exec('while True:\\n    pass\\n')\n"
+
+
 def test_an_infinite_loop_hits_the_cpu_limit(full, guard, mounts_before):
     # SIGKILL at the limit: the first process of a PID namespace ignores SIGXCPU
-    result, _ = attack(full, "while True:\n    pass\n", guard, mounts_before)
+    result, _ = attack(full, SPIN, guard, mounts_before)
     assert (result.status, result.limit, result.signal) == ("limit", "cpu", "SIGKILL")
 
 
@@ -548,9 +553,7 @@ def test_ignoring_sigterm_and_sigxcpu_does_not_help(full, guard, mounts_before):
     code = (
         "import signal\n"
         "for s in (signal.SIGTERM, signal.SIGXCPU, signal.SIGINT):\n"
-        "    signal.signal(s, signal.SIG_IGN)\n"
-        "while True:\n"
-        "    pass\n"
+        "    signal.signal(s, signal.SIG_IGN)\n" + SPIN
     )
     result, _ = attack(full, code, guard, mounts_before)
     assert (result.status, result.limit, result.signal) == ("limit", "cpu", "SIGKILL")  # RLIMIT_CPU hard

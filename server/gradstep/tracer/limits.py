@@ -2,8 +2,44 @@
 
 from __future__ import annotations
 
+import resource
+import time
 from dataclasses import dataclass
 from typing import Any
+
+
+class StoppedAtLimit(BaseException):
+    """Raised into the code at a statement boundary when the run's CPU time is nearly spent: the
+    recording ends there, with time left to write what it recorded (a BaseException: the code's
+    own ``except Exception`` does not swallow it)."""
+
+    def __init__(self, limit: str, used: float):
+        super().__init__(f"stopped short of the run's {limit} limit, after {used:.1f} s")
+        self.limit, self.used = limit, used
+
+
+class CpuWatch:
+    """The CPU time a run may still use before it stops itself: RLIMIT_CPU's soft limit (the
+    sandbox's, lowered for a fix run) less a margin for writing the trace. Without a finite limit
+    (a recording in one's own process) it never stops anything."""
+
+    MARGIN = 0.15  # of the budget, at least MIN_MARGIN s: narration, packing and writing a big trace
+
+    MIN_MARGIN = 0.5
+
+    def __init__(self) -> None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
+        self.start = time.process_time()
+        self.stop_at: float | None = None
+        if soft != resource.RLIM_INFINITY:
+            left = soft - self.start
+            self.stop_at = soft - max(self.MIN_MARGIN, self.MARGIN * max(left, 0.0))
+
+    def check(self) -> None:
+        if self.stop_at is not None:
+            now = time.process_time()
+            if now >= self.stop_at:
+                raise StoppedAtLimit("cpu", now - self.start)
 
 
 @dataclass
@@ -26,6 +62,9 @@ class Limits:
     # The run's memory limit (MB; the sandbox's, 0: none known): an allocation it refused ends the
     # run as ``status=limit`` (``limit=memory``) with the steps recorded before it, and says what to do
     memory_mb: int = 0
+    # The run's CPU limit (s; the sandbox's, 0: none known): said in the message of a run that
+    # stopped itself short of it (``CpuWatch``: ``status=limit``, ``limit=cpu``, its steps kept)
+    cpu_seconds: int = 0
 
     @classmethod
     def sandboxed(cls, **kwargs: Any) -> Limits:
