@@ -100,7 +100,8 @@ class Recorder:
                 compiled, self._on_line, self._on_enter, self._on_exit, self._failed, self._on_loop
             )
             self._finish()
-            if error is not None and self.raised is not None:
+            # a stop short of a limit is not the code's failure: no step of its own (Trace.error says it)
+            if error is not None and self.raised is not None and self.stopped_at is None:
                 self.crashed(self.raised, error)
         self.raised = None  # its traceback holds the code's frames: they go as a plain run's do
         try:
