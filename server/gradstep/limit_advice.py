@@ -99,8 +99,9 @@ def _mb(size: int) -> str:
     return f"{size / 2**20:.1f} MB" if size < 10 * 2**20 else f"{size / 2**20:,.0f} MB"
 
 
-def cpu_stop(error: dict, cpu_seconds: float | None, used: float, steps: int) -> str:
-    """The message of a run that stopped itself short of its CPU limit, with ``steps`` recorded."""
+def time_stop(error: dict, limit: str, value: float | None, used: float, steps: int) -> str:
+    """The message of a run that stopped itself short of its CPU (``limit`` ``cpu``) or wall-clock
+    (``wall``) limit, with ``steps`` recorded."""
     where = f"at line {error['line']}" if error.get("line") else ""
     recorded = (
         f"The graph shows the {steps} step{'' if steps == 1 else 's'} recorded before it."
@@ -108,8 +109,8 @@ def cpu_stop(error: dict, cpu_seconds: float | None, used: float, steps: int) ->
         else "It stopped before recording any step."
     )
     return (
-        f"The run had used {used:.1f} s of its {value_text('cpu', cpu_seconds)} and was stopped {where}, "
-        f"with time left to write what it recorded. {recorded} {advice('cpu')}"
+        f"The run had used {used:.1f} s of its {value_text(limit, value)} and was stopped {where}, "
+        f"with time left to write what it recorded. {recorded} {advice(limit)}"
     ).replace("  ", " ")
 
 

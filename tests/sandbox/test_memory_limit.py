@@ -161,3 +161,29 @@ def test_a_run_near_its_cpu_limit_stops_itself_with_the_steps_it_recorded(cpu_ru
     message = trace["error"]["message"]
     assert "of its 2 s of CPU time" in message and "GRADSTEP_CPU_SECONDS" in message
     assert "gradstep.record()" in message and "fewer iterations" in message
+
+
+SLEEPS_AFTER_A_GRAPH = BUSY_AFTER_A_GRAPH.replace(
+    "while True:\n    pass\n", "import time\nwhile True:\n    time.sleep(0.05)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def wall_runner(guard):
+    settings = Settings(workers=1, extra_slots=1, rate=0, wall_seconds=3, uid_base=uid_base(2370))
+    r = TraceRunner(settings, Sandbox(sandbox_config(settings, cgroup_parent=guard.parent)))
+    r.start()
+    guard.hold(r.health()["zygote_pid"])
+    yield r
+    r.close()
+
+
+def test_a_run_near_its_wall_clock_limit_stops_itself_with_the_steps_it_recorded(wall_runner):
+    trace = traced(wall_runner, SLEEPS_AFTER_A_GRAPH)
+    assert (trace["status"], trace["limit"]) == ("limit", "wall")
+    before = record(SLEEPS_AFTER_A_GRAPH.split("import time")[0])
+    assert [(s["kind"], s["line"]) for s in trace["steps"]] == [
+        (s["kind"], s["line"]) for s in before["steps"]
+    ]
+    message = trace["error"]["message"]
+    assert "of its 3 s of wall-clock time" in message and "GRADSTEP_WALL_SECONDS" in message

@@ -538,7 +538,7 @@ def test_a_shared_memory_mmap_bomb_hits_the_memory_limit(full, guard, mounts_bef
 # -- time ---------------------------------------------------------------------------
 
 
-# The tracer stops a snippet's own loop short of the limit (tracer/limits.py CpuWatch); code it does
+# The tracer stops a snippet's own loop short of the limit (tracer/limits.py LimitWatch); code it does
 # not instrument (exec'd) runs on until the sandbox's RLIMIT_CPU ends it.
 SPIN = "exec('while True:\\n    pass\\n')\n"
 

@@ -30,7 +30,7 @@ from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.guard import Guard, guarded
 from gradstep.tracer.leaves import Leaves
-from gradstep.tracer.limits import CpuWatch, Limits, StoppedAtLimit
+from gradstep.tracer.limits import Limits, LimitWatch, StoppedAtLimit
 from gradstep.tracer.loops import Loops
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_namespaces, scan, snippet_frames
 from gradstep.tracer.notes import Uses
@@ -81,7 +81,8 @@ class Recorder:
         self.raised: BaseException | None = None  # what ended the code, while its step is taken
         self.stopped_by_memory = False  # an allocation the run's memory limit refused ended the code
         self.stopped_at: StoppedAtLimit | None = None  # the run stopped itself short of a limit
-        self.cpu = CpuWatch() if limits.offline else None  # the sandbox's CPU limit, watched per statement
+        # the sandbox's CPU and wall-clock limits, watched at each statement
+        self.watch = LimitWatch(limits.wall_seconds) if limits.offline else None
 
     def own_stack(self, message: str) -> str:
         return errors.own_stack(message, self.frames)
@@ -167,8 +168,9 @@ class Recorder:
         limit = None
         if error is not None and self.stopped_at is not None:
             status, limit = "limit", self.stopped_at.limit
-            cpu = self.limits.cpu_seconds or None
-            message = limit_advice.cpu_stop(error, cpu, self.stopped_at.used, len(self.steps))
+            stop = self.stopped_at
+            value = (self.limits.cpu_seconds if stop.limit == "cpu" else self.limits.wall_seconds) or None
+            message = limit_advice.time_stop(error, stop.limit, value, stop.used, len(self.steps))
             error = {**error, "type": "limit", "message": message}
         elif error is not None and self.limits.memory_mb and limit_advice.out_of_memory(error):
             # the sandbox's data limit sits below its memory cgroup's (sandbox/config.py), so a run
@@ -214,8 +216,8 @@ class Recorder:
         go of a graph without building anything; checked after it ran. ``bound``: the
         plain names it assigns, whose tensors are noted after it ran (tracer/leaves.py).
         """
-        if self.cpu is not None:
-            self.cpu.check()  # raises into the code: the guard lets a BaseException through
+        if self.watch is not None:
+            self.watch.check()  # raises into the code: the guard lets a BaseException through
         if self.calls.running:  # the snippet's code run by the engine: a hook, a checkpoint's recomputation
             self.calls.lines.add(line)
             return
