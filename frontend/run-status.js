@@ -19,7 +19,8 @@ export function runSummary(trace, ms) {
   if (trace.status === "limit" && steps) {
     // what it recorded is on the page; the message above the graph says which limit and what to do
     const line = trace.error && trace.error.line ? ` at line ${trace.error.line}` : "";
-    return ["error", `Stopped${line}: ${limitName(trace.limit)} limit · ${steps} step${steps === 1 ? "" : "s"} kept`];
+    const name = limitName(trace.limit);
+    return ["error", `${name[0].toUpperCase()}${name.slice(1)} limit${line} · ${steps} step${steps === 1 ? "" : "s"} kept`];
   }
   if (trace.status === "limit") return ["error", `Stopped: the run hit the ${limitName(trace.limit)} limit. ${more}`];
   return ["error", `The run crashed. ${more}${reportedText(trace.error)}`];

@@ -34,7 +34,7 @@ def test_a_run_stopped_by_the_memory_limit_says_so_and_shows_what_it_recorded(br
         recorded = [(s["kind"], s["line"]) for s in trace["steps"] if s["kind"] != "error"]
         assert recorded == [("forward", 4), ("forward", 5)]  # the lines that built nodes, before line 6
         status = app.page.locator("#gs-run-status").inner_text()
-        assert status == f"Stopped at line 6: memory limit · {len(trace['steps'])} steps kept"
+        assert status == f"Memory limit at line 6 · {len(trace['steps'])} steps kept"
         app.page.evaluate(f"window.gradstep.viewer.setStep({len(recorded) - 1})")
         banner = app.page.locator(".gs-banner .gs-note-error")
         assert banner.count() == 1

@@ -18,7 +18,7 @@ test("the status line says how long a run took and what it built, or why it stop
 test("a run stopped by a limit with steps recorded says which limit, where, and how many steps it recorded", () => {
   const stopped = { status: "limit", limit: "memory", steps: [{}, {}, {}], error: { type: "RuntimeError", line: 74, message: "long advice" } };
   assert.deepEqual(runSummary(stopped, 0),
-    ["error", "Stopped at line 74: memory limit · 3 steps kept"]);
+    ["error", "Memory limit at line 74 · 3 steps kept"]);
 });
 
 test("what a crashed run's own process reported is quoted as the code's, after the server's words", () => {
