@@ -545,10 +545,11 @@ export function createViewer(el, options = {}) {
     const reported = t.reaches.length
       ? h("div", { class: "gs-note gs-note-reported" }, h("strong", {}, "Reported by the code."), ` ${reachSentence(t.reaches)}`)
       : null;
+    let stopped = null; // first, above the step's narration: a run cut short shows only part of the graph
     if (t.status === "timeout" || t.status === "limit" || t.status === "crashed") {
       const which = t.status === "timeout" ? "the wall-clock time limit" : t.status === "limit" ? `the ${limitName(t.limit)} limit` : "a crash";
-      notes.push(h("div", { class: "gs-note gs-note-error" }, h("strong", {}, `Run stopped by ${which}.`),
-        ` ${t.error ? t.error.message : ""}${reportedText(t.error, 2000)}`));
+      stopped = h("div", { class: "gs-note gs-note-error" }, h("strong", {}, `Run stopped by ${which}.`),
+        ` ${t.error ? t.error.message : ""}${reportedText(t.error, 2000)}`);
     }
     if (t.status === "error" && outOfMemory(t.error)) {
       // the sandbox's per-run memory limit refused an allocation (RLIMIT_DATA): say so in words
@@ -565,6 +566,7 @@ export function createViewer(el, options = {}) {
     const tone = step ? renderNarration(banner, model, index, { highlight: highlightLinked, select: selectNode }) : null;
     banner.className = tone ? `gs-banner gs-tone-${tone}` : "gs-banner";
     banner.append(...notes);
+    if (stopped) banner.prepend(stopped);
     if (reported) banner.prepend(reported);
   }
 
