@@ -93,7 +93,8 @@ export function createGradFlowChart(el, { onPick } = {}) {
     const dot = h("span", { class: "gs-gf-dot" });
     const track = h("span", { class: "gs-gf-track", "aria-hidden": "true" }, bar, past, dot);
     const value = h("span", { class: "gs-gf-value" });
-    const button = h("button", { type: "button", class: "gs-gf-row", "aria-pressed": "false" }, name, track, value);
+    // spaces between the cells (not drawn between grid items): the text reads as the name starts
+    const button = h("button", { type: "button", class: "gs-gf-row", "aria-pressed": "false" }, name, " ", track, " ", value);
     // the row's datum at click time: the same row is the same module at every step
     button.addEventListener("click", () => {
       const row = select(button.parentNode).datum();
@@ -105,7 +106,7 @@ export function createGradFlowChart(el, { onPick } = {}) {
 
   function fillRow(li, d, lo, hi, shown) {
     const button = li.firstChild;
-    const [name, track, value] = button.children;
+    const [name, track, value] = button.children; // elements only: the spaces between are text
     const [bar, past, dot] = track.children;
     li.className = `gs-gf-st-${d.status}`;
     li.dataset.status = d.status;
