@@ -9,7 +9,7 @@ import { select } from "./vendor/d3.js";
 import { h } from "./dom.js";
 import { fmtNumber } from "./printing.js";
 import { stepTitle } from "./model.js";
-import { callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix } from "./grad-flow.js";
+import { callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix, sparkline } from "./grad-flow.js";
 
 const MARKS = {
   nonfinite: { sign: "✕", word: "nan/inf" },
@@ -19,6 +19,9 @@ const MARKS = {
   ok: { sign: "", word: "" },
 };
 
+const SVG = "http://www.w3.org/2000/svg";
+const SPARK_W = 56; // the sparkline's box, px
+const SPARK_H = 14;
 const pct = (x) => `${(100 * x).toFixed(2)}%`;
 const tickText = (e) => (e >= -2 && e <= 3 ? String(10 ** e >= 1 ? 10 ** e : Number((10 ** e).toFixed(-e))) : `1e${e}`);
 
@@ -67,8 +70,8 @@ export function createGradFlowChart(el, { onPick } = {}) {
     h("span", { class: "gs-gf-key gs-gf-st-exploding" }, "↑ exploding"),
   );
   const list = h("ol", { class: "gs-gf-rows", "aria-label": "‖.grad‖ per module, log scale" });
-  const prefixText = h("span", { class: "gs-gf-prefix" });
-  const axis = h("div", { class: "gs-gf-axis", "aria-hidden": "true" }, prefixText, h("span", { class: "gs-gf-ticks" }), h("span", {}, "‖.grad‖"));
+  const axis = h("div", { class: "gs-gf-axis", "aria-hidden": "true" },
+    h("span"), h("span", { class: "gs-gf-ticks" }), h("span", { class: "gs-gf-spark-head" }, "by call"), h("span", {}, "‖.grad‖"));
   const tableBody = h("tbody");
   const table = h("details", { class: "gs-gf-table" },
     h("summary", {}, "As a table"),
@@ -92,9 +95,18 @@ export function createGradFlowChart(el, { onPick } = {}) {
     const past = h("span", { class: "gs-gf-pasts" });
     const dot = h("span", { class: "gs-gf-dot" });
     const track = h("span", { class: "gs-gf-track", "aria-hidden": "true" }, bar, past, dot);
+    const spark = document.createElementNS(SVG, "svg");
+    spark.setAttribute("class", "gs-gf-spark");
+    spark.setAttribute("viewBox", `-3 -3 ${SPARK_W + 6} ${SPARK_H + 6}`);
+    spark.setAttribute("aria-hidden", "true");
+    spark.setAttribute("focusable", "false");
+    const now = document.createElementNS(SVG, "circle");
+    now.setAttribute("r", "2.6");
+    now.setAttribute("class", "gs-gf-spark-now");
+    spark.append(document.createElementNS(SVG, "g"), now);
     const value = h("span", { class: "gs-gf-value" });
     // spaces between the cells (not drawn between grid items): the text reads as the name starts
-    const button = h("button", { type: "button", class: "gs-gf-row", "aria-pressed": "false" }, name, " ", track, " ", value);
+    const button = h("button", { type: "button", class: "gs-gf-row", "aria-pressed": "false" }, name, " ", track, " ", spark, " ", value);
     // the row's datum at click time: the same row is the same module at every step
     button.addEventListener("click", () => {
       const row = select(button.parentNode).datum();
@@ -106,7 +118,7 @@ export function createGradFlowChart(el, { onPick } = {}) {
 
   function fillRow(li, d, lo, hi, shown) {
     const button = li.firstChild;
-    const [name, track, value] = button.children; // elements only: the spaces between are text
+    const [name, track, spark, value] = button.children; // elements only: the spaces between are text
     const [bar, past, dot] = track.children;
     li.className = `gs-gf-st-${d.status}`;
     li.dataset.status = d.status;
@@ -120,6 +132,19 @@ export function createGradFlowChart(el, { onPick } = {}) {
     value.textContent = valueText(d);
     button.setAttribute("aria-label", rowName(d, shown));
     button.setAttribute("aria-pressed", String(d.key === selected));
+    // the norm over the calls, on the same log axis
+    const line = sparkline(d, lo, hi, SPARK_W, SPARK_H);
+    select(spark.firstChild)
+      .selectChildren()
+      .data(line.runs)
+      .join((enter) => enter.append(() => document.createElementNS(SVG, "polyline")))
+      .attr("points", (pts) => pts);
+    const [circle] = [spark.lastChild];
+    circle.style.display = line.now ? "" : "none";
+    if (line.now) {
+      circle.setAttribute("cx", String(line.now[0]));
+      circle.setAttribute("cy", String(line.now[1]));
+    }
     // the earlier calls, oldest faintest; keyed by the call's step
     const n = d.history.length;
     select(past)
@@ -168,15 +193,15 @@ export function createGradFlowChart(el, { onPick } = {}) {
       return;
     }
     const k = calls.indexOf(view.call);
+    const { prefix, names } = sharedPrefix(levels[level]);
     const at = view.call === index ? "this step's call" : `the latest call (step ${view.call + 1})`;
-    caption.textContent = `‖.grad‖ per module after ${at}: ${stepTitle(model.steps[view.call])}, call ${k + 1} of ${calls.length}. Log scale${view.earlier.length ? `; dots: the ${view.earlier.length} calls before` : ""}.`;
+    caption.textContent = `‖.grad‖ per module${prefix ? ` of ${prefix}` : ""} after ${at}: ${stepTitle(model.steps[view.call])}, call ${k + 1} of ${calls.length}. Log scale${view.earlier.length ? `; faint dots and the line by call: the ${view.earlier.length} calls before` : ""}.`;
     coarser.disabled = level <= 0;
     finer.disabled = level >= levels.length - 1;
     levelText.textContent = `${levels[level].length} rows · level ${level + 1} of ${levels.length}`;
     const { lo, hi, ticks } = logDomain(view);
-    const { prefix, names } = sharedPrefix(levels[level]);
     list.setAttribute("aria-label", `‖.grad‖ per module${prefix ? ` of ${prefix}` : ""}, log scale`);
-    prefixText.textContent = prefix ? `modules of ${prefix}` : "";
+    el.classList.toggle("gs-gf-over-calls", view.earlier.length > 0);
     select(list)
       .selectChildren()
       .data(view.rows, (d) => d.key)

@@ -180,3 +180,27 @@ export function sharedPrefix(paths) {
   const prefix = split.length ? split[0].slice(0, n).join(".") : "";
   return { prefix, names: new Map(paths.map((p, i) => [p, split[i].slice(n).join(".")])) };
 }
+
+/**
+ * A row's norm over the calls (the earlier ones, then this one) as a sparkline in a `width` ×
+ * `height` box, y on the same log axis as the bars (rows stay comparable): the polyline's runs
+ * (a call without a finite positive norm breaks the line) and the current call's point.
+ */
+export function sparkline(row, lo, hi, width, height) {
+  const norms = [...row.history.map((p) => p.norm), row.status === "nonfinite" ? null : row.norm];
+  const dx = norms.length > 1 ? width / (norms.length - 1) : 0;
+  const point = (n, i) => (typeof n === "number" && n > 0 ? [i * dx, height - logPosition(n, lo, hi) * height] : null);
+  const runs = [];
+  let run = [];
+  norms.forEach((n, i) => {
+    const p = point(n, i);
+    if (p) run.push(p);
+    else if (run.length) {
+      runs.push(run);
+      run = [];
+    }
+  });
+  if (run.length) runs.push(run);
+  const fmt = (pts) => pts.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(" ");
+  return { runs: runs.map(fmt), now: point(norms[norms.length - 1], norms.length - 1) };
+}

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { buildModel } from "../../frontend/model.js";
 import { moduleStats } from "../../frontend/module-stats.js";
 import {
-  EXPLODING, VANISHING, callAt, callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix,
+  EXPLODING, VANISHING, callAt, callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix, sparkline,
 } from "../../frontend/grad-flow.js";
 
 // net.a.0 → net.a.1 → net.b, one weight each (and `own`: a parameter of net.a itself)
@@ -122,4 +122,12 @@ test("names: the module path every row shares is said once", () => {
   assert.deepEqual([...sharedPrefix(["model.h.0", "model.h.1", "model.wte"]).names.values()], ["h.0", "h.1", "wte"]);
   assert.equal(sharedPrefix(["model.h.0", "model.h.1"]).prefix, "model.h");
   assert.deepEqual([...sharedPrefix(["model"]).names.values()], ["model"]);
+});
+
+test("sparkline: the earlier calls then this one on the bars' log axis; a missing norm breaks the line", () => {
+  const row = { status: "ok", norm: 1, history: [{ norm: 100 }, { norm: null }, { norm: 10 }] };
+  const s = sparkline(row, 1, 100, 30, 10);
+  assert.deepEqual(s.runs, ["0.0,0.0", "20.0,5.0 30.0,10.0"]);
+  assert.deepEqual(s.now, [30, 10]);
+  assert.equal(sparkline({ ...row, status: "nonfinite" }, 1, 100, 30, 10).now, null);
 });
