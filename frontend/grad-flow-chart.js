@@ -9,7 +9,7 @@ import { select } from "./vendor/d3.js";
 import { h } from "./dom.js";
 import { fmtNumber } from "./printing.js";
 import { stepTitle } from "./model.js";
-import { callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix, sparkline } from "./grad-flow.js";
+import { callAt, callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix, sparkline } from "./grad-flow.js";
 
 const MARKS = {
   nonfinite: { sign: "✕", word: "nan/inf" },
@@ -55,6 +55,7 @@ export function createGradFlowChart(el, { onPick } = {}) {
   let index = 0;
   let selected = null;
   let view = null;
+  let drawn = null; // "call:level" the rows show: the steps up to the next call show the same
 
   const caption = h("p", { class: "gs-gf-caption" });
   const none = h("p", { class: "gs-muted", hidden: true }, "No backward call yet: each module's .grad norm shows from the first call on.");
@@ -181,6 +182,9 @@ export function createGradFlowChart(el, { onPick } = {}) {
 
   function draw() {
     if (!model || !levels.length) return;
+    const key = `${callAt(calls, index)}:${level}`;
+    if (key === drawn) return;
+    drawn = key;
     view = gradFlowView(model, index, levels[level], { calls });
     none.hidden = view !== null;
     chart.hidden = view === null;
@@ -194,8 +198,7 @@ export function createGradFlowChart(el, { onPick } = {}) {
     }
     const k = calls.indexOf(view.call);
     const { prefix, names } = sharedPrefix(levels[level]);
-    const at = view.call === index ? "this step's call" : `the latest call (step ${view.call + 1})`;
-    caption.textContent = `‖.grad‖ per module${prefix ? ` of ${prefix}` : ""} after ${at}: ${stepTitle(model.steps[view.call])}, call ${k + 1} of ${calls.length}. Log scale${view.earlier.length ? `; faint dots and the line by call: the ${view.earlier.length} calls before` : ""}.`;
+    caption.textContent = `‖.grad‖ per module${prefix ? ` of ${prefix}` : ""} after the call of step ${view.call + 1} (${stepTitle(model.steps[view.call])}, call ${k + 1} of ${calls.length}). Log scale${view.earlier.length ? `; faint dots and the line by call: the ${view.earlier.length} calls before` : ""}.`;
     coarser.disabled = level <= 0;
     finer.disabled = level >= levels.length - 1;
     levelText.textContent = `${levels[level].length} rows · level ${level + 1} of ${levels.length}`;
@@ -229,6 +232,7 @@ export function createGradFlowChart(el, { onPick } = {}) {
       level = defaultLevel(levels);
       selected = null;
       view = null;
+      drawn = null;
       select(list).selectChildren().remove();
       el.hidden = !levels.length || !calls.length;
     },
