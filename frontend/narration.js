@@ -180,6 +180,9 @@ function allChanges(model, index, hooks) {
       list.append(li);
     }
     details.append(list);
+    // the banner is a few lines high: the list starts at its top, the page itself does not move
+    const box = details.closest(".gs-banner");
+    if (box) box.scrollTop += details.getBoundingClientRect().top - box.getBoundingClientRect().top;
   });
   return details;
 }
