@@ -9,7 +9,10 @@ import { select } from "./vendor/d3.js";
 import { h } from "./dom.js";
 import { fmtNumber } from "./printing.js";
 import { stepTitle } from "./model.js";
-import { callAt, callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix, sparkline } from "./grad-flow.js";
+import {
+  HISTORY, callAt, callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix, sparkline,
+} from "./grad-flow.js";
+import { moduleStats } from "./module-stats.js";
 
 const MARKS = {
   nonfinite: { sign: "✕", word: "nan/inf" },
@@ -55,7 +58,11 @@ export function createGradFlowChart(el, { onPick } = {}) {
   let index = 0;
   let selected = null;
   let view = null;
-  let drawn = null; // "call:level" the rows show: the steps up to the next call show the same
+  let drawn = null; // "call:level:earlier calls" the rows show: the steps up to the next call show the same
+  // Earlier calls whose module stats are computed: a jump to the 20th call of a loop draws that call
+  // at once and the earlier ones a call a task after (each is a pass over a step's nodes).
+  let computed = new Set();
+  let warming = null;
 
   const caption = h("p", { class: "gs-gf-caption" });
   const none = h("p", { class: "gs-muted", hidden: true }, "No backward call yet: each module's .grad norm shows from the first call on.");
@@ -182,10 +189,13 @@ export function createGradFlowChart(el, { onPick } = {}) {
 
   function draw() {
     if (!model || !levels.length) return;
-    const key = `${callAt(calls, index)}:${level}`;
+    const call = callAt(calls, index);
+    const key = `${call}:${level}:${computed.size}`;
     if (key === drawn) return;
     drawn = key;
-    view = gradFlowView(model, index, levels[level], { calls });
+    if (call !== null) computed.add(call);
+    view = gradFlowView(model, index, levels[level], { calls, ready: (c) => computed.has(c) });
+    if (call !== null) warm(call);
     none.hidden = view !== null;
     chart.hidden = view === null;
     el.dataset.call = view ? String(view.call) : "";
@@ -224,6 +234,26 @@ export function createGradFlowChart(el, { onPick } = {}) {
     fillTable();
   }
 
+  /** Compute the stats of the calls before `call`, one a task, then draw them. */
+  function warm(call) {
+    if (warming !== null) clearTimeout(warming);
+    warming = null;
+    const k = calls.indexOf(call);
+    const missing = calls.slice(Math.max(0, k - HISTORY), k).filter((c) => !computed.has(c));
+    if (!missing.length) return;
+    const m = model;
+    const next = () => {
+      warming = null;
+      if (m !== model) return;
+      const c = missing.shift();
+      moduleStats(model, c);
+      computed.add(c);
+      if (missing.length) warming = setTimeout(next, 0);
+      else draw();
+    };
+    warming = setTimeout(next, 0);
+  }
+
   return {
     setModel(m) {
       model = m;
@@ -233,6 +263,10 @@ export function createGradFlowChart(el, { onPick } = {}) {
       selected = null;
       view = null;
       drawn = null;
+      computed = new Set();
+      el.dataset.call = "";
+      if (warming !== null) clearTimeout(warming);
+      warming = null;
       select(list).selectChildren().remove();
       el.hidden = !levels.length || !calls.length;
     },

@@ -97,15 +97,17 @@ export function rowStatus(stats, largest, mid) {
 /**
  * What the chart shows at step `index` for the modules `paths` (a level of flowLevels):
  * null before the first call. Otherwise {call, calls, earlier, rows, min, max}: `call` the step
- * index of the call shown, `earlier` the step indices of up to `history` calls before it, each
+ * index of the call shown, `earlier` the step indices of up to `history` calls before it (those
+ * `ready` says are), each
  * row {key: module path, norm, params, nonfinite, status, prev, history: [{call, norm}]}.
  * `min`/`max`: the positive norms' range over the current and earlier calls (the log axis).
  */
-export function gradFlowView(model, index, paths, { history = HISTORY, calls = callSteps(model) } = {}) {
+export function gradFlowView(model, index, paths, { history = HISTORY, calls = callSteps(model), ready = () => true } = {}) {
   const call = callAt(calls, index);
   if (call === null) return null;
   const k = calls.indexOf(call);
-  const earlier = calls.slice(Math.max(0, k - history), k);
+  // `ready(call)` false: that earlier call is left out for now (its stats are computed later, a call a task)
+  const earlier = calls.slice(Math.max(0, k - history), k).filter(ready);
   const now = moduleStats(model, call);
   const before = earlier.map((c) => [c, moduleStats(model, c)]);
   const finite = paths.map((p) => now.get(p)).filter((s) => s && s.params > s.nonfinite && s.gradNorm !== null).map((s) => s.gradNorm);

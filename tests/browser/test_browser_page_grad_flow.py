@@ -120,9 +120,12 @@ def rows(app: Page) -> dict[str, dict]:
 
 
 def at_last_step(app: Page) -> None:
-    app.page.evaluate("(() => { const v = window.gradstep.viewer; v.setStep(v.model.steps.length - 1); })()")
+    """Go to the last step (each snippet here ends on a backward call) and wait for the panel to draw it."""
+    last = app.page.evaluate(
+        "(() => { const v = window.gradstep.viewer; v.setStep(v.model.steps.length - 1); return v.step; })()"
+    )
     app.page.locator(".gs-gradflow").scroll_into_view_if_needed()
-    app.page.wait_for_function("document.querySelector('.gs-gradflow').dataset.call !== ''")
+    app.page.wait_for_function(f"document.querySelector('.gs-gradflow').dataset.call === '{last}'")
 
 
 @pytest.fixture
@@ -186,6 +189,8 @@ def test_a_training_loop_shows_each_module_at_the_earlier_calls(app):
     at_last_step(app)
     plain = plain_module_norms(LOOP)
     assert len(plain) == 20
+    # the earlier calls are drawn a call a task after the current one
+    app.page.wait_for_function(f"document.querySelectorAll('{ROWS} .gs-gf-past').length === 2 * 19")
     got = rows(app)
     assert set(got) == {"model.0", "model.2"}
     for path, row in got.items():
@@ -194,6 +199,7 @@ def test_a_training_loop_shows_each_module_at_the_earlier_calls(app):
     assert "call 20 of 20" in app.page.inner_text(".gs-gf-caption")
     # the table on demand gives the previous call's norm: plain torch's at iteration 19
     app.page.click(".gs-gf-table summary")
+    app.page.wait_for_selector(".gs-gf-table tbody tr")  # built when opened (the toggle event)
     table = app.page.eval_on_selector_all(
         ".gs-gf-table tbody tr", "trs => trs.map(tr => [...tr.children].map(c => c.textContent))"
     )

@@ -131,3 +131,10 @@ test("sparkline: the earlier calls then this one on the bars' log axis; a missin
   assert.deepEqual(s.now, [30, 10]);
   assert.equal(sparkline({ ...row, status: "nonfinite" }, 1, 100, 30, 10).now, null);
 });
+
+test("history: an earlier call not ready yet is left out", () => {
+  const m = buildModel(trace([[1, 1, 4], [1, 1, 2], [1, 1, 1]]));
+  const v = gradFlowView(m, 5, ["net.b"], { ready: (c) => c !== 1 });
+  assert.deepEqual(v.earlier, [3]);
+  assert.deepEqual(v.rows[0].history.map((h) => h.norm), [2]);
+});
