@@ -10,7 +10,7 @@ import { h } from "./dom.js";
 import { fmtNumber } from "./printing.js";
 import { stepTitle } from "./model.js";
 import {
-  HISTORY, callAt, callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix, sparkline,
+  EXPLODING, EXPLODING_MIN, HISTORY, VANISHING, callAt, callSteps, defaultLevel, flowLevels, gradFlowView, logDomain, logPosition, sharedPrefix, sparkline,
 } from "./grad-flow.js";
 import { moduleStats } from "./module-stats.js";
 
@@ -73,9 +73,9 @@ export function createGradFlowChart(el, { onPick } = {}) {
   const keys = h("p", { class: "gs-gf-keys" },
     h("span", { class: "gs-gf-key" }, h("span", { class: "gs-gf-swatch gs-gf-swatch-now", "aria-hidden": "true" }), "this call"),
     h("span", { class: "gs-gf-key gs-gf-key-past" }, h("span", { class: "gs-gf-swatch gs-gf-swatch-past", "aria-hidden": "true" }), "earlier calls"),
-    h("span", { class: "gs-gf-key gs-gf-st-nonfinite" }, "✕ nan/inf"),
-    h("span", { class: "gs-gf-key gs-gf-st-vanishing" }, "↓ vanishing (≈0)"),
-    h("span", { class: "gs-gf-key gs-gf-st-exploding" }, "↑ exploding"),
+    h("span", { class: "gs-gf-key gs-gf-st-nonfinite", title: "a .grad of the module holds nan or inf" }, "✕ nan/inf"),
+    h("span", { class: "gs-gf-key gs-gf-st-vanishing", title: `below ${VANISHING} × the call's largest norm` }, "↓ vanishing (≈0)"),
+    h("span", { class: "gs-gf-key gs-gf-st-exploding", title: `above ${EXPLODING} × the call's median norm, and above ${EXPLODING_MIN}` }, "↑ exploding"),
   );
   const list = h("ol", { class: "gs-gf-rows", "aria-label": "‖.grad‖ per module, log scale" });
   const axis = h("div", { class: "gs-gf-axis", "aria-hidden": "true" },

@@ -6,7 +6,10 @@ import { moduleStats } from "./module-stats.js";
 
 export const MAX_ROWS = 50; // the default level: the finest whose row count stays under this
 export const VANISHING = 1e-7; // a norm below this × the call's largest is vanishing
-export const EXPLODING = 1e3; // a norm above this × the call's median is exploding
+export const EXPLODING = 1e3; // a norm above this × the call's median is exploding…
+// …and above this itself: beside a vanishing chain (a deep sigmoid net) the median is tiny, and the
+// last layers' ordinary norms (~1) are not what "exploding" warns about
+export const EXPLODING_MIN = 10;
 export const HISTORY = 20; // earlier calls drawn beside the current one
 
 const isCall = (s) => s.kind === "backward" || s.kind === "grad";
@@ -90,7 +93,7 @@ export function rowStatus(stats, largest, mid) {
   const n = stats.gradNorm;
   if (n === null) return "none";
   if (largest !== null && n <= VANISHING * largest) return "vanishing";
-  if (mid !== null && mid > 0 && n > EXPLODING * mid) return "exploding";
+  if (mid !== null && mid > 0 && n > EXPLODING * mid && n > EXPLODING_MIN) return "exploding";
   return "ok";
 }
 

@@ -78,6 +78,11 @@ test("rows: a norm above EXPLODING × the median is exploding", () => {
   assert.deepEqual(gradFlowView(m, 1, ["net.a.0", "net.a.1", "net.b"]).rows.map((r) => r.status), ["ok", "ok", "exploding"]);
 });
 
+test("rows: an ordinary norm far above a vanishing chain's median is not exploding", () => {
+  const m = buildModel(trace([[1e-12, 1e-6, 1]])); // median 1e-6: 1 is 1e6 × it
+  assert.deepEqual(gradFlowView(m, 1, ["net.a.0", "net.a.1", "net.b"]).rows.map((r) => r.status), ["vanishing", "ok", "ok"]);
+});
+
 test("rows: a .grad holding nan or inf (norm null) makes its module non-finite, its parents too", () => {
   const m = buildModel(trace([[null, 1, 1]]));
   assert.deepEqual(gradFlowView(m, 1, ["net.a.0", "net.a.1", "net.b"]).rows.map((r) => r.status), ["nonfinite", "ok", "ok"]);
