@@ -16,6 +16,7 @@ import { startsIteration, updateWord } from "./updates.js";
 import { createInspector, createOutputPanel, createTensorsPanel, nearScreen, setText } from "./panels.js";
 import { chartLabel, inspectorView, outputView, tensorsView } from "./panel-views.js";
 import { createStepOutput, stepOutputView } from "./step-output.js";
+import { createGradFlowChart } from "./grad-flow-chart.js";
 
 const WORKER_ITEMS = 400;
 
@@ -141,7 +142,8 @@ export function createViewer(el, options = {}) {
   const tensorsPanel = h("section", { class: "gs-panel gs-tensors", "aria-label": "Tensors at this step" });
   const chartPanel = h("section", { class: "gs-panel gs-chart", "aria-label": "Bytes held by saved tensors" });
   const outputPanel = h("section", { class: "gs-panel gs-output", "aria-label": "Output of this step" });
-  panelsEl.append(inspector, tensorsPanel, chartPanel, outputPanel);
+  const flowPanel = h("section", { class: "gs-panel gs-gradflow", "aria-label": "Gradient flow: .grad norm per module" });
+  panelsEl.append(inspector, tensorsPanel, flowPanel, chartPanel, outputPanel);
   // built once, then updated in place; a panel away from the screen (or hidden) is updated when it comes near
   const inspectorUI = createInspector(inspector);
   const tensorsUI = createTensorsPanel(tensorsPanel, {
@@ -152,7 +154,8 @@ export function createViewer(el, options = {}) {
     },
   });
   const outputUI = createOutputPanel(outputPanel);
-  const whenNear = new Map([inspector, tensorsPanel, chartPanel, outputPanel].map((p) => [p, nearScreen(p)]));
+  const flowUI = createGradFlowChart(flowPanel, { onPick: (path) => selectModule(path) });
+  const whenNear = new Map([inspector, tensorsPanel, flowPanel, chartPanel, outputPanel].map((p) => [p, nearScreen(p)]));
 
   // ---------------------------------------------------------- state
   let model = null;
@@ -192,6 +195,8 @@ export function createViewer(el, options = {}) {
       if (options.gate && steps()) index = options.gate(0, index);
       buildTimeline();
       renderChart();
+      flowUI.setModel(model);
+      chosenModule = null;
       el.classList.toggle("gs-no-modules", model.groups.size === 0);
       if (!steps()) {
         await graph.setGraph(model, visibleGraph(model, expanded), { items: new Map(), frames: new Map(), edges: new Map(), width: 0, height: 0 });
@@ -216,6 +221,7 @@ export function createViewer(el, options = {}) {
     stop,
     handleKey,
     selectNode,
+    selectModule,
     /** Highlight the nodes created on a code line (hover in the code pane). */
     hoverLine(line) {
       lineHover = line;
@@ -383,6 +389,7 @@ export function createViewer(el, options = {}) {
     renderInspector();
     renderTensors();
     renderChartCursor();
+    renderFlow();
     renderOutput();
     printedUI.update(stepOutputView(model, index));
   }
@@ -621,6 +628,7 @@ export function createViewer(el, options = {}) {
 
   function selectNode(id) {
     if (viewer.picking && id !== null && id !== undefined) viewer.picking(id);
+    if (chosenModule !== null) pickModule(null);
     selected = id;
     graph.select(id);
     if (id !== null && id !== undefined) graph.reveal(id);
@@ -708,6 +716,33 @@ export function createViewer(el, options = {}) {
       }
       setText(chartLabelEl, chartLabel(model, index, chartPeak));
     });
+  }
+
+  // ---------------------------------------------------------- gradient flow
+
+  let chosenModule = null; // the module picked in the gradient-flow chart, marked in the graph
+
+  function renderFlow() {
+    whenNear.get(flowPanel)(() => flowUI.update(index));
+  }
+
+  function pickModule(path) {
+    chosenModule = path;
+    graph.selectGroup(path);
+    flowUI.setSelected(path);
+  }
+
+  /** Mark a module in the graph and bring it into view: its parents open, so it shows. */
+  async function selectModule(path) {
+    if (!model || !model.groups.has(path)) return;
+    const parent = model.groups.get(path).parent;
+    if (parent !== null && !canvas.querySelector(`[data-group="${CSS.escape(path)}"]`)) await toggleGroup(parent, true);
+    selected = null;
+    graph.select(null);
+    renderInspector();
+    pickModule(path);
+    const inside = model.nodes.find((n) => n.group === path || (n.group && n.group.startsWith(`${path}.`)));
+    if (inside) graph.reveal(inside.id);
   }
 
   // ---------------------------------------------------------- output
