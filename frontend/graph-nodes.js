@@ -56,6 +56,12 @@ export function buildItem(ctx, item) {
   for (const t of item.el.querySelectorAll("text")) t.after(document.createTextNode(" "));
 }
 
+/** "Module model.h.0", "Loop iteration 7": what a group box stands for, read aloud. */
+function groupWord(grp) {
+  if (grp.kind === "iteration" || grp.kind === "loop") return `Loop ${grp.label}`;
+  return `Module ${grp.module ?? grp.id}`;
+}
+
 function buildParts(ctx, item) {
   const { model, layout, on } = ctx;
   const d = item.d;
@@ -68,9 +74,9 @@ function buildParts(ctx, item) {
     g.attr("data-group", d.group);
     g.append("rect").attr("class", "gs-group-shadow").attr("x", 5).attr("y", 5).attr("width", b.w).attr("height", b.h).attr("rx", 8);
     g.append("rect").attr("class", "gs-body").attr("width", b.w).attr("height", b.h).attr("rx", 8);
-    const rel = grp.parent ? d.group.slice(grp.parent.length + 1) : d.group;
+    const rel = grp.label ?? (grp.parent ? d.group.slice(grp.parent.length + 1) : d.group);
     g.append("text").attr("class", "gs-group-name").attr("x", 10).attr("y", 18).text(short(`▸ ${rel}`, 24));
-    g.append("title").text(`${d.group}: click to expand`);
+    g.append("title").text(`${grp.label ?? d.group}: click to expand`);
     g.append("text").attr("class", "gs-group-count").attr("x", 10).attr("y", 34).text(`${grp.size} nodes`);
     g.append("text").attr("class", "gs-group-state").attr("x", 10).attr("y", 49);
     g.on("click", () => on.onToggleGroup && on.onToggleGroup(d.group, true));
@@ -286,7 +292,7 @@ function paintGroup(ctx, item, s) {
   if (s.withTensors) parts.push(s.freed ? `saved: ${s.freed}/${s.withTensors} freed` : `saved: ${s.withTensors} held`);
   if (s.stale) parts.push(`${s.stale} stale`);
   g.select("text.gs-group-state").text(parts.join(" · "));
-  g.attr("aria-label", `${visibleText(item.el)}. Module ${d.group}, ${ctx.model.groups.get(d.group).size} nodes${parts.length ? `, ${parts.join(", ")}` : ""}. Press Enter to expand.`);
+  g.attr("aria-label", `${visibleText(item.el)}. ${groupWord(ctx.model.groups.get(d.group))}, ${ctx.model.groups.get(d.group).size} nodes${parts.length ? `, ${parts.join(", ")}` : ""}. Press Enter to expand.`);
 }
 
 function ariaFor(n, st, tensors) {

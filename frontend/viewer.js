@@ -5,7 +5,7 @@
 // and sets attributes; diffSteps(i-1, i) only decides what to animate.
 
 import {
-  buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
+  buildModel, diffSteps, initialExpanded, openedAtStart, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
   reportedText, reachSentence,
 } from "./model.js";
 import { layoutGraph, layoutGraphInSlices, deserializeLayout } from "./layout.js";
@@ -182,7 +182,7 @@ export function createViewer(el, options = {}) {
       selected = null;
       nodeHover = null; // ids of the last trace's nodes: a new trace may have fewer
       fitted = false;
-      expanded = initialExpanded(model);
+      expanded = openedAtStart(model, initialExpanded(model));
       index = Math.max(0, Math.min(step, steps() - 1));
       buildTimeline();
       renderChart();
@@ -322,7 +322,7 @@ export function createViewer(el, options = {}) {
 
   async function collapseAll() {
     if (!model) return;
-    expanded = initialExpanded(model);
+    expanded = openedAtStart(model, initialExpanded(model));
     await relayout();
     if (model.step(index)) graph.showStep(model.step(index), null, { animate: false });
     graph.fit(300);
