@@ -13,6 +13,7 @@ import { createGraphView, prefersReducedMotion } from "./graph.js";
 import { renderNarration } from "./narration.js";
 import { h } from "./dom.js";
 import { startsIteration, updateWord } from "./updates.js";
+import { foldText, timelineFolds } from "./timeline-folds.js";
 import { createInspector, createOutputPanel, createTensorsPanel, nearScreen, setText } from "./panels.js";
 import { chartLabel, inspectorView, outputView, tensorsView } from "./panel-views.js";
 import { createStepOutput, stepOutputView } from "./step-output.js";
@@ -358,14 +359,15 @@ export function createViewer(el, options = {}) {
     bFirst.disabled = bPrev.disabled = index <= 0;
     bNext.disabled = bLast.disabled = index >= n - 1;
     bPlay.disabled = n <= 1;
-    for (const li of timeline.children) {
+    for (const li of tlChips) {
       const k = Number(li.dataset.index);
       li.classList.toggle("gs-current", k === index);
       li.classList.toggle("gs-past", k < index);
-      const b = li.firstChild;
+      const b = li.lastChild;
       if (k === index) b.setAttribute("aria-current", "step");
       else b.removeAttribute("aria-current");
     }
+    for (const f of tlFolds) showFold(f);
     const diff = step && animate ? diffSteps(model, from, index) : null;
     if (step) {
       graph.showStep(step, diff, { animate });
@@ -392,10 +394,14 @@ export function createViewer(el, options = {}) {
   // The timeline's geometry, measured when the browser has laid it out anyway (ResizeObserver), so
   // a step reads no layout; its scroll position follows its scroll events.
   const tl = { lefts: [], widths: [], width: 0, scroll: 0 };
+  let tlChips = []; // each step's chip, by index
+  let tlFolds = []; // folds of forward steps (timeline-folds.js), each with its chip
+  let tlFoldOf = []; // each step's fold, or null
   const tlSizes = typeof ResizeObserver === "function" ? new ResizeObserver(() => {
     tl.width = timeline.clientWidth;
     tl.scroll = timeline.scrollLeft;
-    const items = [...timeline.children];
+    // per step: its chip, or its fold's while the fold is closed
+    const items = tlChips.map((li, i) => (tlFoldOf[i] && !tlFoldOf[i].open ? tlFoldOf[i].li : li));
     tl.lefts = items.map((li) => li.offsetLeft - timeline.offsetLeft);
     tl.widths = items.map((li) => li.offsetWidth);
     scrollTimeline();
@@ -483,13 +489,58 @@ export function createViewer(el, options = {}) {
     return [line, what, ...flags].join(" ");
   }
 
+  // A fold: consecutive forward steps shown as one chip until opened (timeline-folds.js).
+  function showFold(f) {
+    const inside = index >= f.start && index <= f.end;
+    f.li.classList.toggle("gs-current", inside && !f.open);
+    f.li.classList.toggle("gs-past", index > f.end);
+    f.li.classList.toggle("gs-tl-open", f.open);
+    setText(f.text, foldText(f, inside ? index : null));
+    setText(f.mark, f.open ? "▾" : "▸");
+    f.button.setAttribute("aria-expanded", String(f.open));
+    if (inside && !f.open) f.button.setAttribute("aria-current", "step");
+    else f.button.removeAttribute("aria-current");
+    for (let i = f.start; i <= f.end; i++) tlChips[i].hidden = !f.open;
+  }
+
+  function toggleFold(f) {
+    f.open = !f.open;
+    showFold(f);
+  }
+
   function buildTimeline() {
     timeline.replaceChildren();
     tl.lefts = [];
     tl.widths = [];
+    tlChips = [];
+    tlFolds = [];
+    tlFoldOf = [];
     if (tlSizes) tlSizes.disconnect();
     if (!model) return;
+    const folds = timelineFolds(model.steps);
+    const foldAt = new Map(folds.map((f) => [f.start, f]));
     model.steps.forEach((s, i) => {
+      const fold = foldAt.get(i);
+      if (fold) {
+        const n = fold.end - fold.start + 1;
+        const lines = new Set(model.steps.slice(fold.start, fold.end + 1).map((x) => x.line));
+        const where = fold.iteration !== null ? `iteration ${fold.iteration}, ` : "";
+        fold.open = false;
+        fold.mark = h("span", { class: "gs-tl-mark", "aria-hidden": "true" }, "▸");
+        fold.text = h("span", { class: "gs-tl-fwd" }, foldText(fold));
+        fold.button = h("button", {
+          type: "button", class: "gs-tl-foldbtn", "aria-expanded": "false",
+          title: `Steps ${fold.start + 1}–${fold.end + 1} (${where}${n} forward steps over ${lines.size} lines): click to show each`,
+          onclick: () => toggleFold(fold),
+        }, fold.mark, fold.text);
+        const iteration = startsIteration(model.steps, i) ? h("span", { class: "gs-tl-iter" }, `iteration ${s.iteration}`) : null;
+        fold.li = h("li", { class: `gs-tl-step gs-tl-fold ${iteration ? "gs-tl-newiter" : ""}`, "data-fold": `${fold.start}-${fold.end}`, "data-iteration": s.iteration ?? "" }, iteration, fold.button);
+        tlFolds.push(fold);
+        timeline.append(fold.li);
+        if (tlSizes) tlSizes.observe(fold.li);
+      }
+      const inFold = folds.find((f) => i >= f.start && i <= f.end) ?? null;
+      tlFoldOf.push(inFold);
       const update = s.kind === "update";
       const crash = s.kind === "error"; // the code raised outside a call: the run's last step
       const call = s.kind !== "forward" && !update && !crash;
@@ -505,7 +556,7 @@ export function createViewer(el, options = {}) {
       const iteration = startsIteration(model.steps, i) ? h("span", { class: "gs-tl-iter" }, `iteration ${s.iteration}`) : null;
       const of = s.iteration !== null ? ` (iteration ${s.iteration})` : "";
       const li = h("li", { class: `gs-tl-step ${call ? "gs-tl-callstep" : ""} ${update ? "gs-tl-updatestep" : ""} ${iteration ? "gs-tl-newiter" : ""} ${s.error ? "gs-tl-error" : ""}`, "data-index": i, "data-iteration": s.iteration ?? "" },
-        iteration,
+        inFold ? null : iteration,
         h("button", { type: "button", title: `Step ${i + 1}${of}: ${stepTitle(s)} (Enter: go there, space: play)`, "aria-label": `${chipText(s, call)}: step ${i + 1}, ${stepTitle(s)}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
           h("span", { class: "gs-tl-line" }, s.line !== null ? `L${s.line}` : "—"),
           " ", // (not drawn between flex items) its accessible text reads "L15 fwd", as its name starts
@@ -514,9 +565,12 @@ export function createViewer(el, options = {}) {
           s.error ? h("span", { class: "gs-tl-x", "aria-hidden": "true" }, "✕") : null,
         ),
       );
+      if (inFold) li.hidden = true;
+      tlChips.push(li);
       timeline.append(li);
       if (tlSizes) tlSizes.observe(li);
     });
+    for (const f of tlFolds) showFold(f);
     if (tlSizes) tlSizes.observe(timeline);
   }
 
