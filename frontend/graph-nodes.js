@@ -56,9 +56,10 @@ export function buildItem(ctx, item) {
   for (const t of item.el.querySelectorAll("text")) t.after(document.createTextNode(" "));
 }
 
-/** "Module model.h.0", "Loop iteration 7": what a group box stands for, read aloud. */
+/** "Module model.h.0", "Iteration 7 of a loop": what a group box stands for, read aloud. */
 function groupWord(grp) {
-  if (grp.kind === "iteration" || grp.kind === "loop") return `Loop ${grp.label}`;
+  if (grp.kind === "iteration") return `Iteration ${grp.iteration} of a loop`;
+  if (grp.kind === "loop") return `A ${grp.label}`;
   return `Module ${grp.module ?? grp.id}`;
 }
 

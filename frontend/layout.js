@@ -172,14 +172,21 @@ function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = 
     // The container as a shape: child sizes and edges by local index. Repeated
     // blocks (24 identical transformer layers) have the same shape, and dagre is
     // deterministic, so one layout serves them all.
-    const keys = [...c.items.map((i) => i.key), ...c.frames.map((f) => `f:${f}`)];
-    const sizes = [...c.items.map(sizeOfItem), ...c.frames.map((f) => [results.get(f).w, results.get(f).h])];
+    // a loop's iterations, in order, in rows (unconnected iterations would make one row 20 wide)
+    const grid = id !== "" && model.groups.get(id).kind === "loop";
+    const children = [
+      ...c.items.map((i) => [i.key, sizeOfItem(i), i.group]),
+      ...c.frames.map((f) => [`f:${f}`, [results.get(f).w, results.get(f).h], f]),
+    ];
+    if (grid) children.sort((a, b) => (model.groups.get(a[2])?.iteration ?? 0) - (model.groups.get(b[2])?.iteration ?? 0));
+    const keys = children.map((x) => x[0]);
+    const sizes = children.map((x) => x[1]);
     const index = new Map(keys.map((k, i) => [k, i]));
     const local = c.edges.map((e) => [index.get(e.from), index.get(e.to)]);
-    const shapeKey = `${id === "" ? "root" : "box"}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
+    const shapeKey = `${id === "" ? "root" : grid ? "grid" : "box"}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
     let shape = shapes.get(shapeKey);
     if (!shape) {
-      shape = yield* layoutShape(sizes, local, id === "", shapes);
+      shape = yield* layoutShape(sizes, local, id === "", shapes, grid);
       shapes.set(shapeKey, shape);
     }
     const pos = new Map(keys.map((k, i) => [k, shape.pos[i]]));
@@ -385,9 +392,35 @@ function* bandedBoxes(sizes, edges, memo) {
   return { pos, points };
 }
 
+/**
+ * Children in rows, in their order, left to right (a loop's iterations: 1, 2, 3, ...), about
+ * 3:2 as the panel is; each row as tall as its tallest. Edges are not routed (curves).
+ */
+export function gridBoxes(sizes, edges) {
+  const gap = G.ranksep;
+  const area = sizes.reduce((a, [w, h]) => a + (w + gap) * (h + gap), 0);
+  const widest = Math.max(0, ...sizes.map(([w]) => w + gap));
+  const rowWidth = Math.max(widest, Math.sqrt(area * 1.5));
+  const pos = [];
+  let x = 0;
+  let y = 0;
+  let rowH = 0;
+  for (const [w, h] of sizes) {
+    if (x > 0 && x + w > rowWidth) {
+      x = 0;
+      y += rowH + gap;
+      rowH = 0;
+    }
+    pos.push({ x, y, w, h });
+    x += w + gap;
+    rowH = Math.max(rowH, h);
+  }
+  return { pos, points: edges.map(() => null) };
+}
+
 /** A container's children as boxes (top-left) and routed edges by index, inside its frame. */
-function* layoutShape(sizes, edges, isRoot, memo) {
-  const { pos, points: raw } = yield* bandedBoxes(sizes, edges, memo);
+function* layoutShape(sizes, edges, isRoot, memo, grid = false) {
+  const { pos, points: raw } = grid ? gridBoxes(sizes, edges) : yield* bandedBoxes(sizes, edges, memo);
   const pad = isRoot ? 0 : G.framePad;
   const head = isRoot ? 0 : G.frameHead;
   const { minX, minY, maxX, maxY } = extent(pos);
