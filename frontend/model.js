@@ -201,17 +201,18 @@ function stepInfo(raw, i, files) {
   };
 }
 
-// A loop of more iterations than this has a box of its own around theirs.
-const LOOP_BOX = 10;
+// A loop that built fewer nodes than this is drawn as it is (a lesson's three iterations of a
+// small model): its iterations' graphs are mostly freed, and empty boxes would crowd it.
+const LOOP_NODES = 48;
 
 /**
  * The iterations of the snippet's loops, from the nodes' `iteration`: nodes in the order they
  * were built (sequence number); a loop ends where a node built outside it comes, or the
  * count starts again. Each loop: {id, label, iterations: [{id, iteration, label, flat, nodes}]}.
- * A loop that ran once is not grouped. Ids start with "@", which no module path does: "@1" for
- * the first loop, "@1.7" for its 7th iteration under it, or "@1#7" (a root group) when the
- * loop has no box of its own. An iteration whose nodes all come from one module call (an
- * unrolled RNN cell) holds them itself ("cell · t=7"); else they sit in its modules' boxes.
+ * A loop that ran once, or built few nodes, is not grouped. Ids start with "@", which no module
+ * path does: "@1" for the first loop, "@1.7" for its 7th iteration (laid out in order, in rows).
+ * An iteration whose nodes all come from one module call (an unrolled RNN cell) holds them
+ * itself ("cell · t=7"); else they sit in its modules' boxes.
  */
 function iterationGroups(nodes) {
   const built = nodes.filter((n) => n.seq !== null).sort((a, b) => a.seq - b.seq);
@@ -230,22 +231,21 @@ function iterationGroups(nodes) {
   }
   const loops = [];
   for (const run of runs) {
-    if (run.size < 2) continue;
+    if (run.size < 2 || [...run.values()].reduce((a, m) => a + m.length, 0) < LOOP_NODES) continue;
     const k = loops.length + 1;
-    const boxed = run.size > LOOP_BOX;
     const iterations = [...run].map(([iteration, members]) => {
       members.sort((a, b) => a.id - b.id);
       const module = members[0].module;
       const flat = module !== null && members.every((n) => n.module === module);
       return {
-        id: boxed ? `@${k}.${iteration}` : `@${k}#${iteration}`,
+        id: `@${k}.${iteration}`,
         iteration,
         label: flat ? `${module} · t=${iteration}` : `iteration ${iteration}`,
         flat,
         nodes: members,
       };
     });
-    loops.push({ id: boxed ? `@${k}` : null, label: `loop · ${run.size} iterations`, iterations });
+    loops.push({ id: `@${k}`, label: `loop · ${run.size} iterations`, iterations });
   }
   return loops;
 }
@@ -305,9 +305,9 @@ export function buildModel(input) {
   }
 
   // Module tree: every prefix of every module path is a group. A loop's iterations are
-  // groups too (iterationGroups): a node built in one is drawn in that iteration's box, in
-  // its module's box nested there; the ids nest with "." as module paths do, so modulePath
-  // gives any group's ancestors.
+  // groups too (iterationGroups), in a group for the loop: a node built in one is drawn in
+  // that iteration's box, in its module's box nested there; the ids nest with "." as module
+  // paths do, so modulePath gives any group's ancestors.
   const groups = new Map();
   const ensureGroup = (path) => {
     if (groups.has(path)) return groups.get(path);
@@ -331,7 +331,7 @@ export function buildModel(input) {
   for (const n of nodes) for (const p of modulePath(n.module)) modules.add(p);
   const loops = iterationGroups(nodes);
   for (const loop of loops) {
-    if (loop.id !== null) Object.assign(ensureGroup(loop.id), { kind: "loop", module: null, label: loop.label });
+    Object.assign(ensureGroup(loop.id), { kind: "loop", module: null, label: loop.label });
     for (const it of loop.iterations) {
       Object.assign(ensureGroup(it.id), { kind: "iteration", module: null, label: it.label, iteration: it.iteration });
       for (const n of it.nodes) {

@@ -28,7 +28,7 @@ h.sum().backward()
 TRAIN = """\
 import torch
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
+model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Tanh()) for _ in range(4)])
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(5, 3)
 for epoch in range(4):
@@ -90,7 +90,7 @@ def _new_nodes_per_step(steps: int) -> list[int]:
     return counts
 
 
-@pytest.mark.parametrize("steps", [3, 14])
+@pytest.mark.parametrize("steps", [12, 30])
 def test_each_time_step_of_an_unrolled_cell_is_a_group_holding_the_nodes_it_built(steps):
     got = _groups(explained(RNN.replace("STEPS", str(steps))))
     iterations = [g for g in got["groups"] if g["kind"] == "iteration"]
@@ -99,16 +99,18 @@ def test_each_time_step_of_an_unrolled_cell_is_a_group_holding_the_nodes_it_buil
     assert all(g["label"] == f"cell · t={g['iteration']}" for g in iterations)
 
 
-def test_a_loop_of_many_iterations_has_a_box_around_them_and_few_have_none():
-    many = _groups(explained(RNN.replace("STEPS", "14")))
-    few = _groups(explained(RNN.replace("STEPS", "3")))
-    loops = [g for g in many["groups"] if g["kind"] == "loop"]
-    assert len(loops) == 1 and loops[0]["size"] == sum(
-        len(g["nodes"]) for g in many["groups"] if g["kind"] == "iteration"
-    )
-    assert all(g["parent"] == loops[0]["id"] for g in many["groups"] if g["kind"] == "iteration")
-    assert not [g for g in few["groups"] if g["kind"] == "loop"]
-    assert all(g["parent"] is None for g in few["groups"] if g["kind"] == "iteration")
+def test_the_iterations_are_in_one_box_for_their_loop():
+    got = _groups(explained(RNN.replace("STEPS", "30")))
+    loops = [g for g in got["groups"] if g["kind"] == "loop"]
+    iterations = [g for g in got["groups"] if g["kind"] == "iteration"]
+    assert len(loops) == 1 and loops[0]["label"] == "loop · 30 iterations"
+    assert loops[0]["size"] == sum(len(g["nodes"]) for g in iterations)
+    assert all(g["parent"] == loops[0]["id"] for g in iterations)
+
+
+def test_a_loop_that_built_a_few_nodes_is_drawn_as_it_is():
+    got = _groups(explained(RNN.replace("STEPS", "3")))
+    assert not [g for g in got["groups"] if g["kind"] != "module"]
 
 
 def test_a_training_loops_iterations_hold_their_modules_and_the_parameters_stay_in_the_module():
