@@ -663,15 +663,24 @@ export function openedAtStart(model, expanded, budget = 120) {
 export function effectiveExpanded(model, expanded) {
   const out = new Set();
   for (const id of expanded) {
-    if (model.groups.has(id) && modulePath(id).every((p) => expanded.has(p))) out.add(id);
+    if (model.groups.has(id) && ancestry(model, id).every((p) => expanded.has(p))) out.add(id);
   }
   return out;
+}
+
+/** A group's ancestors and itself, outermost first (modulePath, kept on the group). */
+function ancestry(model, id) {
+  const g = model.groups.get(id);
+  if (!g) return modulePath(id);
+  if (!g.path) g.path = modulePath(id);
+  return g.path;
 }
 
 /** The visible item that stands for node `id`: itself, or its outermost collapsed module. */
 export function representative(model, expanded, id) {
   const node = model.nodes[id];
-  for (const path of modulePath(node.group)) {
+  if (!node.group) return `n:${id}`;
+  for (const path of ancestry(model, node.group)) {
     if (!expanded.has(path)) return `g:${path}`;
   }
   return `n:${id}`;
