@@ -393,7 +393,7 @@ export function createViewer(el, options = {}) {
 
   // The timeline's geometry, measured when the browser has laid it out anyway (ResizeObserver), so
   // a step reads no layout; its scroll position follows its scroll events.
-  const tl = { lefts: [], widths: [], width: 0, scroll: 0 };
+  const tl = { lefts: [], widths: [], width: 0, scroll: 0, tops: [], heights: [], height: 0, top: 0 };
   let tlChips = []; // each step's chip, by index
   let tlFolds = []; // folds of forward steps (timeline-folds.js), each with its chip
   let tlFoldOf = []; // each step's fold, or null
@@ -404,10 +404,16 @@ export function createViewer(el, options = {}) {
     const items = tlChips.map((li, i) => (tlFoldOf[i] && !tlFoldOf[i].open ? tlFoldOf[i].li : li));
     tl.lefts = items.map((li) => li.offsetLeft - timeline.offsetLeft);
     tl.widths = items.map((li) => li.offsetWidth);
+    // where chips wrap into rows (the app's stepper), the timeline scrolls down instead
+    tl.height = timeline.clientHeight;
+    tl.top = timeline.scrollTop;
+    tl.tops = items.map((li) => li.offsetTop - timeline.offsetTop);
+    tl.heights = items.map((li) => li.offsetHeight);
     scrollTimeline();
   }) : null;
   timeline.addEventListener("scroll", () => {
     tl.scroll = timeline.scrollLeft;
+    tl.top = timeline.scrollTop;
   }, { passive: true });
 
   /** Keep the current step's button in the timeline's view. */
@@ -418,6 +424,12 @@ export function createViewer(el, options = {}) {
     if (left < tl.scroll || left + width > tl.scroll + tl.width) {
       tl.scroll = Math.max(0, left - tl.width / 2 + width / 2);
       timeline.scrollLeft = tl.scroll;
+    }
+    const top = tl.tops[index];
+    const height = tl.heights[index];
+    if (tl.height && (top < tl.top || top + height > tl.top + tl.height)) {
+      tl.top = Math.max(0, top - tl.height / 2 + height / 2);
+      timeline.scrollTop = tl.top;
     }
   }
 
@@ -511,6 +523,7 @@ export function createViewer(el, options = {}) {
   function buildTimeline() {
     timeline.replaceChildren();
     tl.lefts = [];
+    tl.tops = [];
     tl.widths = [];
     tlChips = [];
     tlFolds = [];

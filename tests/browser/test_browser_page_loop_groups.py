@@ -94,3 +94,20 @@ def test_a_gpts_forward_lines_fold_into_few_chips_and_the_keys_visit_every_step(
     app.press("ArrowRight")
     assert re.fullmatch(r"▸\s*forward 3/\d+", app.page.locator(".gs-tl-fold.gs-current").inner_text().strip())
     app.shot("loop_groups_gpt12_timeline_1400")
+
+
+def test_the_current_steps_chip_is_scrolled_into_the_timelines_view(app):
+    app.open()
+    trace = app.run_code(LOOP)
+    app.press("End")
+    for _ in range(len(trace["steps"]) // 2):
+        app.press("ArrowLeft")
+    app.page.wait_for_timeout(400)  # the timeline scrolls smoothly
+    inside = app.page.evaluate(
+        """() => {
+          const tl = document.querySelector('#gs-stepper .gs-timeline').getBoundingClientRect();
+          const chip = document.querySelector('#gs-stepper .gs-timeline > li.gs-current').getBoundingClientRect();
+          return chip.top >= tl.top - 1 && chip.bottom <= tl.bottom + 1 && chip.left >= tl.left - 1 && chip.right <= tl.right + 1;
+        }"""
+    )
+    assert inside
