@@ -5,7 +5,7 @@
 // and sets attributes; diffSteps(i-1, i) only decides what to animate.
 
 import {
-  buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
+  buildModel, diffSteps, initialExpanded, openedAtStart, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
   reportedText, reachSentence,
 } from "./model.js";
 import { layoutGraph, layoutGraphInSlices, deserializeLayout } from "./layout.js";
@@ -13,6 +13,7 @@ import { createGraphView, prefersReducedMotion } from "./graph.js";
 import { renderNarration } from "./narration.js";
 import { h } from "./dom.js";
 import { startsIteration, updateWord } from "./updates.js";
+import { foldText, timelineFolds } from "./timeline-folds.js";
 import { createInspector, createOutputPanel, createTensorsPanel, nearScreen, setText } from "./panels.js";
 import { chartLabel, inspectorView, outputView, tensorsView } from "./panel-views.js";
 import { createStepOutput, stepOutputView } from "./step-output.js";
@@ -190,7 +191,7 @@ export function createViewer(el, options = {}) {
       selected = null;
       nodeHover = null; // ids of the last trace's nodes: a new trace may have fewer
       fitted = false;
-      expanded = initialExpanded(model);
+      expanded = openedAtStart(model, initialExpanded(model));
       index = Math.max(0, Math.min(step, steps() - 1));
       if (options.gate && steps()) index = options.gate(0, index);
       buildTimeline();
@@ -334,7 +335,7 @@ export function createViewer(el, options = {}) {
 
   async function collapseAll() {
     if (!model) return;
-    expanded = initialExpanded(model);
+    expanded = openedAtStart(model, initialExpanded(model));
     await relayout();
     if (model.step(index)) graph.showStep(model.step(index), null, { animate: false });
     graph.fit(300);
@@ -372,14 +373,15 @@ export function createViewer(el, options = {}) {
     bFirst.disabled = bPrev.disabled = index <= 0;
     bNext.disabled = bLast.disabled = index >= n - 1;
     bPlay.disabled = n <= 1;
-    for (const li of timeline.children) {
+    for (const li of tlChips) {
       const k = Number(li.dataset.index);
       li.classList.toggle("gs-current", k === index);
       li.classList.toggle("gs-past", k < index);
-      const b = li.firstChild;
+      const b = li.lastChild;
       if (k === index) b.setAttribute("aria-current", "step");
       else b.removeAttribute("aria-current");
     }
+    for (const f of tlFolds) showFold(f);
     const diff = step && animate ? diffSteps(model, from, index) : null;
     if (step) {
       graph.showStep(step, diff, { animate });
@@ -406,17 +408,27 @@ export function createViewer(el, options = {}) {
 
   // The timeline's geometry, measured when the browser has laid it out anyway (ResizeObserver), so
   // a step reads no layout; its scroll position follows its scroll events.
-  const tl = { lefts: [], widths: [], width: 0, scroll: 0 };
+  const tl = { lefts: [], widths: [], width: 0, scroll: 0, tops: [], heights: [], height: 0, top: 0 };
+  let tlChips = []; // each step's chip, by index
+  let tlFolds = []; // folds of forward steps (timeline-folds.js), each with its chip
+  let tlFoldOf = []; // each step's fold, or null
   const tlSizes = typeof ResizeObserver === "function" ? new ResizeObserver(() => {
     tl.width = timeline.clientWidth;
     tl.scroll = timeline.scrollLeft;
-    const items = [...timeline.children];
+    // per step: its chip, or its fold's while the fold is closed
+    const items = tlChips.map((li, i) => (tlFoldOf[i] && !tlFoldOf[i].open ? tlFoldOf[i].li : li));
     tl.lefts = items.map((li) => li.offsetLeft - timeline.offsetLeft);
     tl.widths = items.map((li) => li.offsetWidth);
+    // where chips wrap into rows (the app's stepper), the timeline scrolls down instead
+    tl.height = timeline.clientHeight;
+    tl.top = timeline.scrollTop;
+    tl.tops = items.map((li) => li.offsetTop - timeline.offsetTop);
+    tl.heights = items.map((li) => li.offsetHeight);
     scrollTimeline();
   }) : null;
   timeline.addEventListener("scroll", () => {
     tl.scroll = timeline.scrollLeft;
+    tl.top = timeline.scrollTop;
   }, { passive: true });
 
   /** Keep the current step's button in the timeline's view. */
@@ -427,6 +439,12 @@ export function createViewer(el, options = {}) {
     if (left < tl.scroll || left + width > tl.scroll + tl.width) {
       tl.scroll = Math.max(0, left - tl.width / 2 + width / 2);
       timeline.scrollLeft = tl.scroll;
+    }
+    const top = tl.tops[index];
+    const height = tl.heights[index];
+    if (tl.height && (top < tl.top || top + height > tl.top + tl.height)) {
+      tl.top = Math.max(0, top - tl.height / 2 + height / 2);
+      timeline.scrollTop = tl.top;
     }
   }
 
@@ -498,13 +516,59 @@ export function createViewer(el, options = {}) {
     return [line, what, ...flags].join(" ");
   }
 
+  // A fold: consecutive forward steps shown as one chip until opened (timeline-folds.js).
+  function showFold(f) {
+    const inside = index >= f.start && index <= f.end;
+    f.li.classList.toggle("gs-current", inside && !f.open);
+    f.li.classList.toggle("gs-past", index > f.end);
+    f.li.classList.toggle("gs-tl-open", f.open);
+    setText(f.text, foldText(f, inside ? index : null));
+    setText(f.mark, f.open ? "▾" : "▸");
+    f.button.setAttribute("aria-expanded", String(f.open));
+    if (inside && !f.open) f.button.setAttribute("aria-current", "step");
+    else f.button.removeAttribute("aria-current");
+    for (let i = f.start; i <= f.end; i++) tlChips[i].hidden = !f.open;
+  }
+
+  function toggleFold(f) {
+    f.open = !f.open;
+    showFold(f);
+  }
+
   function buildTimeline() {
     timeline.replaceChildren();
     tl.lefts = [];
+    tl.tops = [];
     tl.widths = [];
+    tlChips = [];
+    tlFolds = [];
+    tlFoldOf = [];
     if (tlSizes) tlSizes.disconnect();
     if (!model) return;
+    const folds = timelineFolds(model.steps);
+    const foldAt = new Map(folds.map((f) => [f.start, f]));
     model.steps.forEach((s, i) => {
+      const fold = foldAt.get(i);
+      if (fold) {
+        const n = fold.end - fold.start + 1;
+        const lines = new Set(model.steps.slice(fold.start, fold.end + 1).map((x) => x.line));
+        const where = fold.iteration !== null ? `iteration ${fold.iteration}, ` : "";
+        fold.open = false;
+        fold.mark = h("span", { class: "gs-tl-mark", "aria-hidden": "true" }, "▸");
+        fold.text = h("span", { class: "gs-tl-fwd" }, foldText(fold));
+        fold.button = h("button", {
+          type: "button", class: "gs-tl-foldbtn", "aria-expanded": "false",
+          title: `Steps ${fold.start + 1}–${fold.end + 1} (${where}${n} forward steps over ${lines.size} lines): click to show each`,
+          onclick: () => toggleFold(fold),
+        }, fold.mark, fold.text);
+        const iteration = startsIteration(model.steps, i) ? h("span", { class: "gs-tl-iter" }, `iteration ${s.iteration}`) : null;
+        fold.li = h("li", { class: `gs-tl-step gs-tl-fold ${iteration ? "gs-tl-newiter" : ""}`, "data-fold": `${fold.start}-${fold.end}`, "data-iteration": s.iteration ?? "" }, iteration, fold.button);
+        tlFolds.push(fold);
+        timeline.append(fold.li);
+        if (tlSizes) tlSizes.observe(fold.li);
+      }
+      const inFold = folds.find((f) => i >= f.start && i <= f.end) ?? null;
+      tlFoldOf.push(inFold);
       const update = s.kind === "update";
       const crash = s.kind === "error"; // the code raised outside a call: the run's last step
       const call = s.kind !== "forward" && !update && !crash;
@@ -520,7 +584,7 @@ export function createViewer(el, options = {}) {
       const iteration = startsIteration(model.steps, i) ? h("span", { class: "gs-tl-iter" }, `iteration ${s.iteration}`) : null;
       const of = s.iteration !== null ? ` (iteration ${s.iteration})` : "";
       const li = h("li", { class: `gs-tl-step ${call ? "gs-tl-callstep" : ""} ${update ? "gs-tl-updatestep" : ""} ${iteration ? "gs-tl-newiter" : ""} ${s.error ? "gs-tl-error" : ""}`, "data-index": i, "data-iteration": s.iteration ?? "" },
-        iteration,
+        inFold ? null : iteration,
         h("button", { type: "button", title: `Step ${i + 1}${of}: ${stepTitle(s)} (Enter: go there, space: play)`, "aria-label": `${chipText(s, call)}: step ${i + 1}, ${stepTitle(s)}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
           h("span", { class: "gs-tl-line" }, s.line !== null ? `L${s.line}` : "—"),
           " ", // (not drawn between flex items) its accessible text reads "L15 fwd", as its name starts
@@ -529,9 +593,12 @@ export function createViewer(el, options = {}) {
           s.error ? h("span", { class: "gs-tl-x", "aria-hidden": "true" }, "✕") : null,
         ),
       );
+      if (inFold) li.hidden = true;
+      tlChips.push(li);
       timeline.append(li);
       if (tlSizes) tlSizes.observe(li);
     });
+    for (const f of tlFolds) showFold(f);
     if (tlSizes) tlSizes.observe(timeline);
   }
 

@@ -72,7 +72,8 @@ class Recorder:
         self.loops = Loops(limits.line_repeats)
         self.calls = Calls(self.graph, self.snapshots, self.guard)
         self.updates = Updates(self)  # optimizer calls
-        self.loop_depth = 0  # loops running now, nested (lines.py's loop markers)
+        # loops running now, innermost last (lines.py's loop markers): True for the one counted
+        self.loop_stack: list[bool] = []
         self.uses = Uses()  # what the code used that a note speaks of
         self.built = False  # nodes were built since the last step...
         self.built_line: int | None = None  # ...by this line
@@ -242,11 +243,16 @@ class Recorder:
     def _on_loop(self, event: int) -> None:
         """A loop starts, starts an iteration or ends (lines.py): steps carry the iteration of the
         outermost loop running (``Step.iteration``), counted from 1."""
+        # A loop run inside a module's forward (a transformer's `for block in self.h`) repeats
+        # the model's structure, not the snippet's work: the module tree shows it; it is not counted.
+        loops = self.loop_stack
         if event == lines.LOOP_START:
-            self.loop_depth += 1
-        elif event == lines.LOOP_END:
-            self.loop_depth = max(0, self.loop_depth - 1)
-        if self.loop_depth > 1:
+            modules = self.graph.modules.values
+            loops.append(not (modules and modules[-1] is not None) and not any(loops))
+        counted = bool(loops) and loops[-1]
+        if event == lines.LOOP_END and loops:
+            loops.pop()
+        if not counted:
             return
         # what the last statement built belongs to the iteration it ran in
         self._flush_iteration()
@@ -254,8 +260,9 @@ class Recorder:
             self.snapshots.iteration = 0
         elif event == lines.LOOP_NEXT and self.snapshots.iteration is not None:
             self.snapshots.iteration += 1
-        elif event == lines.LOOP_END and self.loop_depth == 0:
+        elif event == lines.LOOP_END:
             self.snapshots.iteration = None
+        self.graph.iterations.mark(_seq_nr(), self.snapshots.iteration or None)
 
     @guarded
     def _flush_iteration(self) -> None:
