@@ -347,12 +347,17 @@ export function buildModel(input) {
   for (const n of nodes) if (n.module && n.iteration === null) ensureGroup(n.module);
   // A parameter's AccumulateGrad carries no module (it is found, not created, in
   // a module call); it belongs with its module: the deepest module its name starts with.
+  // Their modules are made in forward order (`modules`), not in the order backward made the leaves.
+  const homes = new Map();
   for (const n of nodes) {
     if (n.isLeaf && !n.module && n.tensor && n.tensor.includes(".")) {
       const found = modulePath(n.tensor).filter((p) => modules.has(p)).pop();
-      if (found) n.group = ensureGroup(found).id;
+      if (found) homes.set(n, found);
     }
   }
+  const homed = new Set(homes.values());
+  for (const p of modules) if (homed.has(p)) ensureGroup(p);
+  for (const [n, p] of homes) n.group = p;
   for (const n of nodes) {
     if (!n.group) {
       rootNodes.push(n.id);
@@ -652,7 +657,9 @@ export function initialExpanded(model, budget = 120, summary = 64) {
       const g = model.groups.get(id);
       return g.groups.length === 1 && g.nodes.length === 0;
     });
-    if (visible + added > limit && !chain) break;
+    // a loop's iterations are set in rows (layout.js gridBoxes): up to `budget` of them stay legible
+    const loop = open.some((id) => model.groups.get(id).kind === "loop");
+    if (visible + added > (loop ? budget : limit) && !chain) break;
     for (const id of open) expanded.add(id);
     visible += added;
     level = next;
