@@ -26,6 +26,7 @@ export const COURSE = [
     "rnn_hidden_not_detached_fails", "rnn_hidden_detached", "sqrt_at_zero_nan_grad", "gpu_code_runs_on_cpu",
   ]],
   ["Beyond the basics", ["checkpoint_recomputes_forward", "saved_tensor_hooks_pack_unpack"]],
+  ["A real model", ["gpt_training_step"]],
 ];
 
 /** The snippets grouped in course order: [{title, items}] (pure; unknown names in a last group). */

@@ -35,8 +35,8 @@ export function joinFrames(ctx) {
       const b = layout.frames.get(d.id);
       const g = select(this);
       g.select("rect.gs-frame-box").attr("x", b.x).attr("y", b.y).attr("width", b.w).attr("height", b.h);
-      const label = `▾ ${d.id}`;
-      g.select(".gs-frame-head").attr("aria-label", `Collapse module ${d.id}`);
+      const label = `▾ ${d.label ?? d.module ?? d.id}`;
+      g.select(".gs-frame-head").attr("aria-label", `Collapse ${d.label ?? `module ${d.module ?? d.id}`}`);
       g.select("rect.gs-frame-head-bg").attr("x", b.x + 4).attr("y", b.y + 3).attr("width", Math.min(b.w - 8, label.length * 6.6 + 12)).attr("height", 17);
       g.select("text.gs-frame-label").attr("x", b.x + 10).attr("y", b.y + 15).text(short(label, Math.floor((b.w - 16) / 6.6)));
     });

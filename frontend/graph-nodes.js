@@ -15,6 +15,7 @@ import { setHooks } from "./graph-hooks.js";
 /** A collapsed module's name in its parent's frame: "wte", or "h.3" for a numbered child. */
 export function groupLabel(model, path) {
   const grp = model.groups.get(path);
+  if (grp.label) return grp.label; // a loop ("loop · 100 iterations") or one iteration ("cell · t=7")
   const rel = grp.parent ? path.slice(grp.parent.length + 1) : path;
   const up = grp.parent ? model.groups.get(grp.parent).name : "";
   return /^\d+$/.test(rel) && up ? `${up}.${rel}` : rel;
@@ -90,6 +91,13 @@ export function buildItem(ctx, item) {
   for (const t of item.el.querySelectorAll("text")) t.after(document.createTextNode(" "));
 }
 
+/** "Module model.h.0", "Iteration 7 of a loop": what a group box stands for, read aloud. */
+function groupWord(grp) {
+  if (grp.kind === "iteration") return `Iteration ${grp.iteration} of a loop`;
+  if (grp.kind === "loop") return `A ${grp.label}`;
+  return `Module ${grp.module ?? grp.id}`;
+}
+
 function buildParts(ctx, item) {
   const { model, layout, on } = ctx;
   const d = item.d;
@@ -103,7 +111,7 @@ function buildParts(ctx, item) {
     g.append("rect").attr("class", "gs-group-shadow").attr("x", 5).attr("y", 5).attr("width", b.w).attr("height", b.h).attr("rx", 8);
     g.append("rect").attr("class", "gs-body").attr("width", b.w).attr("height", b.h).attr("rx", 8);
     g.append("text").attr("class", "gs-group-name").attr("x", 10).attr("y", 18).text(short(`▸ ${groupLabel(model, d.group)}`, Math.floor((b.w - 16) / 7.8)));
-    g.append("title").text(`${d.group}: click to expand`);
+    g.append("title").text(`${grp.label ?? d.group}: click to expand`);
     // its facts at the step shown (paintGroup): what ran, saved tensors, its parameters' .grad norm
     g.append("text").attr("class", "gs-group-count").attr("x", 10).attr("y", 35).text(`${grp.size} nodes`);
     g.append("text").attr("class", "gs-group-saved").attr("x", 10).attr("y", 50);
@@ -326,7 +334,7 @@ function paintGroup(ctx, item, s, m) {
   g.select("text.gs-group-count").text(fit(lines.count));
   g.select("text.gs-group-saved").text(fit(lines.saved));
   g.select("text.gs-group-grad").text(fit(lines.grad));
-  g.attr("aria-label", `${visibleText(item.el)}. Module ${d.group}: ${lines.count}, saved tensors ${lines.saved.replace(/^saved /, "")}, gradient norm of its parameters ${lines.grad.replace(/^‖grad‖ /, "")}. Press Enter to expand.`);
+  g.attr("aria-label", `${visibleText(item.el)}. ${groupWord(ctx.model.groups.get(d.group))}: ${lines.count}, saved tensors ${lines.saved.replace(/^saved /, "")}, gradient norm of its parameters ${lines.grad.replace(/^‖grad‖ /, "")}. Press Enter to expand.`);
 }
 
 function ariaFor(n, st, tensors) {

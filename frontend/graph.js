@@ -133,6 +133,7 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup } = {})
   svg.call(zoomer).on("dblclick.zoom", null);
 
   let selected = null;
+  let chosenGroup = null;
   let linked = new Set();
   let drawnModel = null;
 
@@ -142,6 +143,7 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup } = {})
       // a new trace: ids mean other nodes now, so nothing is reused
       for (const layer of Object.values(layers)) layer.selectAll("*").remove();
       selected = null;
+      chosenGroup = null;
       ctx.current = null; // a step of the old trace
       drawnModel = ctx.model;
     }
@@ -269,6 +271,7 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup } = {})
         else buildItem(ctx, item);
       }
       view.select(selected);
+      view.selectGroup(chosenGroup);
       view.link([]);
       keepAnchor();
       culler.cull();
@@ -282,6 +285,12 @@ export function createGraphView(root, { onSelect, onHover, onToggleGroup } = {})
     select(id) {
       selected = id;
       layers.nodes.selectAll("g.gs-item").classed("gs-selected", (d) => d.kind === "node" && d.id === selected);
+    },
+    /** Mark a module (its box, or its frame when open) as the one picked; null: none. */
+    selectGroup(path) {
+      chosenGroup = path;
+      for (const e of root.querySelectorAll("[data-chosen]")) e.removeAttribute("data-chosen");
+      if (path !== null) for (const e of root.querySelectorAll(`[data-group="${CSS.escape(path)}"]`)) e.setAttribute("data-chosen", "");
     },
     /** Highlight the items standing for these node ids (hover on a code line). */
     link(ids) {

@@ -105,8 +105,8 @@ function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = 
   const shapes = cache.shapes;
   const expanded = effectiveExpanded(model, expandedIn);
   // Containers: the root (key "") and every expanded module.
-  const containers = new Map([["", { id: "", items: [], frames: [], edges: [] }]]);
-  for (const id of expanded) containers.set(id, { id, items: [], frames: [], edges: [] });
+  const containers = new Map([["", { id: "", items: [], frames: [], edges: [], pairs: new Set() }]]);
+  for (const id of expanded) containers.set(id, { id, items: [], frames: [], edges: [], pairs: new Set() });
   const containerKey = (m) => (m === null || m === undefined ? "" : m);
   for (const item of vis.items.values()) {
     containers.get(containerKey(containerOf(model, item))).items.push(item);
@@ -131,7 +131,16 @@ function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = 
     const ca = k + 1 < a.length ? `f:${a[k + 1]}` : e.from;
     const cb = k + 1 < b.length ? `f:${b[k + 1]}` : e.to;
     if (ca === cb) continue;
-    containers.get(a[k]).edges.push({ key: e.key, from: ca, to: cb, direct: ca === e.from && cb === e.to });
+    const direct = ca === e.from && cb === e.to;
+    const c = containers.get(a[k]);
+    // edges between two frames are drawn as curves, not routed: one pulls them together as well
+    // as hundreds (a loop's weights feed each of its iterations: 400 between two frames)
+    if (!direct) {
+      const pair = `${ca}>${cb}`;
+      if (c.pairs.has(pair)) continue;
+      c.pairs.add(pair);
+    }
+    c.edges.push({ key: e.key, from: ca, to: cb, direct });
   }
 
   // Signature of a container's layout: what is expanded below it.
@@ -163,16 +172,23 @@ function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = 
     // The container as a shape: child sizes and edges by local index. Repeated
     // blocks (24 identical transformer layers) have the same shape, and dagre is
     // deterministic, so one layout serves them all.
-    const keys = [...c.items.map((i) => i.key), ...c.frames.map((f) => `f:${f}`)];
-    const sizes = [...c.items.map(sizeOfItem), ...c.frames.map((f) => [results.get(f).w, results.get(f).h])];
+    // a loop's iterations, in order, in rows (unconnected iterations would make one row 20 wide)
+    const grid = id !== "" && model.groups.get(id).kind === "loop";
+    const children = [
+      ...c.items.map((i) => [i.key, sizeOfItem(i), i.group]),
+      ...c.frames.map((f) => [`f:${f}`, [results.get(f).w, results.get(f).h], f]),
+    ];
+    if (grid) children.sort((a, b) => (model.groups.get(a[2])?.iteration ?? 0) - (model.groups.get(b[2])?.iteration ?? 0));
+    const keys = children.map((x) => x[0]);
+    const sizes = children.map((x) => x[1]);
     const index = new Map(keys.map((k, i) => [k, i]));
     const local = c.edges.map((e) => [index.get(e.from), index.get(e.to)]);
     // only module boxes (a model's repeated blocks): a long chain of them wraps into rows
     const boxes = c.frames.length === 0 && c.items.every((i) => i.kind === "group");
-    const shapeKey = `${id === "" ? "root" : "box"}|${boxes}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
+    const shapeKey = `${id === "" ? "root" : grid ? "grid" : "box"}|${boxes}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
     let shape = shapes.get(shapeKey);
     if (!shape) {
-      shape = yield* layoutShape(sizes, local, id === "", shapes, boxes);
+      shape = yield* layoutShape(sizes, local, id === "", shapes, { grid, boxes });
       shapes.set(shapeKey, shape);
     }
     const pos = new Map(keys.map((k, i) => [k, shape.pos[i]]));
@@ -215,14 +231,16 @@ function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = 
 // stack and takes minutes. Bigger containers are cut into bands of consecutive
 // ranks, each laid out by dagre on its own and stacked top to bottom; edges
 // between bands are drawn as curves between their boxes.
-export const BAND = { over: 240, items: 30, ranks: 15 };
+// A chain is the worst case: dagre takes ~0.3 s on 100 boxes in a row (a loop's iterations,
+// collapsed), so a container deeper than `deep` ranks is cut too, whatever its size.
+export const BAND = { over: 240, items: 30, ranks: 15, deep: 40 };
 
 /**
  * Bands of a container too big for one dagre run: lists of child indices, in
  * rank order (longest path from the sources, computed without recursion).
  */
-export function splitBands(count, edges, { over = BAND.over, items = BAND.items, ranks = BAND.ranks } = {}) {
-  if (count <= over) return [[...Array(count).keys()]];
+export function splitBands(count, edges, { over = BAND.over, items = BAND.items, ranks = BAND.ranks, deep = BAND.deep } = {}) {
+  if (count <= over && count <= deep) return [[...Array(count).keys()]];
   const outs = Array.from({ length: count }, () => []);
   const indeg = new Array(count).fill(0);
   for (const [a, b] of edges) {
@@ -254,6 +272,7 @@ export function splitBands(count, edges, { over = BAND.over, items = BAND.items,
     let next = queue.reduce((m, i) => Math.max(m, rank[i]), 0) + 1;
     for (let i = 0; i < count; i++) if (indeg[i]) rank[i] = next++;
   }
+  if (count <= over && rank.reduce((m, r) => Math.max(m, r), 0) < deep) return [[...Array(count).keys()]];
   const byRank = new Map();
   for (let i = 0; i < count; i++) {
     if (!byRank.has(rank[i])) byRank.set(rank[i], []);
@@ -393,9 +412,20 @@ function* bandedBoxes(sizes, edges, memo) {
   const widest = Math.max(...laid.map((r) => r.box.maxX - r.box.minX));
   const pos = new Array(sizes.length);
   const points = edges.map(() => null);
+  // Bands stacked top to bottom, in columns read left to right when one column would be much
+  // taller than wide (a loop's 100 iterations in a row): about 3:2, as the panel is.
+  const heights = laid.map((r) => r.box.maxY - r.box.minY + G.ranksep);
+  const total = heights.reduce((a, b) => a + b, 0);
+  const columns = Math.max(1, Math.min(laid.length, Math.round(Math.sqrt((1.5 * total) / (widest + G.ranksep)))));
+  const perColumn = total / columns;
   let top = 0;
+  let left = 0;
   laid.forEach((r, k) => {
-    const dx = (widest - (r.box.maxX - r.box.minX)) / 2 - r.box.minX;
+    if (top > 0 && top + heights[k] / 2 > perColumn) {
+      top = 0;
+      left += widest + 2 * G.ranksep;
+    }
+    const dx = left + (widest - (r.box.maxX - r.box.minX)) / 2 - r.box.minX;
     const dy = top - r.box.minY;
     bands[k].forEach((i, j) => {
       const p = r.pos[j];
@@ -409,9 +439,36 @@ function* bandedBoxes(sizes, edges, memo) {
   return { pos, points };
 }
 
+/**
+ * Children in rows, in their order, left to right (a loop's iterations: 1, 2, 3, ...), about
+ * 3:2 as the panel is; each row as tall as its tallest. Edges are not routed (curves).
+ */
+export function gridBoxes(sizes, edges) {
+  const gap = G.ranksep;
+  const area = sizes.reduce((a, [w, h]) => a + (w + gap) * (h + gap), 0);
+  const widest = Math.max(0, ...sizes.map(([w]) => w + gap));
+  const rowWidth = Math.max(widest, Math.sqrt(area * 1.5));
+  const pos = [];
+  let x = 0;
+  let y = 0;
+  let rowH = 0;
+  for (const [w, h] of sizes) {
+    if (x > 0 && x + w > rowWidth) {
+      x = 0;
+      y += rowH + gap;
+      rowH = 0;
+    }
+    pos.push({ x, y, w, h });
+    x += w + gap;
+    rowH = Math.max(rowH, h);
+  }
+  return { pos, points: edges.map(() => null) };
+}
+
 /** A container's children as boxes (top-left) and routed edges by index, inside its frame. */
-function* layoutShape(sizes, edges, isRoot, memo, boxes = false) {
-  const { pos, points: raw } = (boxes && chainRows(sizes, edges)) || (yield* bandedBoxes(sizes, edges, memo));
+function* layoutShape(sizes, edges, isRoot, memo, { grid = false, boxes = false } = {}) {
+  // a loop's iterations in rows, in order; a chain of module boxes in rows; else dagre, banded
+  const { pos, points: raw } = grid ? gridBoxes(sizes, edges) : (boxes && chainRows(sizes, edges)) || (yield* bandedBoxes(sizes, edges, memo));
   const pad = isRoot ? 0 : G.framePad;
   const head = isRoot ? 0 : G.frameHead;
   const { minX, minY, maxX, maxY } = extent(pos);

@@ -167,6 +167,7 @@ function nodeInfo(raw, files) {
     group: raw.module ?? null, // the module box it is drawn in (see buildModel)
     gradGraph: raw.grad_graph ?? false,
     step: raw.step ?? 0,
+    iteration: raw.iteration ?? null, // of the snippet's loop (added within version 4)
     unreadable: raw.unreadable ?? null,
   };
 }
@@ -200,7 +201,56 @@ function stepInfo(raw, i, files) {
   };
 }
 
-/** Ancestor module paths of "a.b.c": ["a", "a.b", "a.b.c"]. */
+// A loop that built fewer nodes than this is drawn as it is (a lesson's three iterations of a
+// small model): its iterations' graphs are mostly freed, and empty boxes would crowd it.
+const LOOP_NODES = 48;
+
+/**
+ * The iterations of the snippet's loops, from the nodes' `iteration`: nodes in the order they
+ * were built (sequence number); a loop ends where a node built outside it comes, or the
+ * count starts again. Each loop: {id, label, iterations: [{id, iteration, label, flat, nodes}]}.
+ * A loop that ran once, or built few nodes, is not grouped. Ids start with "@", which no module
+ * path does: "@1" for the first loop, "@1.7" for its 7th iteration (laid out in order, in rows).
+ * An iteration whose nodes all come from one module call (an unrolled RNN cell) holds them
+ * itself ("cell · t=7"); else they sit in its modules' boxes.
+ */
+function iterationGroups(nodes) {
+  const built = nodes.filter((n) => n.seq !== null).sort((a, b) => a.seq - b.seq);
+  const runs = [];
+  let run = null;
+  let last = 0;
+  for (const n of built) {
+    if (n.iteration === null) {
+      run = null;
+      continue;
+    }
+    if (run === null || n.iteration < last) runs.push((run = new Map()));
+    if (!run.has(n.iteration)) run.set(n.iteration, []);
+    run.get(n.iteration).push(n);
+    last = n.iteration;
+  }
+  const loops = [];
+  for (const run of runs) {
+    if (run.size < 2 || [...run.values()].reduce((a, m) => a + m.length, 0) < LOOP_NODES) continue;
+    const k = loops.length + 1;
+    const iterations = [...run].map(([iteration, members]) => {
+      members.sort((a, b) => a.id - b.id);
+      const module = members[0].module;
+      const flat = module !== null && members.every((n) => n.module === module);
+      return {
+        id: `@${k}.${iteration}`,
+        iteration,
+        label: flat ? `${module} · t=${iteration}` : `iteration ${iteration}`,
+        flat,
+        nodes: members,
+      };
+    });
+    loops.push({ id: `@${k}`, label: `loop · ${run.size} iterations`, iterations });
+  }
+  return loops;
+}
+
+/** Ancestor module paths of "a.b.c": ["a", "a.b", "a.b.c"] (of any group id alike). */
 export function modulePath(module) {
   if (!module) return [];
   const parts = module.split(".");
@@ -254,13 +304,19 @@ export function buildModel(input) {
     }
   }
 
-  // Module tree: every prefix of every module path is a group.
+  // Module tree: every prefix of every module path is a group. A loop's iterations are
+  // groups too (iterationGroups), in a group for the loop: a node built in one is drawn in
+  // that iteration's box, in its module's box nested there; the ids nest with "." as module
+  // paths do, so modulePath gives any group's ancestors.
   const groups = new Map();
   const ensureGroup = (path) => {
     if (groups.has(path)) return groups.get(path);
     const dot = path.lastIndexOf(".");
     const parent = dot < 0 ? null : path.slice(0, dot);
-    const g = { id: path, name: dot < 0 ? path : path.slice(dot + 1), parent, depth: 0, groups: [], nodes: [], size: 0 };
+    const g = {
+      id: path, name: dot < 0 ? path : path.slice(dot + 1), parent, depth: 0, groups: [], nodes: [], size: 0,
+      kind: "module", module: path, label: null,
+    };
     groups.set(path, g);
     if (parent !== null) {
       const p = ensureGroup(parent);
@@ -271,15 +327,37 @@ export function buildModel(input) {
   };
   const rootGroups = [];
   const rootNodes = [];
-  for (const n of nodes) if (n.module) ensureGroup(n.module);
-  // A parameter's AccumulateGrad carries no module (it is found, not created, in
-  // a module call); it belongs with its module: the deepest group its name starts with.
-  for (const n of nodes) {
-    if (n.isLeaf && !n.module && n.tensor && n.tensor.includes(".")) {
-      const found = modulePath(n.tensor).filter((p) => groups.has(p)).pop();
-      if (found) n.group = found;
+  const modules = new Set();
+  for (const n of nodes) for (const p of modulePath(n.module)) modules.add(p);
+  const loops = iterationGroups(nodes);
+  for (const loop of loops) {
+    Object.assign(ensureGroup(loop.id), { kind: "loop", module: null, label: loop.label });
+    for (const it of loop.iterations) {
+      Object.assign(ensureGroup(it.id), { kind: "iteration", module: null, label: it.label, iteration: it.iteration });
+      for (const n of it.nodes) {
+        n.group = it.flat || !n.module ? it.id : `${it.id}.${n.module}`;
+        const g = ensureGroup(n.group);
+        if (g.kind === "module") g.module = n.module;
+        for (let p = groups.get(g.parent); p && p.kind === "module"; p = groups.get(p.parent)) {
+          p.module = p.id.slice(it.id.length + 1);
+        }
+      }
     }
   }
+  for (const n of nodes) if (n.module && n.iteration === null) ensureGroup(n.module);
+  // A parameter's AccumulateGrad carries no module (it is found, not created, in
+  // a module call); it belongs with its module: the deepest module its name starts with.
+  // Their modules are made in forward order (`modules`), not in the order backward made the leaves.
+  const homes = new Map();
+  for (const n of nodes) {
+    if (n.isLeaf && !n.module && n.tensor && n.tensor.includes(".")) {
+      const found = modulePath(n.tensor).filter((p) => modules.has(p)).pop();
+      if (found) homes.set(n, found);
+    }
+  }
+  const homed = new Set(homes.values());
+  for (const p of modules) if (homed.has(p)) ensureGroup(p);
+  for (const [n, p] of homes) n.group = p;
   for (const n of nodes) {
     if (!n.group) {
       rootNodes.push(n.id);
@@ -579,7 +657,9 @@ export function initialExpanded(model, budget = 120, summary = 64) {
       const g = model.groups.get(id);
       return g.groups.length === 1 && g.nodes.length === 0;
     });
-    if (visible + added > limit && !chain) break;
+    // a loop's iterations are set in rows (layout.js gridBoxes): up to `budget` of them stay legible
+    const loop = open.some((id) => model.groups.get(id).kind === "loop");
+    if (visible + added > (loop ? budget : limit) && !chain) break;
     for (const id of open) expanded.add(id);
     visible += added;
     level = next;
@@ -587,19 +667,38 @@ export function initialExpanded(model, budget = 120, summary = 64) {
   return expanded;
 }
 
+/**
+ * The groups a graph opens with: `expanded` (initialExpanded's choice) with every loop
+ * iteration closed when the graph is bigger than `budget` nodes: a loop shows one box per
+ * iteration, as a model shows one box per block, and opening one costs what it holds.
+ */
+export function openedAtStart(model, expanded, budget = 120) {
+  if (model.nodes.length <= budget) return expanded;
+  return new Set([...expanded].filter((id) => !modulePath(id).some((p) => model.groups.get(p)?.kind === "iteration")));
+}
+
 /** The expanded modules that show: expanded, and so are all their ancestors. */
 export function effectiveExpanded(model, expanded) {
   const out = new Set();
   for (const id of expanded) {
-    if (model.groups.has(id) && modulePath(id).every((p) => expanded.has(p))) out.add(id);
+    if (model.groups.has(id) && ancestry(model, id).every((p) => expanded.has(p))) out.add(id);
   }
   return out;
+}
+
+/** A group's ancestors and itself, outermost first (modulePath, kept on the group). */
+function ancestry(model, id) {
+  const g = model.groups.get(id);
+  if (!g) return modulePath(id);
+  if (!g.path) g.path = modulePath(id);
+  return g.path;
 }
 
 /** The visible item that stands for node `id`: itself, or its outermost collapsed module. */
 export function representative(model, expanded, id) {
   const node = model.nodes[id];
-  for (const path of modulePath(node.group)) {
+  if (!node.group) return `n:${id}`;
+  for (const path of ancestry(model, node.group)) {
     if (!expanded.has(path)) return `g:${path}`;
   }
   return `n:${id}`;

@@ -4,7 +4,9 @@
 // narrates (server/gradstep/narrate.py, the one narrator); a trace recorded
 // without narration (version 1, or `explain=False`) shows each step's title.
 
-import { stepTitle } from "./model.js";
+import { fmtGrad, stepTitle } from "./model.js";
+
+export const LISTED = 6; // .grad changes the narration names one by one (narrate.py MAX_LISTED)
 
 /**
  * The explanation cut into segments: [{text, link}] where link is null or
@@ -128,6 +130,59 @@ export function renderNarration(banner, model, index, hooks) {
     p.append(a);
   }
   banner.append(p);
+  const all = allChanges(model, index, hooks);
+  if (all) banner.append(all);
   if (message) banner.append(el("div", "gs-banner-message", message));
   return tone;
+}
+
+/**
+ * The step's .grad changes as rows {name, node, from, to}, in the tensors' order: what the
+ * narration counts by module when there are many.
+ */
+export function gradChangeRows(model, index) {
+  const step = model.step(index);
+  if (!step) return [];
+  const changes = model.gradChanges(index);
+  const rows = [];
+  for (const t of step.tensors) {
+    const c = changes.get(t.name);
+    if (c) rows.push({ name: t.name, node: t.node !== null && model.nodes[t.node] ? t.node : null, from: fmtGrad(c.old), to: fmtGrad(c.total) });
+  }
+  return rows;
+}
+
+/** Under a narration that summarised many .grad changes: all of them, on demand (built when opened). */
+function allChanges(model, index, hooks) {
+  if (model.gradChanges(index).size <= LISTED) return null;
+  const rows = gradChangeRows(model, index);
+  const details = el("details", "gs-narr-all");
+  details.append(el("summary", "", `All ${rows.length} .grad changes`));
+  details.addEventListener("toggle", () => {
+    if (!details.open || details.querySelector("ol")) return;
+    const list = el("ol", "gs-narr-all-list");
+    for (const r of rows) {
+      const li = el("li");
+      li.dataset.tensor = r.name;
+      const name = el("button", "gs-narr-link", r.name);
+      name.type = "button";
+      name.dataset.linkTensor = r.name;
+      name.title = `Show tensor ${r.name} in the graph`;
+      const on = () => hooks.highlight(r.node === null ? [] : [r.node], r.name);
+      name.addEventListener("mouseenter", on);
+      name.addEventListener("focus", on);
+      name.addEventListener("mouseleave", () => hooks.highlight([], null));
+      name.addEventListener("blur", () => hooks.highlight([], null));
+      name.addEventListener("click", () => {
+        if (r.node !== null) hooks.select(r.node);
+      });
+      li.append(name, `: ${r.from} → ${r.to}`);
+      list.append(li);
+    }
+    details.append(list);
+    // the banner is a few lines high: the list starts at its top, the page itself does not move
+    const box = details.closest(".gs-banner");
+    if (box) box.scrollTop += details.getBoundingClientRect().top - box.getBoundingClientRect().top;
+  });
+  return details;
 }

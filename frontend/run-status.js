@@ -20,6 +20,12 @@ export function runSummary(trace, ms, { held = false } = {}) {
     return ["error", `${e.type || "Error"}${e.line ? ` at line ${e.line}` : ""}: ${e.message || ""}`];
   }
   if (trace.status === "timeout") return ["error", `Stopped: the run hit the time limit. ${more}`];
+  if (trace.status === "limit" && steps) {
+    // what it recorded is on the page; the message above the graph says which limit and what to do
+    const line = trace.error && trace.error.line ? ` at line ${trace.error.line}` : "";
+    const name = limitName(trace.limit);
+    return ["error", `${name[0].toUpperCase()}${name.slice(1)} limit${line} · ${steps} step${steps === 1 ? "" : "s"} kept`];
+  }
   if (trace.status === "limit") return ["error", `Stopped: the run hit the ${limitName(trace.limit)} limit. ${more}`];
   return ["error", `The run crashed. ${more}${reportedText(trace.error)}`];
 }

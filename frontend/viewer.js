@@ -5,7 +5,7 @@
 // and sets attributes; diffSteps(i-1, i) only decides what to animate.
 
 import {
-  buildModel, diffSteps, initialExpanded, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
+  buildModel, diffSteps, initialExpanded, openedAtStart, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
   reportedText, reachSentence,
 } from "./model.js";
 import { layoutGraph, layoutGraphInSlices, deserializeLayout } from "./layout.js";
@@ -13,9 +13,11 @@ import { createGraphView, prefersReducedMotion } from "./graph.js";
 import { renderNarration } from "./narration.js";
 import { h } from "./dom.js";
 import { startsIteration, updateWord } from "./updates.js";
+import { foldText, timelineFolds } from "./timeline-folds.js";
 import { createInspector, createOutputPanel, createTensorsPanel, nearScreen, setText } from "./panels.js";
 import { chartLabel, inspectorView, outputView, tensorsView } from "./panel-views.js";
 import { createStepOutput, stepOutputView } from "./step-output.js";
+import { createGradFlowChart } from "./grad-flow-chart.js";
 
 const WORKER_ITEMS = 400;
 
@@ -145,7 +147,8 @@ export function createViewer(el, options = {}) {
   const tensorsPanel = h("section", { class: "gs-panel gs-tensors", "aria-label": "Tensors at this step" });
   const chartPanel = h("section", { class: "gs-panel gs-chart", "aria-label": "Bytes held by saved tensors" });
   const outputPanel = h("section", { class: "gs-panel gs-output", "aria-label": "Output of this step" });
-  panelsEl.append(inspector, tensorsPanel, chartPanel, outputPanel);
+  const flowPanel = h("section", { class: "gs-panel gs-gradflow", "aria-label": "Gradient flow: .grad norm per module" });
+  panelsEl.append(inspector, tensorsPanel, flowPanel, chartPanel, outputPanel);
   // built once, then updated in place; a panel away from the screen (or hidden) is updated when it comes near
   const inspectorUI = createInspector(inspector);
   const tensorsUI = createTensorsPanel(tensorsPanel, {
@@ -156,7 +159,8 @@ export function createViewer(el, options = {}) {
     },
   });
   const outputUI = createOutputPanel(outputPanel);
-  const whenNear = new Map([inspector, tensorsPanel, chartPanel, outputPanel].map((p) => [p, nearScreen(p)]));
+  const flowUI = createGradFlowChart(flowPanel, { onPick: (path) => selectModule(path) });
+  const whenNear = new Map([inspector, tensorsPanel, flowPanel, chartPanel, outputPanel].map((p) => [p, nearScreen(p)]));
 
   // ---------------------------------------------------------- state
   let model = null;
@@ -191,11 +195,13 @@ export function createViewer(el, options = {}) {
       selected = null;
       nodeHover = null; // ids of the last trace's nodes: a new trace may have fewer
       fitted = false;
-      expanded = initialExpanded(model);
+      expanded = openedAtStart(model, initialExpanded(model));
       index = Math.max(0, Math.min(step, steps() - 1));
       if (options.gate && steps()) index = options.gate(0, index);
       buildTimeline();
       renderChart();
+      flowUI.setModel(model);
+      chosenModule = null;
       el.classList.toggle("gs-no-modules", model.groups.size === 0);
       if (!steps()) {
         await graph.setGraph(model, visibleGraph(model, expanded), { items: new Map(), frames: new Map(), edges: new Map(), width: 0, height: 0 });
@@ -228,6 +234,7 @@ export function createViewer(el, options = {}) {
     stop,
     handleKey,
     selectNode,
+    selectModule,
     /** Highlight the nodes created on a code line (hover in the code pane). */
     hoverLine(line) {
       lineHover = line;
@@ -340,7 +347,7 @@ export function createViewer(el, options = {}) {
 
   async function collapseAll() {
     if (!model) return;
-    expanded = initialExpanded(model);
+    expanded = openedAtStart(model, initialExpanded(model));
     await relayout();
     if (model.step(index)) graph.showStep(model.step(index), null, { animate: false });
     graph.fit(300);
@@ -388,20 +395,23 @@ export function createViewer(el, options = {}) {
     renderInspector();
     renderTensors();
     renderChartCursor();
+    renderFlow();
     renderOutput();
     printedUI.update(stepOutputView(model, index));
   }
 
   function markCurrentChip() {
-    for (const li of timeline.children) {
+    for (const li of tlChips) {
       const k = Number(li.dataset.index);
       li.classList.toggle("gs-current", k === index);
       li.classList.toggle("gs-past", k < index);
-      const b = li.querySelector("button"); // (a chip that starts an iteration has its label first)
+      const b = li.lastChild;
       if (k === index) b.setAttribute("aria-current", "step");
       else b.removeAttribute("aria-current");
     }
+    for (const f of tlFolds) showFold(f);
   }
+
 
   /** The nodes a step is about: where it failed, else what it built, else what ran (in order). */
   function focusOf(step) {
@@ -415,17 +425,27 @@ export function createViewer(el, options = {}) {
 
   // The timeline's geometry, measured when the browser has laid it out anyway (ResizeObserver), so
   // a step reads no layout; its scroll position follows its scroll events.
-  const tl = { lefts: [], widths: [], width: 0, scroll: 0 };
+  const tl = { lefts: [], widths: [], width: 0, scroll: 0, tops: [], heights: [], height: 0, top: 0 };
+  let tlChips = []; // each step's chip, by index
+  let tlFolds = []; // folds of forward steps (timeline-folds.js), each with its chip
+  let tlFoldOf = []; // each step's fold, or null
   const tlSizes = typeof ResizeObserver === "function" ? new ResizeObserver(() => {
     tl.width = timeline.clientWidth;
     tl.scroll = timeline.scrollLeft;
-    const items = [...timeline.children];
+    // per step: its chip, or its fold's while the fold is closed
+    const items = tlChips.map((li, i) => (tlFoldOf[i] && !tlFoldOf[i].open ? tlFoldOf[i].li : li));
     tl.lefts = items.map((li) => li.offsetLeft - timeline.offsetLeft);
     tl.widths = items.map((li) => li.offsetWidth);
+    // where chips wrap into rows (the app's stepper), the timeline scrolls down instead
+    tl.height = timeline.clientHeight;
+    tl.top = timeline.scrollTop;
+    tl.tops = items.map((li) => li.offsetTop - timeline.offsetTop);
+    tl.heights = items.map((li) => li.offsetHeight);
     scrollTimeline();
   }) : null;
   timeline.addEventListener("scroll", () => {
     tl.scroll = timeline.scrollLeft;
+    tl.top = timeline.scrollTop;
   }, { passive: true });
 
   /** Keep the current step's button in the timeline's view. */
@@ -436,6 +456,12 @@ export function createViewer(el, options = {}) {
     if (left < tl.scroll || left + width > tl.scroll + tl.width) {
       tl.scroll = Math.max(0, left - tl.width / 2 + width / 2);
       timeline.scrollLeft = tl.scroll;
+    }
+    const top = tl.tops[index];
+    const height = tl.heights[index];
+    if (tl.height && (top < tl.top || top + height > tl.top + tl.height)) {
+      tl.top = Math.max(0, top - tl.height / 2 + height / 2);
+      timeline.scrollTop = tl.top;
     }
   }
 
@@ -507,15 +533,61 @@ export function createViewer(el, options = {}) {
     return [line, what, ...flags].join(" ");
   }
 
+  // A fold: consecutive forward steps shown as one chip until opened (timeline-folds.js).
+  function showFold(f) {
+    const inside = index >= f.start && index <= f.end;
+    f.li.classList.toggle("gs-current", inside && !f.open);
+    f.li.classList.toggle("gs-past", index > f.end);
+    f.li.classList.toggle("gs-tl-open", f.open);
+    setText(f.text, foldText(f, inside ? index : null));
+    setText(f.mark, f.open ? "▾" : "▸");
+    f.button.setAttribute("aria-expanded", String(f.open));
+    if (inside && !f.open) f.button.setAttribute("aria-current", "step");
+    else f.button.removeAttribute("aria-current");
+    for (let i = f.start; i <= f.end; i++) tlChips[i].hidden = !f.open;
+  }
+
+  function toggleFold(f) {
+    f.open = !f.open;
+    showFold(f);
+  }
+
   function buildTimeline() {
     timeline.replaceChildren();
     tl.lefts = [];
+    tl.tops = [];
     tl.widths = [];
+    tlChips = [];
+    tlFolds = [];
+    tlFoldOf = [];
     if (tlSizes) tlSizes.disconnect();
     if (!model) return;
+    const folds = timelineFolds(model.steps);
+    const foldAt = new Map(folds.map((f) => [f.start, f]));
     model.steps.forEach((shown, i) => {
       // a step the page may not show yet (the exercise's question before it): nothing says whether it fails
       const s = shows(i) ? shown : { ...shown, error: null, concealed: true };
+      const fold = foldAt.get(i);
+      if (fold) {
+        const n = fold.end - fold.start + 1;
+        const lines = new Set(model.steps.slice(fold.start, fold.end + 1).map((x) => x.line));
+        const where = fold.iteration !== null ? `iteration ${fold.iteration}, ` : "";
+        fold.open = false;
+        fold.mark = h("span", { class: "gs-tl-mark", "aria-hidden": "true" }, "▸");
+        fold.text = h("span", { class: "gs-tl-fwd" }, foldText(fold));
+        fold.button = h("button", {
+          type: "button", class: "gs-tl-foldbtn", "aria-expanded": "false",
+          title: `Steps ${fold.start + 1}–${fold.end + 1} (${where}${n} forward steps over ${lines.size} lines): click to show each`,
+          onclick: () => toggleFold(fold),
+        }, fold.mark, fold.text);
+        const iteration = startsIteration(model.steps, i) ? h("span", { class: "gs-tl-iter" }, `iteration ${s.iteration}`) : null;
+        fold.li = h("li", { class: `gs-tl-step gs-tl-fold ${iteration ? "gs-tl-newiter" : ""}`, "data-fold": `${fold.start}-${fold.end}`, "data-iteration": s.iteration ?? "" }, iteration, fold.button);
+        tlFolds.push(fold);
+        timeline.append(fold.li);
+        if (tlSizes) tlSizes.observe(fold.li);
+      }
+      const inFold = folds.find((f) => i >= f.start && i <= f.end) ?? null;
+      tlFoldOf.push(inFold);
       const update = s.kind === "update";
       const crash = s.kind === "error"; // the code raised outside a call: the run's last step
       const call = s.kind !== "forward" && !update && !crash;
@@ -534,7 +606,7 @@ export function createViewer(el, options = {}) {
       const of = s.iteration !== null ? ` (iteration ${s.iteration})` : "";
       const title = crash && s.concealed ? `${s.where ?? (s.line !== null ? `line ${s.line}` : "no line")} · shown after the exercise's question` : stepTitle(s);
       const li = h("li", { class: `gs-tl-step ${call ? "gs-tl-callstep" : ""} ${update ? "gs-tl-updatestep" : ""} ${iteration ? "gs-tl-newiter" : ""} ${s.error ? "gs-tl-error" : ""}`, "data-index": i, "data-iteration": s.iteration ?? "" },
-        iteration,
+        inFold ? null : iteration,
         h("button", { type: "button", title: `Step ${i + 1}${of}: ${title} (Enter: go there, space: play)`, "aria-label": `${chipText(s, call)}: step ${i + 1}, ${title}`, "aria-keyshortcuts": "Enter Space", onclick: () => go(i, { animate: i === index + 1 }) },
           h("span", { class: "gs-tl-line" }, s.line !== null ? `L${s.line}` : "—"),
           " ", // (not drawn between flex items) its accessible text reads "L15 fwd", as its name starts
@@ -543,9 +615,12 @@ export function createViewer(el, options = {}) {
           s.error ? h("span", { class: "gs-tl-x", "aria-hidden": "true" }, "✕") : null,
         ),
       );
+      if (inFold) li.hidden = true;
+      tlChips.push(li);
       timeline.append(li);
       if (tlSizes) tlSizes.observe(li);
     });
+    for (const f of tlFolds) showFold(f);
     if (tlSizes) tlSizes.observe(timeline);
   }
 
@@ -566,10 +641,11 @@ export function createViewer(el, options = {}) {
     const reported = t.reaches.length
       ? h("div", { class: "gs-note gs-note-reported" }, h("strong", {}, "Reported by the code."), ` ${reachSentence(t.reaches)}`)
       : null;
+    let stopped = null; // first, above the step's narration: a run cut short shows only part of the graph
     if (t.status === "timeout" || t.status === "limit" || t.status === "crashed") {
       const which = t.status === "timeout" ? "the wall-clock time limit" : t.status === "limit" ? `the ${limitName(t.limit)} limit` : "a crash";
-      notes.push(h("div", { class: "gs-note gs-note-error" }, h("strong", {}, `Run stopped by ${which}.`),
-        ` ${t.error ? t.error.message : ""}${reportedText(t.error, 2000)}`));
+      stopped = h("div", { class: "gs-note gs-note-error" }, h("strong", {}, `Run stopped by ${which}.`),
+        ` ${t.error ? t.error.message : ""}${reportedText(t.error, 2000)}`);
     }
     if (t.status === "error" && outOfMemory(t.error)) {
       // the sandbox's per-run memory limit refused an allocation (RLIMIT_DATA): say so in words
@@ -586,6 +662,7 @@ export function createViewer(el, options = {}) {
     const tone = step ? renderNarration(banner, model, index, { highlight: highlightLinked, select: selectNode }) : null;
     banner.className = tone ? `gs-banner gs-tone-${tone}` : "gs-banner";
     banner.append(...notes);
+    if (stopped) banner.prepend(stopped);
     if (reported) banner.prepend(reported);
   }
 
@@ -640,6 +717,7 @@ export function createViewer(el, options = {}) {
 
   function selectNode(id) {
     if (viewer.picking && id !== null && id !== undefined) viewer.picking(id);
+    if (chosenModule !== null) pickModule(null);
     selected = id;
     graph.select(id);
     if (id !== null && id !== undefined) graph.reveal(id);
@@ -731,6 +809,33 @@ export function createViewer(el, options = {}) {
       }
       setText(chartLabelEl, chartLabel(model, index, chartPeak));
     });
+  }
+
+  // ---------------------------------------------------------- gradient flow
+
+  let chosenModule = null; // the module picked in the gradient-flow chart, marked in the graph
+
+  function renderFlow() {
+    whenNear.get(flowPanel)(() => flowUI.update(index));
+  }
+
+  function pickModule(path) {
+    chosenModule = path;
+    graph.selectGroup(path);
+    flowUI.setSelected(path);
+  }
+
+  /** Mark a module in the graph and bring it into view: its parents open, so it shows. */
+  async function selectModule(path) {
+    if (!model || !model.groups.has(path)) return;
+    const parent = model.groups.get(path).parent;
+    if (parent !== null && !canvas.querySelector(`[data-group="${CSS.escape(path)}"]`)) await toggleGroup(parent, true);
+    selected = null;
+    graph.select(null);
+    renderInspector();
+    pickModule(path);
+    const inside = model.nodes.find((n) => n.group === path || (n.group && n.group.startsWith(`${path}.`)));
+    if (inside) graph.reveal(inside.id);
   }
 
   // ---------------------------------------------------------- output

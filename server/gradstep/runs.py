@@ -33,7 +33,7 @@ import orjson
 import torch
 from pydantic import TypeAdapter, ValidationError
 
-from gradstep import encoding
+from gradstep import encoding, limit_advice
 from gradstep.checker import Checked, CheckerPool
 from gradstep.diagnose import facts, proposed_codes
 from gradstep.reach import reaches
@@ -204,7 +204,12 @@ class TraceRunner:
             with _timed(timings, "run"):
                 result = self._run(job_payload(spec, code=code), budget)
             if result.status != "ok":
-                failed = failed_trace(code, result.status, result.detail, result.limit, result.reported)
+                detail = (
+                    result.detail
+                    if result.limit is None
+                    else limit_advice.killed(result.limit, result.detail)
+                )
+                failed = failed_trace(code, result.status, detail, result.limit, result.reported)
                 return Traced(encoding.compress(failed), cacheable=False, timings=timings)
             fields = served_fields(code)
             with _timed(timings, "check"):

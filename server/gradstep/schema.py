@@ -204,6 +204,15 @@ class NodeInfo(_Model):
         False, description="Built by a `create_graph=True` call: part of a gradient's own graph."
     )
     step: int = Field(description="Index of the first step that shows this node.")
+    iteration: int | None = Field(
+        None,
+        description=(
+            "The iteration, counted from 1, of the snippet's outermost loop (`Step.iteration`) "
+            "running when the node was created, also inside a folded step that stands for many "
+            "iterations; `null` outside loops, for `AccumulateGrad` and in recordings of the user's "
+            "own code. Added within version 4."
+        ),
+    )
     unreadable: str | None = Field(
         None,
         description=(
@@ -535,7 +544,8 @@ class Step(_Model):
         None,
         description=(
             "The iteration, counted from 1, of the snippet's outermost loop running when the step was "
-            "taken (a `for` or `while` not inside another; loops inside generators are not counted); "
+            "taken (a `for` or `while` not inside another; loops inside generators, and loops run "
+            "inside an `nn.Module` call, such as a model's loop over its layers, are not counted); "
             "`null` outside loops and in recordings of the user's own code. Added within version 4."
         ),
     )

@@ -71,6 +71,7 @@ class NodeDict(TypedDict):
     saved: NotRequired[list[SavedDict]]
     tensor: NotRequired[str | None]
     grad_graph: NotRequired[bool]
+    iteration: NotRequired[int | None]
     unreadable: NotRequired[str | None]
     saved_bytes: NotRequired[int | None]
 

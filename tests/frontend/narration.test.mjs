@@ -3,7 +3,7 @@
 // Run: node --test tests/frontend/
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { narrationSegments, linkTarget, codeSpans } from "../../frontend/narration.js";
+import { narrationSegments, linkTarget, codeSpans, gradChangeRows } from "../../frontend/narration.js";
 import { buildModel } from "../../frontend/model.js";
 
 const join = (segs) => segs.map((s) => s.text).join("");
@@ -72,4 +72,13 @@ test("backticked text becomes code spans and an unpaired backtick stays text", (
     { text: " (line 17) ran", code: false },
   ]);
   assert.deepEqual(codeSpans("a ` b"), [{ text: "a ` b", code: false }]);
+});
+
+test("the full list of .grad changes: each tensor whose .grad the step changed, from → to", async () => {
+  const { X7 } = await import("./fixtures.mjs");
+  const { fmtNumber } = await import("../../frontend/printing.js");
+  const m = buildModel(X7);
+  assert.deepEqual(gradChangeRows(m, 0), []);
+  assert.deepEqual(gradChangeRows(m, 1), [{ name: "x", node: 1, from: "None", to: fmtNumber(448) }]);
+  assert.deepEqual(gradChangeRows(m, 2), [{ name: "x", node: 1, from: fmtNumber(448), to: fmtNumber(896) }]);
 });

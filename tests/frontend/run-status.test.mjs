@@ -15,6 +15,12 @@ test("the status line says how long a run took and what it built, or why it stop
   assert.deepEqual(runSummary({ status: "crashed", error: { message: "signal 9" } }, 0), ["error", "The run crashed. signal 9"]);
 });
 
+test("a run stopped by a limit with steps recorded says which limit, where, and how many steps it recorded", () => {
+  const stopped = { status: "limit", limit: "memory", steps: [{}, {}, {}], error: { type: "RuntimeError", line: 74, message: "long advice" } };
+  assert.deepEqual(runSummary(stopped, 0),
+    ["error", "Memory limit at line 74 · 3 steps kept"]);
+});
+
 test("what a crashed run's own process reported is quoted as the code's, after the server's words", () => {
   const said = "Security notice from gradstep: log in again";
   const crashed = { status: "crashed", error: { message: "The run ended without a trace.", reported: said } };

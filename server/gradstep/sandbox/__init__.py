@@ -216,8 +216,10 @@ a child stops that child before the target runs ("crashed", fail closed).
    mounts, at the paths it sees anyway. Without ``root``: each ``hide`` path
    covered by an empty read-only tmpfs with the ``keep`` paths bound back
    read-only. Unavailable: use ``--read-only --tmpfs /tmp``.
-8. ``rlimits`` — RLIMIT_DATA = the zygote's data size + ``memory_mb`` (not
-   RLIMIT_AS: torch maps ~620 MB of address space), CPU (soft ``cpu_seconds``,
+8. ``rlimits`` — RLIMIT_DATA = the zygote's data size + a little less than
+   ``memory_mb`` (``data_mb``: a run too big is refused an allocation and ends with
+   its trace, before the cgroup kills it; not RLIMIT_AS: torch maps ~620 MB of
+   address space), CPU (soft ``cpu_seconds``,
    hard +1; with ``pidns`` hard = soft, see 5), FSIZE = ``tmp_mb``, NOFILE, NPROC
    (per uid, so it binds after 9), CORE = 0.
 9. ``uid`` — per-slot unprivileged uid/gid ``uid_base + slot``, ``slot <

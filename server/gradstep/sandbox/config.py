@@ -23,6 +23,15 @@ LAYERS = (
 )
 
 
+def data_mb(memory_mb: int) -> int:
+    """How much data (RLIMIT_DATA, beyond what a child starts with) a run with ``memory_mb`` may
+    allocate: an eighth less than its memory cgroup allows (at least 32 MB less), so an allocation
+    past it is refused (MemoryError, torch's "can't allocate memory") and the run ends cleanly with
+    what it recorded, instead of the cgroup's OOM kill leaving nothing. The rest is room for what is
+    not data (the zygote's pages a run copies, page tables, shared mappings) and for writing the trace."""
+    return max(16, memory_mb - max(32, memory_mb // 8))
+
+
 EXTRA_SLOTS = 2  # SandboxConfig.extra_slots' default: see benchmarks/spares.py
 
 
@@ -36,7 +45,7 @@ class SandboxConfig:
     # never raise the number of runs at once; they make a ready spare likely when a run arrives
     # (a slot's next spare is forked and prewarmed only after its last child is reaped).
     extra_slots: int = EXTRA_SLOTS
-    memory_mb: int = 1024  # per child: memory cgroup limit and RLIMIT_DATA headroom
+    memory_mb: int = 1024  # per child: memory cgroup limit, and RLIMIT_DATA a little below it (data_mb)
     cpu_seconds: int = 10  # per child: RLIMIT_CPU (SIGKILL at it: see sandbox/__init__.py, pidns)
     wall_seconds: float = 15.0  # per run, from request to result: then SIGKILL
     max_output_bytes: int = 8 << 20  # the target's return value, larger is "limit: output"

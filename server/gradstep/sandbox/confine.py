@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 
 from gradstep.sandbox import capabilities
+from gradstep.sandbox.config import data_mb
 from gradstep.sandbox.libc import check as _check
 from gradstep.sandbox.libc import libc as _libc
 from gradstep.sandbox.libc import prctl
@@ -379,8 +380,9 @@ class Confinement:
                     vm_data = int(line.split()[1]) << 10
         mib = 1 << 20
         limits = {
-            # RLIMIT_DATA, not RLIMIT_AS: torch already maps ~620 MB of address space
-            resource.RLIMIT_DATA: vm_data + plan["memory_mb"] * mib,
+            # RLIMIT_DATA, not RLIMIT_AS: torch already maps ~620 MB of address space. Below the
+            # memory cgroup's limit: a run too big is refused an allocation, not killed (data_mb)
+            resource.RLIMIT_DATA: vm_data + data_mb(plan["memory_mb"]) * mib,
             resource.RLIMIT_FSIZE: plan["tmp_mb"] * mib,
             resource.RLIMIT_NOFILE: plan["max_files"],
             resource.RLIMIT_NPROC: plan["max_tasks"],  # per uid: binds after the uid drop

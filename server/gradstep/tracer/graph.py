@@ -143,6 +143,7 @@ class Graph:
         self.stale: dict[int, list[str]] = {}
         self.lines = SeqRanges()
         self.modules = SeqRanges()
+        self.iterations = SeqRanges()  # the iteration of the snippet's counted loop (None: outside)
         self.accumulators: dict[int, int] = {}  # id(leaf) -> AccumulateGrad node id
         self.shared: dict = {}  # the C reader's one copy of equal saved-value entries and shapes
         # Sequence ranges built under saved_tensors_hooks (checkpointing, save_on_cpu, the
@@ -188,6 +189,19 @@ class Graph:
             held = storages.get(nid)
             if held:
                 table[nid]["saved_bytes"] = node_saved_bytes(held)
+        if self.iterations.starts:
+            self._iterations(nids)
+
+    def _iterations(self, nids: range) -> None:
+        """Each new node's loop iteration (NodeInfo.iteration), by its sequence number."""
+        ranges = (self.iterations.starts, self.iterations.values)
+        for nid in nids:
+            info = self.table[nid]
+            seq = info.get("seq")
+            if seq is not None:
+                iteration = lookup(ranges, seq + self.seq_base)
+                if iteration:
+                    info["iteration"] = iteration
 
     def _read_new(
         self, of: Names, order: list, nexts: list, first: int, step: int, line: int | None, grad_graph: bool

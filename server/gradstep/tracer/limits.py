@@ -2,8 +2,55 @@
 
 from __future__ import annotations
 
+import resource
+import time
 from dataclasses import dataclass
 from typing import Any
+
+
+class StoppedAtLimit(BaseException):
+    """Raised into the code at a statement boundary when the run's CPU or wall-clock time is nearly spent: the
+    recording ends there, with time left to write what it recorded (a BaseException: the code's
+    own ``except Exception`` does not swallow it)."""
+
+    def __init__(self, limit: str, used: float):
+        super().__init__(f"stopped short of the run's {limit} limit, after {used:.1f} s")
+        self.limit, self.used = limit, used
+
+
+class LimitWatch:
+    """The CPU time and wall-clock time a run may still use before it stops itself, checked at each
+    statement: RLIMIT_CPU's soft limit (the sandbox's, lowered for a fix run) and ``wall_seconds``
+    from now (the code has just arrived: the sandbox's clock started when it was handed over), each
+    less a margin for writing the trace. Without them (a recording in one's own process) it never
+    stops anything."""
+
+    MARGIN = 0.15  # of the budget, at least MIN_MARGIN s: narration, packing and writing a big trace
+    MIN_MARGIN = 0.5
+
+    def __init__(self, wall_seconds: float = 0) -> None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
+        self.start = time.process_time()
+        self.wall_start = time.monotonic()
+        self.stop_at: float | None = None
+        if soft != resource.RLIM_INFINITY:
+            self.stop_at = soft - self._margin(soft - self.start)
+        self.wall_stop_at: float | None = None
+        if wall_seconds > 0:
+            self.wall_stop_at = self.wall_start + wall_seconds - self._margin(wall_seconds)
+
+    def _margin(self, budget: float) -> float:
+        return max(self.MIN_MARGIN, self.MARGIN * max(budget, 0.0))
+
+    def check(self) -> None:
+        if self.stop_at is not None:
+            now = time.process_time()
+            if now >= self.stop_at:
+                raise StoppedAtLimit("cpu", now - self.start)
+        if self.wall_stop_at is not None:
+            now = time.monotonic()
+            if now >= self.wall_stop_at:
+                raise StoppedAtLimit("wall", now - self.wall_start)
 
 
 @dataclass
@@ -23,6 +70,13 @@ class Limits:
     # a DataLoader loads in the run's process, missing tqdm/matplotlib get stand-ins, and notes say what
     # a snippet can use instead (see offline.py)
     offline: bool = False
+    # The run's memory limit (MB; the sandbox's, 0: none known): an allocation it refused ends the
+    # run as ``status=limit`` (``limit=memory``) with the steps recorded before it, and says what to do
+    memory_mb: int = 0
+    # The run's CPU limit (s; the sandbox's, 0: none known): said in the message of a run that
+    # stopped itself short of it (``LimitWatch``: ``status=limit``, ``limit=cpu``, its steps kept)
+    cpu_seconds: int = 0
+    wall_seconds: float = 0  # the same for the run's wall-clock limit (s; 0: none known)
 
     @classmethod
     def sandboxed(cls, **kwargs: Any) -> Limits:

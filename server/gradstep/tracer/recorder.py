@@ -16,10 +16,12 @@ line now running) and passes events between the parts:
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import torch
 
+from gradstep import limit_advice
 from gradstep.schema import VERSION
 from gradstep.trace_dicts import TraceDict
 from gradstep.tracer import crash, errors, lines, offline, passes, patches
@@ -28,7 +30,7 @@ from gradstep.tracer.capture import Output, Warnings
 from gradstep.tracer.graph import Graph
 from gradstep.tracer.guard import Guard, guarded
 from gradstep.tracer.leaves import Leaves
-from gradstep.tracer.limits import Limits
+from gradstep.tracer.limits import Limits, LimitWatch, StoppedAtLimit
 from gradstep.tracer.loops import Loops
 from gradstep.tracer.names import SNIPPET_FILENAME, ModuleIndex, Names, frame_namespaces, scan, snippet_frames
 from gradstep.tracer.notes import Uses
@@ -70,13 +72,18 @@ class Recorder:
         self.loops = Loops(limits.line_repeats)
         self.calls = Calls(self.graph, self.snapshots, self.guard)
         self.updates = Updates(self)  # optimizer calls
-        self.loop_depth = 0  # loops running now, nested (lines.py's loop markers)
+        # loops running now, innermost last (lines.py's loop markers): True for the one counted
+        self.loop_stack: list[bool] = []
         self.uses = Uses()  # what the code used that a note speaks of
         self.built = False  # nodes were built since the last step...
         self.built_line: int | None = None  # ...by this line
         self.check_release = False
         self.callers: list[int | None] = []  # lines that called the snippet's functions
         self.raised: BaseException | None = None  # what ended the code, while its step is taken
+        self.stopped_by_memory = False  # an allocation the run's memory limit refused ended the code
+        self.stopped_at: StoppedAtLimit | None = None  # the run stopped itself short of a limit
+        # the sandbox's CPU and wall-clock limits, watched at each statement
+        self.watch = LimitWatch(limits.wall_seconds) if limits.offline else None
 
     def own_stack(self, message: str) -> str:
         return errors.own_stack(message, self.frames)
@@ -95,7 +102,8 @@ class Recorder:
                 compiled, self._on_line, self._on_enter, self._on_exit, self._failed, self._on_loop
             )
             self._finish()
-            if error is not None and self.raised is not None:
+            # a stop short of a limit is not the code's failure: no step of its own (Trace.error says it)
+            if error is not None and self.raised is not None and self.stopped_at is None:
                 self.crashed(self.raised, error)
         self.raised = None  # its traceback holds the code's frames: they go as a plain run's do
         try:
@@ -105,6 +113,8 @@ class Recorder:
 
     def _failed(self, e: BaseException) -> None:
         self.raised = e
+        if isinstance(e, StoppedAtLimit):
+            self.stopped_at = e
         self.uses.failed(e)
 
     @guarded
@@ -142,6 +152,10 @@ class Recorder:
         self.module_index.clear()
         self.leaves.clear()
         self.warnings.close()
+        if self.stopped_by_memory:
+            # the failed allocation's traceback keeps the code's frames, and so its model, in a cycle:
+            # freed now, the run has room again to write its trace (else that can fail too)
+            gc.collect()
 
     @guarded
     def _finish(self) -> None:
@@ -152,9 +166,28 @@ class Recorder:
 
     def _result(self, status: str, error: dict | None) -> dict:
         capped = (("steps", self.snapshots.capped), ("stdout", self.out.dropped), ("nodes", self.graph.full))
+        limit = None
+        if error is not None and self.stopped_at is not None:
+            status, limit = "limit", self.stopped_at.limit
+            stop = self.stopped_at
+            value = (self.limits.cpu_seconds if stop.limit == "cpu" else self.limits.wall_seconds) or None
+            message = limit_advice.time_stop(error, stop.limit, value, stop.used, len(self.steps))
+            error = {**error, "type": "limit", "message": message}
+        elif error is not None and self.limits.memory_mb and limit_advice.out_of_memory(error):
+            # the sandbox's data limit sits below its memory cgroup's (sandbox/config.py), so a run
+            # too big for it gets here, with what it recorded, instead of being killed with nothing
+            status, limit = "limit", "memory"
+            self.stopped_by_memory = True
+            error = {
+                **error,
+                "message": limit_advice.memory_stop(
+                    error, self.limits.memory_mb, len(self.steps), self._shrink()
+                ),
+            }
         return {
             "version": VERSION,
             "status": status,
+            "limit": limit,
             "error": error,
             "stdout": self.out.text(),
             "code": self.code,
@@ -166,6 +199,14 @@ class Recorder:
             "notes": self.uses.notes(self.limits, error, self.listed) + self.guard.failures,
         }
 
+    def _shrink(self) -> str:
+        """The largest tensors the steps name: what a smaller size of the same code shrinks."""
+        seen: dict[str, list[int]] = {}
+        for step in self.steps:
+            for t in step.get("tensors") or ():
+                seen.setdefault(t["name"], t["shape"])
+        return limit_advice.largest(seen.items())
+
     # -- line tracing --------------------------------------------------------
 
     @guarded
@@ -176,6 +217,8 @@ class Recorder:
         go of a graph without building anything; checked after it ran. ``bound``: the
         plain names it assigns, whose tensors are noted after it ran (tracer/leaves.py).
         """
+        if self.watch is not None:
+            self.watch.check()  # raises into the code: the guard lets a BaseException through
         if self.calls.running:  # the snippet's code run by the engine: a hook, a checkpoint's recomputation
             self.calls.lines.add(line)
             return
@@ -200,11 +243,16 @@ class Recorder:
     def _on_loop(self, event: int) -> None:
         """A loop starts, starts an iteration or ends (lines.py): steps carry the iteration of the
         outermost loop running (``Step.iteration``), counted from 1."""
+        # A loop run inside a module's forward (a transformer's `for block in self.h`) repeats
+        # the model's structure, not the snippet's work: the module tree shows it; it is not counted.
+        loops = self.loop_stack
         if event == lines.LOOP_START:
-            self.loop_depth += 1
-        elif event == lines.LOOP_END:
-            self.loop_depth = max(0, self.loop_depth - 1)
-        if self.loop_depth > 1:
+            modules = self.graph.modules.values
+            loops.append(not (modules and modules[-1] is not None) and not any(loops))
+        counted = bool(loops) and loops[-1]
+        if event == lines.LOOP_END and loops:
+            loops.pop()
+        if not counted:
             return
         # what the last statement built belongs to the iteration it ran in
         self._flush_iteration()
@@ -212,8 +260,9 @@ class Recorder:
             self.snapshots.iteration = 0
         elif event == lines.LOOP_NEXT and self.snapshots.iteration is not None:
             self.snapshots.iteration += 1
-        elif event == lines.LOOP_END and self.loop_depth == 0:
+        elif event == lines.LOOP_END:
             self.snapshots.iteration = None
+        self.graph.iterations.mark(_seq_nr(), self.snapshots.iteration or None)
 
     @guarded
     def _flush_iteration(self) -> None:

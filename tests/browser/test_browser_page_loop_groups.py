@@ -1,0 +1,113 @@
+"""Loops on the page: the graph groups each iteration of the snippet's loop in a box of its own,
+as it groups a module's nodes (an LSTM unrolled over 100 steps, a 20-iteration training loop),
+and the timeline folds a model's many forward lines into a few chips (a 12-layer GPT)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import torch
+from testkit.browser_support import needs_chromium
+
+pytestmark = needs_chromium
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("catalog", ROOT / "benchmarks" / "models" / "catalog.py")
+catalog = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(catalog)
+
+LSTM = catalog.lstm(100)
+LOOP = catalog.training_loop(20)
+
+
+def _iterations(code: str, loop_line: str) -> int:
+    """How many times plain torch runs the body of the loop `loop_line` starts (counted by a line
+    inserted first in its body)."""
+    lines = code.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(loop_line))
+    indent = re.match(r"\s*", lines[at + 1]).group(0)
+    lines.insert(at + 1, f"{indent}__count[0] += 1")
+    scope = {"__count": [0], "torch": torch}
+    exec("\n".join(lines), scope)  # noqa: S102 - the test's own snippet
+    return scope["__count"][0]
+
+
+def _box_labels(page) -> list[str]:
+    return page.locator("g.gs-group .gs-group-name").evaluate_all("els => els.map(e => e.textContent)")
+
+
+def test_an_unrolled_lstm_opens_with_one_box_per_time_step(app):
+    app.open()
+    trace = app.run_code(LSTM)
+    steps = _iterations(LSTM, "for x in xs")
+    labels = [x for x in _box_labels(app.page) if "t=" in x]
+    assert sorted(labels) == sorted(f"▸ cell · t={t}" for t in range(1, steps + 1))
+    assert app.page.locator("g.gs-frame", has_text="loop · 100 iterations").count() == 1
+    assert app.page.locator("g.gs-item[data-node-id]").count() < 40, "the steps' nodes start folded"
+    assert trace["status"] == "ok" and app.errors == []
+
+
+def test_a_training_loop_opens_with_one_box_per_iteration(app):
+    app.open()
+    app.run_code(LOOP)
+    n = _iterations(LOOP, "for epoch in")
+    labels = [x for x in _box_labels(app.page) if "iteration" in x]
+    assert sorted(labels) == sorted(f"▸ iteration {k}" for k in range(1, n + 1))
+    app.shot("loop_groups_training_loop_1400")
+
+
+def test_expanding_one_time_step_draws_its_nodes_only(app):
+    app.open()
+    trace = app.run_code(LSTM)
+    built = [n for n in trace["nodes"] if n.get("iteration") == 7]
+    box = app.page.locator("g.gs-group", has_text=re.compile(r"cell · t=7\s"))
+    box.dispatch_event("click")
+    app.page.wait_for_function(
+        "() => [...document.querySelectorAll('g.gs-frame')].some(f => f.textContent.includes('cell · t=7'))"
+    )
+    drawn = app.page.locator("g.gs-item[data-node-id]").evaluate_all(
+        "els => els.map(e => Number(e.dataset.nodeId))"
+    )
+    assert {n["id"] for n in built} <= set(drawn)
+    assert len([x for x in _box_labels(app.page) if "t=" in x]) == 99, "the other steps stay folded"
+    assert app.errors == []
+
+
+def test_a_gpts_forward_lines_fold_into_few_chips_and_the_keys_visit_every_step(app):
+    app.open()
+    trace = app.run_code(catalog.gpt(12))
+    n = len(trace["steps"])
+    chips = app.page.locator("#gs-stepper .gs-timeline > li:not([hidden])")
+    assert n > 30 and chips.count() <= 4, chips.all_inner_texts()
+    app.press("Home")
+    seen = [int(app.page.evaluate("document.querySelector('[data-steps]').dataset.step"))]
+    for _ in range(n - 1):
+        app.press("ArrowRight")
+        seen.append(int(app.page.evaluate("document.querySelector('[data-steps]').dataset.step")))
+        current = app.page.locator("#gs-stepper .gs-timeline > li.gs-current:not([hidden])")
+        assert current.count() == 1, f"step {seen[-1]}: the current step's chip shows"
+    assert seen == list(range(n))
+    app.press("Home")
+    app.press("ArrowRight")
+    app.press("ArrowRight")
+    assert re.fullmatch(r"▸\s*forward 3/\d+", app.page.locator(".gs-tl-fold.gs-current").inner_text().strip())
+    app.shot("loop_groups_gpt12_timeline_1400")
+
+
+def test_the_current_steps_chip_is_scrolled_into_the_timelines_view(app):
+    app.open()
+    trace = app.run_code(LOOP)
+    app.press("End")
+    for _ in range(len(trace["steps"]) // 2):
+        app.press("ArrowLeft")
+    app.page.wait_for_timeout(400)  # the timeline scrolls smoothly
+    inside = app.page.evaluate(
+        """() => {
+          const tl = document.querySelector('#gs-stepper .gs-timeline').getBoundingClientRect();
+          const chip = document.querySelector('#gs-stepper .gs-timeline > li.gs-current').getBoundingClientRect();
+          return chip.top >= tl.top - 1 && chip.bottom <= tl.bottom + 1 && chip.left >= tl.left - 1 && chip.right <= tl.right + 1;
+        }"""
+    )
+    assert inside
