@@ -1,7 +1,8 @@
 // The graph's stable data-* hooks on node elements (data-freed, data-stale, data-executed,
 // data-failed, data-alive), read by tests and embedders (frontend/README.md). Painting a node writes
 // them with the rest; on a virtual graph the nodes not painted (off screen) get theirs here, in
-// small tasks after the step's frame, and the canvas fires `gs-hooks-settled` when all are current.
+// small tasks after the step's frame, and the canvas fires `gs-hooks-settled` when all are current
+// (`data-hooks-pending` on it until then).
 
 import { nodeStatus } from "./model.js";
 
@@ -23,7 +24,10 @@ export function createHookWriter(ctx) {
   function flush() {
     timer = null;
     const step = ctx.current;
-    if (!step) return;
+    if (!step) {
+      delete ctx.root.dataset.hooksPending;
+      return;
+    }
     const sigs = ctx.signatures(step);
     const items = ctx.items;
     const end = Math.min(items.length, cursor + 400);
@@ -36,12 +40,16 @@ export function createHookWriter(ctx) {
       item.hooksSig = sig;
     }
     if (cursor < items.length) timer = setTimeout(flush, 0);
-    else ctx.root.dispatchEvent(new CustomEvent("gs-hooks-settled"));
+    else {
+      delete ctx.root.dataset.hooksPending;
+      ctx.root.dispatchEvent(new CustomEvent("gs-hooks-settled"));
+    }
   }
 
   return {
     defer() {
       cursor = 0;
+      ctx.root.dataset.hooksPending = "true"; // read by tests: `[data-hooks-pending]` until settled
       // a task queued from requestAnimationFrame runs once that frame is painted (a plain timeout
       // may run before it, and hold the step's paint back)
       if (timer === null) timer = requestAnimationFrame(() => (timer = setTimeout(flush, 0)));
