@@ -39,8 +39,11 @@ export function groupLines(m, s) {
   else if (!m.savedFreed) saved = `saved ${fmtBytes(m.savedHeld)} held`;
   else if (!m.savedHeld) saved = `saved ${fmtBytes(m.savedFreed)} freed`;
   else saved = `saved ${fmtBytes(m.savedHeld)} · ${fmtBytes(m.savedFreed)} freed`;
+  // nothing about gradients where no leaf is drawn (an unrolled RNN's step: its weights live in the cell's box);
+  // "None" as torch spells a .grad not written yet
   let grad;
-  if (!m.params) grad = "‖grad‖ none";
+  if (!m.leaves) grad = "";
+  else if (!m.params) grad = "‖grad‖ None";
   else if (m.gradNorm === null) grad = "‖grad‖ ✕ nan/inf";
   else grad = `‖grad‖ ${fmtNumber(m.gradNorm)}${m.nonfinite ? ` · ${m.nonfinite} ✕ nan/inf` : ""}`;
   return { count, saved, grad };
@@ -334,7 +337,7 @@ function paintGroup(ctx, item, s, m) {
   g.select("text.gs-group-count").text(fit(lines.count));
   g.select("text.gs-group-saved").text(fit(lines.saved));
   g.select("text.gs-group-grad").text(fit(lines.grad));
-  g.attr("aria-label", `${visibleText(item.el)}. ${groupWord(ctx.model.groups.get(d.group))}: ${lines.count}, saved tensors ${lines.saved.replace(/^saved /, "")}, gradient norm of its parameters ${lines.grad.replace(/^‖grad‖ /, "")}. Press Enter to expand.`);
+  g.attr("aria-label", `${visibleText(item.el)}. ${groupWord(ctx.model.groups.get(d.group))}: ${lines.count}, saved tensors ${lines.saved.replace(/^saved /, "")}${lines.grad ? `, gradient norm of its parameters ${lines.grad.replace(/^‖grad‖ /, "")}` : ""}. Press Enter to expand.`);
 }
 
 function ariaFor(n, st, tensors) {
