@@ -396,14 +396,20 @@ export function createViewer(el, options = {}) {
     printedUI.update(stepOutputView(model, index));
   }
 
-  /** The nodes a step is about: where it failed, else what it built, else what ran (in order). */
+  /**
+   * The nodes a step is about: where it failed, else what it built, else what ran (in order). Of
+   * what ran, the leaves count only when nothing else ran: parameters are shared by every call (a
+   * loop's 20 backward calls all end in the model's box), the call's own graph is what it ran through.
+   */
   function focusOf(step) {
     const all = [...step.state.values()];
     const failed = all.filter((s) => s.failed);
     if (failed.length) return failed.map((s) => s.id);
     const made = all.filter((s) => s.isNew);
     if (made.length) return made.map((s) => s.id);
-    return all.filter((s) => s.executed).sort((a, b) => (a.order ?? 0) - (b.order ?? 0)).map((s) => s.id);
+    const ran = all.filter((s) => s.executed).sort((a, b) => (a.order ?? 0) - (b.order ?? 0));
+    const own = ran.filter((s) => !model.nodes[s.id].isLeaf);
+    return (own.length ? own : ran).map((s) => s.id);
   }
 
   // The timeline's geometry, measured when the browser has laid it out anyway (ResizeObserver), so
