@@ -42,7 +42,10 @@ def test_an_unrolled_lstms_shared_weights_are_one_edge_into_the_loop(app):
     steps = _iterations(LSTM, "for x in xs")
     edge = app.page.locator(BUNDLE)
     assert edge.count() == 1
-    assert edge.get_attribute("aria-label") == f"Edges from cell into {steps} items of loop · {steps} iterations, drawn as one"
+    assert (
+        edge.get_attribute("aria-label")
+        == f"Edges from cell into {steps} items of loop · {steps} iterations, drawn as one"
+    )
     assert app.page.locator("text.gs-edge-count").all_text_contents() == [f"×{steps}"]
     # no other edge leaves the cell's box; what is left links the steps to each other, the input and the head
     drawn = app.page.locator("path.gs-edge").evaluate_all("els => els.map(e => e.dataset.edge)")
@@ -55,10 +58,14 @@ def test_the_gradient_reaches_the_lstms_weights_along_the_bundled_edge(app):
     app.open()
     app.run_code(LSTM)
     app.press("End")  # loss.backward()
-    app.page.wait_for_function(f"() => document.querySelector(\"{BUNDLE}\").classList.contains('gs-edge-flow')")
+    app.page.wait_for_function(
+        f"() => document.querySelector(\"{BUNDLE}\").classList.contains('gs-edge-flow')"
+    )
     assert app.page.locator("g.gs-group[data-group='cell']").get_attribute("data-executed") == "true"
     app.press("Home")  # before the call: nothing flows
-    app.page.wait_for_function(f"() => !document.querySelector(\"{BUNDLE}\").classList.contains('gs-edge-flow')")
+    app.page.wait_for_function(
+        f"() => !document.querySelector(\"{BUNDLE}\").classList.contains('gs-edge-flow')"
+    )
     assert app.errors == []
 
 
@@ -101,5 +108,7 @@ def test_stepping_to_the_last_step_ends_where_jumping_there_does(app):
     app.page.wait_for_timeout(300)
     app.press("End")
     app.page.wait_for_timeout(600)
-    assert stepped == app.page.evaluate("() => document.querySelector('.gs-viewport').getAttribute('transform')")
+    assert stepped == app.page.evaluate(
+        "() => document.querySelector('.gs-viewport').getAttribute('transform')"
+    )
     assert app.errors == []
