@@ -180,8 +180,11 @@ export function createViewer(el, options = {}) {
     get step() {
       return index;
     },
-    /** Show a trace; returns a promise resolved when its graph is painted. */
-    async setTrace(trace, { step = 0 } = {}) {
+    /**
+     * Show a trace at `step`; returns a promise resolved when its graph is painted. By default at
+     * the first step, or where a run stopped by a limit stopped (its last step: the graph it had).
+     */
+    async setTrace(trace, { step = null } = {}) {
       stop();
       model = buildModel(trace);
       if (options.onTrace) options.onTrace(model);
@@ -192,7 +195,7 @@ export function createViewer(el, options = {}) {
       nodeHover = null; // ids of the last trace's nodes: a new trace may have fewer
       fitted = false;
       expanded = openedAtStart(model, initialExpanded(model));
-      index = Math.max(0, Math.min(step, steps() - 1));
+      index = Math.max(0, Math.min(step ?? (model.trace.status === "limit" ? steps() - 1 : 0), steps() - 1));
       if (options.gate && steps()) index = options.gate(0, index);
       buildTimeline();
       renderChart();
