@@ -5,7 +5,7 @@
 
 import { zoomTransform } from "./vendor/d3.js";
 import { buildItem, paintItem } from "./graph-nodes.js";
-import { paintEdge } from "./graph-edges.js";
+import { endBox, paintEdge } from "./graph-edges.js";
 
 export const BIG = 300; // more visible items than this: the graph is virtual
 
@@ -53,8 +53,8 @@ export function createCuller(ctx) {
     for (const frame of ctx.frames) setCulled(frame, big && !inside(layout.frames.get(frame.d.id)));
     for (const edge of ctx.edges) {
       const d = edge.d;
-      const a = layout.items.get(d.from);
-      const b = layout.items.get(d.to);
+      const a = endBox(layout, d.from);
+      const b = endBox(layout, d.to);
       const hide = big && !(inside(a) || inside(b) || (a && b && Math.min(a.y, b.y) <= y1 && Math.max(a.y, b.y) >= y0 && Math.min(a.x, b.x) <= x1 && Math.max(a.x + a.w, b.x + b.w) >= x0));
       if (!setCulled(edge, hide) || hide) continue;
       const sig = sigs && sigs.edges.get(d.key);

@@ -4,6 +4,11 @@
 
 import { edgeSig, edgeStatus } from "./graph-signatures.js";
 
+/** The box of an edge's end: an item, or a frame ("f:<group>", an edge drawn to a whole group). */
+export function endBox(layout, key) {
+  return key.startsWith("f:") ? layout.frames.get(key.slice(2)) : layout.items.get(key);
+}
+
 /** Join the visible edges to <path class="gs-edge"> elements; sets ctx.edges. */
 export function joinEdges(ctx) {
   const { layout } = ctx;
@@ -12,13 +17,43 @@ export function joinEdges(ctx) {
     .data([...ctx.vis.edges.values()], (d) => d.key)
     .join((enter) => enter.append("path").attr("class", "gs-edge").attr("marker-end", "url(#gs-arrow)"))
     .attr("data-edge", (d) => d.key)
-    .attr("d", (d) => edgePath(layout.edges.get(d.key), layout.items.get(d.from), layout.items.get(d.to)));
+    .attr("d", (d) => edgePath(layout.edges.get(d.key), endBox(layout, d.from), endBox(layout, d.to)))
+    .attr("role", (d) => (d.bundle ? "img" : null))
+    .attr("aria-label", (d) => (d.bundle ? bundleText(ctx.model, d) : null));
+  // a bundled edge says how many items it stands for, at its frame's end
+  ctx.layers.edges
+    .selectAll("text.gs-edge-count")
+    .data([...ctx.vis.edges.values()].filter((d) => d.bundle && layout.frames.has(d.bundle)), (d) => d.key)
+    .join((enter) => enter.append("text").attr("class", "gs-edge-count").attr("aria-hidden", "true"))
+    .each(function (d) {
+      const f = layout.frames.get(d.bundle);
+      const pts = layout.edges.get(d.key);
+      const end = d.outward ? [f.x + f.w / 2, f.y + f.h] : [f.x + f.w / 2, f.y];
+      const [x, y] = pts && pts.length ? pts[d.outward ? 0 : pts.length - 1] : end;
+      this.setAttribute("x", x + 6);
+      this.setAttribute("y", d.outward ? y + 14 : y - 6);
+      this.textContent = `×${d.count}`;
+    });
   ctx.edges = [];
   sel.each(function (d) {
     const edge = ctx.itemOf(this);
     edge.d = d;
     ctx.edges.push(edge);
   });
+}
+
+/** What a bundled edge stands for, in words: "cell → 100 items of loop · 100 iterations". */
+export function bundleText(model, d) {
+  const name = (key) => {
+    if (key.startsWith("f:") || key.startsWith("g:")) {
+      const g = model.groups.get(key.slice(2));
+      return g ? (g.label ?? g.module ?? g.id) : key.slice(2);
+    }
+    const n = model.nodes[Number(key.slice(2))];
+    return n ? (n.tensor ?? n.op) : key;
+  };
+  const many = `${d.count} items of ${name(`f:${d.bundle}`)}`;
+  return d.outward ? `Edges from ${many} into ${name(d.to)}, drawn as one` : `Edges from ${name(d.from)} into ${many}, drawn as one`;
 }
 
 export function paintEdge(ctx, edge, step, flowKeys, sig = null) {
@@ -71,8 +106,8 @@ function edgePath(pts, a, b) {
 export function edgeSamples(layout, d) {
   const pts = layout.edges.get(d.key);
   if (pts && pts.length >= 2) return pts.slice().reverse();
-  const a = layout.items.get(d.from);
-  const b = layout.items.get(d.to);
+  const a = endBox(layout, d.from);
+  const b = endBox(layout, d.to);
   const x0 = a.x + a.w / 2;
   const y0 = a.y + a.h;
   const x1 = b.x + b.w / 2;

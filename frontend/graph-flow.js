@@ -3,7 +3,7 @@
 // along the edges it flowed through. Transient only: the step's paint already shows where it ends.
 
 import { zoomTransform, easeLinear } from "./vendor/d3.js";
-import { edgeSamples } from "./graph-edges.js";
+import { edgeSamples, endBox } from "./graph-edges.js";
 
 export function prefersReducedMotion() {
   return typeof matchMedia === "function" && matchMedia("(prefers-reduced-motion: reduce)").matches;
@@ -41,8 +41,10 @@ export function createFlow(ctx) {
     const edges = [];
     for (const [key, order] of flowKeys) {
       const d = vis.edges.get(key);
-      if (!d || !layout.items.has(d.from) || !layout.items.has(d.to)) continue;
-      if (inView(layout.items.get(d.from)) || inView(layout.items.get(d.to))) edges.push({ d, order });
+      const a = d && endBox(layout, d.from);
+      const b = d && endBox(layout, d.to);
+      if (!a || !b) continue;
+      if (inView(a) || inView(b)) edges.push({ d, order });
     }
     edges.sort((a, b) => a.order - b.order);
     const cap = 160;

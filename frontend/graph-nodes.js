@@ -39,8 +39,11 @@ export function groupLines(m, s) {
   else if (!m.savedFreed) saved = `saved ${fmtBytes(m.savedHeld)} held`;
   else if (!m.savedHeld) saved = `saved ${fmtBytes(m.savedFreed)} freed`;
   else saved = `saved ${fmtBytes(m.savedHeld)} · ${fmtBytes(m.savedFreed)} freed`;
+  // nothing about gradients where no leaf is drawn (an unrolled RNN's step: its weights live in the cell's box);
+  // "None" as torch spells a .grad not written yet
   let grad;
-  if (!m.params) grad = "‖grad‖ none";
+  if (!m.leaves) grad = "";
+  else if (!m.params) grad = "‖grad‖ None";
   else if (m.gradNorm === null) grad = "‖grad‖ ✕ nan/inf";
   else grad = `‖grad‖ ${fmtNumber(m.gradNorm)}${m.nonfinite ? ` · ${m.nonfinite} ✕ nan/inf` : ""}`;
   return { count, saved, grad };
@@ -86,8 +89,8 @@ export function joinItems(ctx) {
 /** Build an item's content (shapes, texts, handlers) for its box in the layout. */
 export function buildItem(ctx, item) {
   buildParts(ctx, item);
-  // a space after each text: assistive technology reads "x leaf grad 448." (not "xleafgrad448."),
-  // as its aria-label starts; white space outside <text> is not drawn
+  // a space after each text: assistive technology names the item "x leaf grad 448" (not "xleafgrad448")
+  // from its texts; white space outside <text> is not drawn
   for (const t of item.el.querySelectorAll("text")) t.after(document.createTextNode(" "));
 }
 
@@ -111,7 +114,6 @@ function buildParts(ctx, item) {
     g.append("rect").attr("class", "gs-group-shadow").attr("x", 5).attr("y", 5).attr("width", b.w).attr("height", b.h).attr("rx", 8);
     g.append("rect").attr("class", "gs-body").attr("width", b.w).attr("height", b.h).attr("rx", 8);
     g.append("text").attr("class", "gs-group-name").attr("x", 10).attr("y", 18).text(short(`▸ ${groupLabel(model, d.group)}`, Math.floor((b.w - 16) / 7.8)));
-    g.append("title").text(`${grp.label ?? d.group}: click to expand`);
     // its facts at the step shown (paintGroup): what ran, saved tensors, its parameters' .grad norm
     g.append("text").attr("class", "gs-group-count").attr("x", 10).attr("y", 35).text(`${grp.size} nodes`);
     g.append("text").attr("class", "gs-group-saved").attr("x", 10).attr("y", 50);
@@ -257,13 +259,13 @@ function paintNode(ctx, item, n, st, tensors, acc, badge, step) {
       row.setAttribute("visibility", "hidden");
       text.removeAttribute("data-grad-for");
       text.textContent = "";
-      if (!n.isLeaf) label.textContent = "";
+      label.textContent = "";
       row.classList.remove("gs-grad-none", "gs-grad-fn");
       return;
     }
     row.removeAttribute("visibility");
     const name = t ? t.name : n.tensor || "";
-    if (!n.isLeaf) label.textContent = `${short(name, 12)}.grad `;
+    label.textContent = n.isLeaf ? "grad " : `${short(name, 12)}.grad `;
     text.setAttribute("data-grad-for", name);
     text.textContent = fmtGrad(t ? t.grad : null);
     row.classList.toggle("gs-grad-none", !(t && t.grad));
@@ -300,18 +302,10 @@ function paintNode(ctx, item, n, st, tensors, acc, badge, step) {
     r.badgeText.textContent = "";
     r.badgeRect.removeAttribute("width");
   }
-  // the name starts with the node's visible text (a speech-input user says what they see), then the details
-  el.setAttribute("aria-label", `${visibleText(el)}. ${ariaFor(n, st, tensors)}`);
-}
-
-/** The texts a node shows, in order (hidden parts hold no text: see above). No layout is read. */
-function visibleText(el) {
-  const out = [];
-  for (const t of el.querySelectorAll("text")) {
-    const s = t.textContent.trim();
-    if (s) out.push(s);
-  }
-  return out.join(" ");
+  // named by its texts (a speech-input user says what they see), the details as its description: an
+  // aria-label repeating the texts stops matching what shows when the pane cuts the node (axe's
+  // label-content-name-mismatch), a name from content cannot
+  el.setAttribute("aria-description", ariaFor(n, st, tensors));
 }
 
 function paintGroup(ctx, item, s, m) {
@@ -334,7 +328,7 @@ function paintGroup(ctx, item, s, m) {
   g.select("text.gs-group-count").text(fit(lines.count));
   g.select("text.gs-group-saved").text(fit(lines.saved));
   g.select("text.gs-group-grad").text(fit(lines.grad));
-  g.attr("aria-label", `${visibleText(item.el)}. ${groupWord(ctx.model.groups.get(d.group))}: ${lines.count}, saved tensors ${lines.saved.replace(/^saved /, "")}, gradient norm of its parameters ${lines.grad.replace(/^‖grad‖ /, "")}. Press Enter to expand.`);
+  g.attr("aria-description", `${groupWord(ctx.model.groups.get(d.group))}: ${lines.count}, saved tensors ${lines.saved.replace(/^saved /, "")}${lines.grad ? `, gradient norm of its parameters ${lines.grad.replace(/^‖grad‖ /, "")}` : ""}. Press Enter to expand.`);
 }
 
 function ariaFor(n, st, tensors) {

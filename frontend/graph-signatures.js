@@ -37,7 +37,8 @@ export function stepSignatures(model, vis, step) {
   }
   // the step's graph is the `next` of its alive nodes; gradient flowed along step.flow
   for (const f of step.flow) {
-    const key = `${vis.rep[f.to]}>${vis.rep[f.from]}`;
+    const raw = `${vis.rep[f.to]}>${vis.rep[f.from]}`;
+    const key = vis.alias?.get(raw) ?? raw; // an edge drawn in a bundle (model.js bundleEdges)
     if (!s.flowKeys.has(key) || s.flowKeys.get(key) > f.order) s.flowKeys.set(key, f.order);
   }
   for (const d of vis.edges.values()) s.edges.set(d.key, edgeSig(edgeStatus(model, step, d, s.flowKeys)));

@@ -123,9 +123,11 @@ function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = 
   };
   // Edges are laid out in their lowest common container, between the children
   // of that container that hold their ends.
+  // an end "f:<group>" is a frame (model.js bundleEdges): it sits in its group's parent
+  const chainOfEnd = (key) => (key.startsWith("f:") ? ["", ...modulePath(key.slice(2))] : chainOf(vis.items.get(key)));
   for (const e of vis.edges.values()) {
-    const a = chainOf(vis.items.get(e.from));
-    const b = chainOf(vis.items.get(e.to));
+    const a = chainOfEnd(e.from);
+    const b = chainOfEnd(e.to);
     let k = 0;
     while (k + 1 < a.length && k + 1 < b.length && a[k + 1] === b[k + 1]) k++;
     const ca = k + 1 < a.length ? `f:${a[k + 1]}` : e.from;

@@ -734,8 +734,57 @@ export function visibleGraph(model, expanded) {
     if (!edges.has(key)) edges.set(key, { key, from: a, to: b, pairs: [] });
     edges.get(key).pairs.push([e.from, e.to]);
   }
-  const frames = [...effectiveExpanded(model, expanded)].map((id) => model.groups.get(id));
-  return { rep, items, edges, frames };
+  const open = effectiveExpanded(model, expanded);
+  const alias = bundleEdges(model, open, items, edges);
+  const frames = [...open].map((id) => model.groups.get(id));
+  return { rep, items, edges, frames, alias };
+}
+
+/** Edges from (or to) one item to more than this many items of one expanded group are drawn as one. */
+export const BUNDLE_OVER = 6;
+
+/**
+ * One item feeding many items of an expanded group it is not in (a module's shared weights
+ * feed each of a loop's 100 iterations) is one edge to that group's frame ("f:<group>"),
+ * {bundle: group, count: items reached, pairs: all node pairs}; so is the other way round.
+ * The group is the one the items sit in directly: an iteration opened inside the loop keeps
+ * its few edges. Replaces the edges in `edges`; returns item edge key → drawn edge key.
+ */
+function bundleEdges(model, open, items, edges) {
+  const alias = new Map();
+  const containerOf = (key) => {
+    const item = items.get(key);
+    return item.kind === "node" ? model.nodes[item.id].group : item.parent;
+  };
+  const inside = (key, group) => ancestry(model, containerOf(key) ?? "").includes(group);
+  for (const side of ["to", "from"]) {
+    const other = side === "to" ? "from" : "to";
+    const sets = new Map();
+    for (const e of edges.values()) {
+      if (e.bundle) continue;
+      const group = containerOf(e[side]);
+      if (!group || !open.has(group) || inside(e[other], group)) continue;
+      const k = `${e[other]}|${group}`;
+      if (!sets.has(k)) sets.set(k, []);
+      sets.get(k).push(e);
+    }
+    for (const list of sets.values()) {
+      if (list.length <= BUNDLE_OVER) continue;
+      const group = containerOf(list[0][side]);
+      const end = list[0][other];
+      const from = side === "to" ? end : `f:${group}`;
+      const to = side === "to" ? `f:${group}` : end;
+      const key = `${from}>${to}`;
+      const bundled = { key, from, to, pairs: [], bundle: group, count: list.length, outward: side === "from" };
+      for (const e of list) {
+        edges.delete(e.key);
+        alias.set(e.key, key);
+        bundled.pairs.push(...e.pairs);
+      }
+      edges.set(key, bundled);
+    }
+  }
+  return alias;
 }
 
 /** Aggregate state of a collapsed module at a step (counts over its alive members). */

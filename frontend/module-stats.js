@@ -22,6 +22,7 @@ function emptyStats(group) {
     freed: 0,
     savedHeld: 0, // bytes the module's alive, unfreed nodes hold
     savedFreed: 0, // bytes its freed nodes released
+    leaves: 0, // leaves drawn in it in the whole run (0: its parameters, if any, live elsewhere)
     params: 0, // leaves drawn in it with a .grad at this step
     gradSq: 0,
     nonfinite: 0, // those whose .grad holds a nan or an inf
@@ -39,6 +40,9 @@ export function moduleStats(model, index) {
   if (byStep.has(index)) return byStep.get(index);
   const out = new Map();
   for (const g of model.groups.values()) out.set(g.id, emptyStats(g));
+  for (const node of model.nodes) {
+    if (node.isLeaf && node.group) for (const path of modulePath(node.group)) out.get(path).leaves++;
+  }
   const step = index >= 0 ? model.step(index) : null;
   if (step) {
     for (const [id, s] of step.state) {

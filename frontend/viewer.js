@@ -184,8 +184,11 @@ export function createViewer(el, options = {}) {
     get step() {
       return index;
     },
-    /** Show a trace; returns a promise resolved when its graph is painted. */
-    async setTrace(trace, { step = 0 } = {}) {
+    /**
+     * Show a trace at `step`; returns a promise resolved when its graph is painted. By default at
+     * the first step, or where a run stopped by a limit stopped (its last step: the graph it had).
+     */
+    async setTrace(trace, { step = null } = {}) {
       stop();
       model = buildModel(trace);
       if (options.onTrace) options.onTrace(model);
@@ -196,7 +199,7 @@ export function createViewer(el, options = {}) {
       nodeHover = null; // ids of the last trace's nodes: a new trace may have fewer
       fitted = false;
       expanded = openedAtStart(model, initialExpanded(model));
-      index = Math.max(0, Math.min(step, steps() - 1));
+      index = Math.max(0, Math.min(step ?? (model.trace.status === "limit" ? steps() - 1 : 0), steps() - 1));
       if (options.gate && steps()) index = options.gate(0, index);
       buildTimeline();
       renderChart();
@@ -412,15 +415,20 @@ export function createViewer(el, options = {}) {
     for (const f of tlFolds) showFold(f);
   }
 
-
-  /** The nodes a step is about: where it failed, else what it built, else what ran (in order). */
+  /**
+   * The nodes a step is about: where it failed, else what it built, else what ran (in order). Of
+   * what ran, the leaves count only when nothing else ran: parameters are shared by every call (a
+   * loop's 20 backward calls all end in the model's box), the call's own graph is what it ran through.
+   */
   function focusOf(step) {
     const all = [...step.state.values()];
     const failed = all.filter((s) => s.failed);
     if (failed.length) return failed.map((s) => s.id);
     const made = all.filter((s) => s.isNew);
     if (made.length) return made.map((s) => s.id);
-    return all.filter((s) => s.executed).sort((a, b) => (a.order ?? 0) - (b.order ?? 0)).map((s) => s.id);
+    const ran = all.filter((s) => s.executed).sort((a, b) => (a.order ?? 0) - (b.order ?? 0));
+    const own = ran.filter((s) => !model.nodes[s.id].isLeaf);
+    return (own.length ? own : ran).map((s) => s.id);
   }
 
   // The timeline's geometry, measured when the browser has laid it out anyway (ResizeObserver), so

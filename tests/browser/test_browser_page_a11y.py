@@ -7,6 +7,7 @@ Content-Security-Policy, which refuses inline and foreign scripts)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,16 @@ def serious(target) -> list[str]:
                     f"{v['id']} ({v['impact']}): {node['target']} — {node.get('failureSummary', '')[:200]}"
                 )
     return out
+
+
+def mismatched_names(target) -> list[str]:
+    """axe's label-content-name-mismatch alone: elements whose name does not hold the text they show."""
+    if not target.evaluate("typeof window.axe === 'object'"):
+        target.evaluate(AXE + "\n;true")
+    result = target.evaluate(
+        "() => axe.run(document, { runOnly: { type: 'rule', values: ['label-content-name-mismatch'] } })"
+    )
+    return [str(n["target"]) for v in result["violations"] for n in v["nodes"]]
 
 
 def at_failed_step(target) -> None:
@@ -119,3 +130,95 @@ def test_a_static_export_has_no_serious_accessibility_violation(browser, tmp_pat
         assert serious(page.page) == []
     finally:
         page.close()
+
+
+_CATALOG = Path(__file__).resolve().parents[2] / "benchmarks" / "models" / "catalog.py"
+_spec = importlib.util.spec_from_file_location("a11y_model_catalog", _CATALOG)
+catalog = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(catalog)
+
+# four modules around sqrt at zero: a nan .grad on the leaves, module frames, small enough to open whole
+NAN_MODULES = """import torch
+import torch.nn as nn
+
+
+class Dist(nn.Module):
+    def forward(self, a, b):
+        return torch.sqrt((a - b) ** 2)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.dist = Dist()
+        self.act = nn.Tanh()
+        self.out = nn.Linear(3, 1)
+
+    def forward(self, x):
+        h = self.act(self.lin(x))
+        return self.out(self.dist(h, h.detach()))
+
+
+torch.manual_seed(0)
+net = Net()
+x = torch.tensor([[0.0, 3.0, 4.0]], requires_grad=True)
+net(x).sum().backward()
+"""
+
+# items of the graph the pane cuts: some of their texts show, some do not
+CUT_ITEMS = """() => {
+  const pane = document.querySelector('.gs-graph-canvas').getBoundingClientRect();
+  const inside = (r) => r.width > 0 && r.left >= pane.left && r.right <= pane.right && r.top >= pane.top && r.bottom <= pane.bottom;
+  return [...document.querySelectorAll('g.gs-item')].filter((g) => {
+    const texts = [...g.querySelectorAll('text')].filter((t) => t.textContent.trim());
+    const shown = texts.filter((t) => inside(t.getBoundingClientRect())).length;
+    return shown > 0 && shown < texts.length;
+  }).length;
+}"""
+
+
+def _phone(browser, server) -> Page:
+    return Page(browser, server, reduced_motion="reduce", viewport={"width": 390, "height": 844})
+
+
+def test_graph_items_the_pane_cuts_are_named_by_what_they_show_on_a_phone(browser, server):
+    app = _phone(browser, server)
+    try:
+        app.open()
+        trace = app.run_code(NAN_MODULES)
+        assert trace["status"] == "ok"
+        app.press("End")
+        app.page.wait_for_timeout(300)
+        app.page.locator(".gs-graph-canvas").scroll_into_view_if_needed()
+        assert serious(app.page) == []
+        for _ in range(2):  # nodes larger than the pane: it cuts some (they slide under the toolbar too)
+            app.page.get_by_role("button", name="Zoom in").click()
+        app.page.wait_for_timeout(400)
+        assert app.page.evaluate(CUT_ITEMS) > 0
+        assert mismatched_names(app.page) == []
+        # a leaf with its nan .grad is named by its texts, its details described
+        leaf = app.page.locator("g.gs-leaf[data-node-id]").first
+        assert leaf.get_attribute("aria-label") is None
+        assert leaf.get_attribute("aria-description").startswith("Leaf ")
+        assert app.errors == []
+    finally:
+        app.close()
+
+
+@pytest.mark.parametrize("model", ["gpt12", "lstm"])
+def test_a_big_models_module_boxes_have_no_serious_accessibility_violation_on_a_phone(browser, server, model):
+    code = catalog.gpt(12) if model == "gpt12" else catalog.lstm(100)
+    app = _phone(browser, server)
+    try:
+        app.open()
+        assert app.run_code(code)["status"] == "ok"
+        app.press("End")
+        app.page.wait_for_timeout(400)
+        app.page.locator(".gs-graph-canvas").scroll_into_view_if_needed()
+        boxes = app.page.locator("g.gs-group[data-group]")
+        assert boxes.count() >= 12, "the summary's collapsed boxes (blocks, or the loop's steps)"
+        assert serious(app.page) == []
+        assert app.errors == []
+    finally:
+        app.close()

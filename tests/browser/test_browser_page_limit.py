@@ -54,3 +54,28 @@ def test_a_run_stopped_by_the_memory_limit_says_so_and_shows_what_it_recorded(br
         assert app.errors == []
     finally:
         app.close()
+
+
+def test_a_run_stopped_by_a_limit_opens_where_it_stopped(app):
+    app.open()
+    trace = app.run_code(TOO_BIG)
+    assert trace["status"] == "limit"
+    last = len(trace["steps"]) - 1
+    assert app.page.evaluate("() => document.querySelector('.gs-stepper').dataset.step") == str(last)
+    assert trace["steps"][last]["line"] == trace["error"]["line"]  # the line the limit stopped
+    # the graph it had then is drawn, and the page says which limit stopped it
+    assert app.page.locator("[data-node-id]").count() == len(trace["steps"][last]["nodes"])
+    assert (
+        app.page.locator(".gs-banner .gs-note-error")
+        .inner_text()
+        .startswith("Run stopped by the memory limit.")
+    )
+    assert app.errors == []
+
+
+def test_a_run_that_ends_well_still_opens_at_its_first_step(app):
+    app.open()
+    trace = app.run_code(TOO_BIG.replace("big = torch.ones(2**28)\n", ""))
+    assert trace["status"] == "ok"
+    assert app.page.evaluate("() => document.querySelector('.gs-stepper').dataset.step") == "0"
+    assert app.errors == []

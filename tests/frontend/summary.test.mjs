@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { buildModel, initialExpanded, visibleGraph } from "../../frontend/model.js";
 import { CHAIN, G, chainRows, layoutGraph } from "../../frontend/layout.js";
 import { groupLines } from "../../frontend/graph-nodes.js";
+import { moduleStats } from "../../frontend/module-stats.js";
 
 /** A transformer-like trace: `layers` blocks of `perBlock` ops in four submodules and the block's own (the residual adds), then a loss. */
 function transformer(layers, perBlock = 12) {
@@ -65,9 +66,35 @@ test("chainRows leaves anything but one simple chain to dagre", () => {
 
 test("a module box says what ran, its saved bytes and its .grad norm", () => {
   const s = { alive: 61, executed: 61, isNew: 0, failed: 0, stale: 0 };
-  const m = { nodes: 61, savedHeld: 0, savedFreed: 1536, params: 2, gradNorm: 0.5, nonfinite: 0 };
+  const m = { nodes: 61, savedHeld: 0, savedFreed: 1536, leaves: 2, params: 2, gradNorm: 0.5, nonfinite: 0 };
   assert.deepEqual(groupLines(m, s), { count: "61 nodes · ran 61/61", saved: "saved 1.5 KB freed", grad: "‖grad‖ 0.5000" });
   const fwd = groupLines({ ...m, savedHeld: 2048, savedFreed: 0, params: 0, gradNorm: null }, { ...s, executed: 0, isNew: 61 });
-  assert.deepEqual(fwd, { count: "61 nodes · 61 new", saved: "saved 2.0 KB held", grad: "‖grad‖ none" });
+  assert.deepEqual(fwd, { count: "61 nodes · 61 new", saved: "saved 2.0 KB held", grad: "‖grad‖ None" });
   assert.equal(groupLines({ ...m, gradNorm: null, nonfinite: 2 }, s).grad, "‖grad‖ ✕ nan/inf");
+});
+
+test("a module box with no leaf drawn in it says nothing about gradients", () => {
+  const s = { alive: 15, executed: 15, isNew: 0, failed: 0, stale: 0 };
+  const m = { nodes: 15, savedHeld: 0, savedFreed: 1536, leaves: 0, params: 0, gradNorm: null, nonfinite: 0 };
+  assert.equal(groupLines(m, s).grad, "");
+});
+
+test("an unrolled cell's step boxes hold no leaves; the cell's own box holds its weights", () => {
+  // a cell weight feeding 8 steps of 6 ops each (more than a loop needs to be grouped)
+  const nodes = [{ id: 0, op: "AccumulateGrad", step: 0, line: 2, tensor: "cell.weight", next: [] }];
+  let prev = null;
+  for (let t = 1; t <= 8; t++) {
+    for (let k = 0; k < 6; k++) {
+      const id = nodes.length;
+      nodes.push({ id, op: "MmBackward0", step: 0, line: 4, module: "cell", iteration: t, seq: id, next: k === 0 ? [0, ...(prev === null ? [] : [prev])] : [prev] });
+      prev = id;
+    }
+  }
+  const trace = { version: 1, status: "ok", nodes, steps: [{ kind: "forward", line: 4, index: 0, nodes: nodes.map((n) => ({ id: n.id })) }] };
+  const m = buildModel(trace);
+  const stats = moduleStats(m, 0);
+  assert.equal(stats.get("@1.3").leaves, 0);
+  assert.equal(stats.get("cell").leaves, 1);
+  assert.equal(groupLines(stats.get("@1.3"), { alive: 6, executed: 0, isNew: 6, failed: 0, stale: 0 }).grad, "");
+  assert.equal(groupLines(stats.get("cell"), { alive: 1, executed: 0, isNew: 1, failed: 0, stale: 0 }).grad, "‖grad‖ None");
 });
