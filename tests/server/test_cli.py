@@ -139,7 +139,11 @@ def test_timeout_stops_an_endless_snippet(runs):
     done = runs["timeout"]()
     assert done.returncode == 0, done.stderr
     trace = json.loads(done.stdout)
-    assert trace["status"] == "timeout"
+    # the tracer stops the code itself short of --timeout, keeping what ran (docs: Status); a run
+    # killed at the limit itself (a long call into torch) would be `timeout`
+    assert (trace["status"], trace["limit"]) in {("limit", "wall"), ("timeout", None)}
+    if trace["status"] == "limit":
+        assert trace["error"]["line"] == 1  # where it stopped
     Trace.model_validate(trace)
 
 
