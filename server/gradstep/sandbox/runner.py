@@ -19,10 +19,12 @@ from pathlib import Path
 
 from gradstep.sandbox import protocol
 from gradstep.sandbox.cgroups import Cgroups
-from gradstep.sandbox.config import LAYERS, RunResult, SandboxConfig
+from gradstep.sandbox.config import LAYERS, RunResult, SandboxConfig, data_mb
 from gradstep.sandbox.confine import CODE_HEADER
 from gradstep.sandbox.protocol import FRAME, Channel
 
+# signals a process dies of when an allocation it did not check failed
+_ALLOCATION_CRASHES = (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT)
 START_TIMEOUT = 180.0  # seconds for the zygote to import, warm and probe
 EXIT_GRACE = 5.0  # seconds a child gets to exit after its result (or a kill) before the cgroup kill
 LINGER_CHECK = 0.5  # seconds between the reader's checks for children that outstay EXIT_GRACE
@@ -87,6 +89,7 @@ class _Child:
         self.exited = threading.Event()  # reaped, never forked, or the zygote died
         self.status: int | None = None  # wait status
         self.cpu = 0.0
+        self.maxrss_kb = 0  # its peak resident memory (wait4)
         self.fork_error: str | None = None
         self.zygote_died = False
         self.taken = False  # a run took it: its slot is freed when it is gone
@@ -422,6 +425,7 @@ class Sandbox:
         elif op == "exited":
             child.status = msg["status"]
             child.cpu = msg["cpu"]
+            child.maxrss_kb = int(msg.get("maxrss", 0))
             child.exited.set()
             self._maybe_release(child)
 
@@ -827,6 +831,16 @@ class Sandbox:
                 result.detail = (
                     f"The run used more than {self.config.cpu_seconds} s of CPU time and was stopped "
                     f"({result.signal})."
+                )
+            elif (
+                sig in _ALLOCATION_CRASHES and child.maxrss_kb >= 0.75 * data_mb(self.config.memory_mb) * 1024
+            ):
+                # An allocation past the data limit refused where a native library does not check
+                # for it: the process dies with memory at its limit, which is what stopped it.
+                result.status, result.limit = "limit", "memory"
+                result.detail = (
+                    f"The run reached its {self.config.memory_mb} MB of memory and died ({result.signal}) "
+                    "when an allocation was refused."
                 )
             else:
                 result.detail = f"The child was killed by {result.signal}."

@@ -301,7 +301,16 @@ class Zygote:
             child = self.children.pop(pid, None)
             if child is not None:
                 cpu = usage.ru_utime + usage.ru_stime
-                self.chan.send({"op": "exited", "child": child, "pid": pid, "status": status, "cpu": cpu})
+                self.chan.send(
+                    {
+                        "op": "exited",
+                        "child": child,
+                        "pid": pid,
+                        "status": status,
+                        "cpu": cpu,
+                        "maxrss": usage.ru_maxrss,
+                    }
+                )
 
     def shutdown(self) -> None:
         for pid in self.children:
