@@ -10,7 +10,8 @@ its wall time, and its main-thread CPU time (a Chromium trace's thread time: wha
 adds by descheduling the page is left out).
 With --against REF, the front end of git REF is measured too, in turns on the same machine: compare
 the ratios, this machine may be shared. With --profile, a CDP CPU profile of those actions prints the
-front end's functions with the most self time. Target: no task over 200 ms.
+front end's functions with the most self time. With --switch LAYERS, a step switch (real_models.py's
+figure) on a GPT of LAYERS layers, for each front end. Target: no task over 200 ms.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections import Counter
 
 from models.catalog import gpt, lstm, resnet18, training_loop
 from playwright.sync_api import sync_playwright
+from real_models import switch_times
 from render import frontend_of, run, serve_static_from
 from testkit.browser_support import launch, start_server, stop_server
 from testkit.sandbox_guard import uid_base
@@ -78,7 +80,9 @@ def measure(page, code: str, cdp=None, profile: Counter | None = None) -> dict[s
     ):
         if name == "end":
             page.evaluate("window.gradstep.viewer.setStep(0)")
-        browser.start_tracing(page=page, categories=["devtools.timeline"])
+        browser.start_tracing(
+            page=page, categories=["devtools.timeline", "disabled-by-default-devtools.timeline"]
+        )
         page.evaluate("() => new Promise(r => setTimeout(r, 200))")  # past the task that started tracing
         page.evaluate("console.timeStamp('gs-measure')")
         if cdp is not None:
@@ -150,6 +154,13 @@ def main() -> None:
     ap.add_argument("--against", metavar="REF", help="a git ref whose front end is measured too, in turns")
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ", ".join(MODELS))
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument(
+        "--switch",
+        type=int,
+        default=0,
+        metavar="LAYERS",
+        help="also a step switch's median on a GPT of LAYERS layers",
+    )
     ap.add_argument("--profile", action="store_true", help="print the functions with the most self time")
     args = ap.parse_args()
     proc, base = start_server(
@@ -201,6 +212,20 @@ def main() -> None:
                         )[:14]
                         print(f"  {phase}: " + "; ".join(f"{f} {ms:.0f}" for ms, f in top))
                     profile.clear()
+            if args.switch:
+                code = gpt(args.switch)
+                run(pages["now"], code)
+                nodes = pages["now"].evaluate("window.gradstep.viewer.model.nodes.length")
+                times: dict[str, list[float]] = {k: [] for k in pages}
+                for r in range(args.repeat):
+                    for name in list(pages) if r % 2 == 0 else list(reversed(pages)):
+                        run(pages[name], code)
+                        times[name] += switch_times(pages[name])
+                line = f"{args.switch}-layer GPT ({nodes} nodes): step switch median {statistics.median(times['now']):.1f} ms"
+                if "base" in times:
+                    was = statistics.median(times["base"])
+                    line += f", baseline {was:.1f} ms; ratio {statistics.median(times['now']) / was:.2f}"
+                print(line + " (target ≤ 50 ms)", flush=True)
             browser.close()
     finally:
         with contextlib.suppress(Exception):
