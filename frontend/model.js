@@ -266,7 +266,7 @@ export function modulePath(module) {
   return out;
 }
 
-const NO_PATH = Object.freeze([]);
+const NO_PATH = Object.freeze([]); // an empty list, shared
 const pathCache = new Map(); // module path → its ancestors
 
 /**
@@ -469,11 +469,11 @@ function readStep(model, raw, info) {
       id: s.id,
       freed: s.freed ?? false,
       stale: s.stale ?? false,
-      staleSaved: s.stale_saved ?? [],
+      staleSaved: s.stale_saved ?? NO_PATH, // shared empties: a step of a big model has thousands of nodes
       executed: s.executed ?? false,
       failed: s.failed ?? false,
       order: s.order ?? null,
-      vars: s.vars ?? (node.isLeaf && node.tensor ? [node.tensor] : []),
+      vars: s.vars ?? (node.isLeaf && node.tensor ? [node.tensor] : NO_PATH),
       isNew: node.step === info.index,
     });
   }
