@@ -250,12 +250,24 @@ function iterationGroups(nodes) {
   return loops;
 }
 
-/** Ancestor module paths of "a.b.c": ["a", "a.b", "a.b.c"] (of any group id alike). */
+/**
+ * Ancestor module paths of "a.b.c": ["a", "a.b", "a.b.c"] (of any group id alike). Frozen and
+ * shared: every step asks it of every node (module-stats.js), so each path is split once.
+ */
 export function modulePath(module) {
-  if (!module) return [];
-  const parts = module.split(".");
-  return parts.map((_, i) => parts.slice(0, i + 1).join("."));
+  if (!module) return NO_PATH;
+  let out = pathCache.get(module);
+  if (!out) {
+    const parts = module.split(".");
+    out = Object.freeze(parts.map((_, i) => parts.slice(0, i + 1).join(".")));
+    if (pathCache.size > 50_000) pathCache.clear();
+    pathCache.set(module, out);
+  }
+  return out;
 }
+
+const NO_PATH = Object.freeze([]); // an empty list, shared
+const pathCache = new Map(); // module path → its ancestors
 
 /**
  * The trace → the model every view reads. Cheap for 2000 nodes (one pass over
@@ -457,11 +469,11 @@ function readStep(model, raw, info) {
       id: s.id,
       freed: s.freed ?? false,
       stale: s.stale ?? false,
-      staleSaved: s.stale_saved ?? [],
+      staleSaved: s.stale_saved ?? NO_PATH, // shared empties: a step of a big model has thousands of nodes
       executed: s.executed ?? false,
       failed: s.failed ?? false,
       order: s.order ?? null,
-      vars: s.vars ?? (node.isLeaf && node.tensor ? [node.tensor] : []),
+      vars: s.vars ?? (node.isLeaf && node.tensor ? [node.tensor] : NO_PATH),
       isNew: node.step === info.index,
     });
   }

@@ -21,6 +21,9 @@ import { createGradFlowChart } from "./grad-flow-chart.js";
 
 const WORKER_ITEMS = 400;
 
+/** Resolves in a task of its own: what follows runs after the browser had its turn. */
+const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
+
 const svgIcon = (d) => `<svg viewBox="0 0 16 16" width="14" height="14" aria-hidden="true" focusable="false"><path d="${d}" fill="currentColor"/></svg>`;
 const ICONS = {
   first: svgIcon("M3 2h2v12H3zM14 2v12L6 8z"),
@@ -190,7 +193,17 @@ export function createViewer(el, options = {}) {
      */
     async setTrace(trace, { step = null } = {}) {
       stop();
-      model = buildModel(trace);
+      // Reading the trace, building the model, and laying out and painting it are each a task of
+      // their own on a big model (no long task blocks the page); the view keeps the last trace
+      // until the new model is built, and a newer trace given meanwhile wins.
+      const seq = ++traceSeq;
+      await nextTask();
+      if (seq !== traceSeq) return;
+      const built = buildModel(trace);
+      await nextTask();
+      if (seq !== traceSeq) return;
+      stop();
+      model = built;
       if (options.onTrace) options.onTrace(model);
       layoutCache = new Map();
       showAllTensors = false;
@@ -268,6 +281,8 @@ export function createViewer(el, options = {}) {
   }
 
   // ---------------------------------------------------------- layout
+
+  let traceSeq = 0; // setTrace calls, the last one shown
 
   async function relayout() {
     const vis = visibleGraph(model, expanded);
