@@ -7,7 +7,6 @@ Content-Security-Policy, which refuses inline and foreign scripts)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import testkit
 from gradstep import snippets
 from test_browser_export import FilePage, export
 from testkit.browser_support import Page, needs_chromium
+from testkit.real_models import catalog
 
 pytestmark = needs_chromium
 
@@ -131,11 +131,6 @@ def test_a_static_export_has_no_serious_accessibility_violation(browser, tmp_pat
     finally:
         page.close()
 
-
-_CATALOG = Path(__file__).resolve().parents[2] / "benchmarks" / "models" / "catalog.py"
-_spec = importlib.util.spec_from_file_location("a11y_model_catalog", _CATALOG)
-catalog = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(catalog)
 
 # four modules around sqrt at zero: a nan .grad on the leaves, module frames, small enough to open whole
 NAN_MODULES = """import torch

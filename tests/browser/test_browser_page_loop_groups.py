@@ -4,34 +4,16 @@ and the timeline folds a model's many forward lines into a few chips (a 12-layer
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
-import torch
 from testkit.browser_support import needs_chromium
+from testkit.real_models import catalog, loop_iterations
 
 pytestmark = needs_chromium
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("catalog", ROOT / "benchmarks" / "models" / "catalog.py")
-catalog = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(catalog)
 
 LSTM = catalog.lstm(100)
 LOOP = catalog.training_loop(20)
-
-
-def _iterations(code: str, loop_line: str) -> int:
-    """How many times plain torch runs the body of the loop `loop_line` starts (counted by a line
-    inserted first in its body)."""
-    lines = code.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith(loop_line))
-    indent = re.match(r"\s*", lines[at + 1]).group(0)
-    lines.insert(at + 1, f"{indent}__count[0] += 1")
-    scope = {"__count": [0], "torch": torch}
-    exec("\n".join(lines), scope)  # noqa: S102 - the test's own snippet
-    return scope["__count"][0]
 
 
 def _box_labels(page) -> list[str]:
@@ -41,7 +23,7 @@ def _box_labels(page) -> list[str]:
 def test_an_unrolled_lstm_opens_with_one_box_per_time_step(app):
     app.open()
     trace = app.run_code(LSTM)
-    steps = _iterations(LSTM, "for x in xs")
+    steps = loop_iterations(LSTM, "for x in xs")
     labels = [x for x in _box_labels(app.page) if "t=" in x]
     assert sorted(labels) == sorted(f"▸ cell · t={t}" for t in range(1, steps + 1))
     assert app.page.locator("g.gs-frame", has_text="loop · 100 iterations").count() == 1
@@ -52,7 +34,7 @@ def test_an_unrolled_lstm_opens_with_one_box_per_time_step(app):
 def test_a_training_loop_opens_with_one_box_per_iteration(app):
     app.open()
     app.run_code(LOOP)
-    n = _iterations(LOOP, "for epoch in")
+    n = loop_iterations(LOOP, "for epoch in")
     labels = [x for x in _box_labels(app.page) if "iteration" in x]
     assert sorted(labels) == sorted(f"▸ iteration {k}" for k in range(1, n + 1))
     app.shot("loop_groups_training_loop_1400")

@@ -4,33 +4,14 @@ flowing to them; the last step of a training loop shows the iteration it ran, no
 
 from __future__ import annotations
 
-import importlib.util
-import re
-from pathlib import Path
-
-import torch
 from testkit.browser_support import needs_chromium
+from testkit.real_models import catalog, loop_iterations
 
 pytestmark = needs_chromium
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("catalog", ROOT / "benchmarks" / "models" / "catalog.py")
-catalog = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(catalog)
 
 LSTM = catalog.lstm(100)
 LOOP = catalog.training_loop(20)
-
-
-def _iterations(code: str, loop_line: str) -> int:
-    """How many times plain torch runs the body of the loop `loop_line` starts."""
-    lines = code.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith(loop_line))
-    indent = re.match(r"\s*", lines[at + 1]).group(0)
-    lines.insert(at + 1, f"{indent}__count[0] += 1")
-    scope = {"__count": [0], "torch": torch}
-    exec("\n".join(lines), scope)  # noqa: S102 - the test's own snippet
-    return scope["__count"][0]
 
 
 BUNDLE = "path.gs-edge[data-edge='g:cell>f:@1']"
@@ -39,7 +20,7 @@ BUNDLE = "path.gs-edge[data-edge='g:cell>f:@1']"
 def test_an_unrolled_lstms_shared_weights_are_one_edge_into_the_loop(app):
     app.open()
     app.run_code(LSTM)
-    steps = _iterations(LSTM, "for x in xs")
+    steps = loop_iterations(LSTM, "for x in xs")
     edge = app.page.locator(BUNDLE)
     assert edge.count() == 1
     assert (
@@ -83,7 +64,7 @@ def _in_pane(page, selector: str) -> bool:
 def test_the_last_step_of_a_training_loop_shows_the_iteration_it_ran(app):
     app.open()
     trace = app.run_code(LOOP)
-    n = _iterations(LOOP, "for epoch in")
+    n = loop_iterations(LOOP, "for epoch in")
     last = f"g.gs-group[data-group='@1.{n}']"
     app.press("End")
     app.page.wait_for_timeout(300)

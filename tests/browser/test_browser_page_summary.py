@@ -4,20 +4,15 @@ box expands in place; stepping with the keyboard ends at the view jumping there 
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
 from testkit.browser_support import Page, needs_chromium
+from testkit.real_models import catalog
 
 pytestmark = needs_chromium
 
-_CATALOG = Path(__file__).resolve().parents[2] / "benchmarks" / "models" / "catalog.py"
-_spec = importlib.util.spec_from_file_location("model_catalog", _CATALOG)
-catalog = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(catalog)
 
 GPT12 = catalog.gpt(12)
 

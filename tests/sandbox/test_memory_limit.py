@@ -5,10 +5,8 @@ outright says the same, with nothing recorded. Both through the server's runner,
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import orjson
 import pytest
@@ -18,16 +16,12 @@ from gradstep.sandbox import Sandbox
 from gradstep.sandbox.config import data_mb
 from gradstep.settings import Settings
 from gradstep.tracer import record
+from testkit.real_models import catalog
 from testkit.sandbox_guard import guard_fixture, guard_unavailable, uid_base
 
 pytestmark = pytest.mark.skipif(guard_unavailable() is not None, reason=str(guard_unavailable()))
 
 MEMORY_MB = 600  # a 12-layer GPT at GPT-2-small width needs ~750 MB: its backward's gradients do not fit
-_spec = importlib.util.spec_from_file_location(
-    "catalog", Path(__file__).resolve().parents[2] / "benchmarks" / "models" / "catalog.py"
-)
-catalog = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(catalog)
 GPT2_WIDTH = catalog.gpt(12, d=768)
 
 guard = guard_fixture(memory_mb=4096, pids=300)
