@@ -143,7 +143,7 @@ def test_timeout_stops_an_endless_snippet(runs):
     # killed at the limit itself (a long call into torch) would be `timeout`
     assert (trace["status"], trace["limit"]) in {("limit", "wall"), ("timeout", None)}
     if trace["status"] == "limit":
-        assert trace["error"]["line"] == 1  # where it stopped
+        assert trace["error"]["line"] in (1, 2)  # where it stopped: in the loop
     Trace.model_validate(trace)
 
 
