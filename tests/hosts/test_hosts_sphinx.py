@@ -5,6 +5,7 @@ plain torch."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import re
 import subprocess
@@ -35,13 +36,9 @@ def plain_cube_grad() -> list[float]:
     return x.grad.tolist()
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    versions = ensure_packages("sphinx")
-    src = tmp_path_factory.mktemp("sphinx")
-    conf, page = recipe()
-    (src / "conf.py").write_text(f'project = "course"\nhtml_theme = "alabaster"\n{conf}')
-    (src / "index.rst").write_text(f"Cube\n====\n\nSome text before the stepper.\n\n{page}\nAnd after.\n")
+@contextlib.contextmanager
+def _served_build(src):
+    """Build the Sphinx project in ``src`` to HTML and serve it on a loopback port: yields its URL."""
     out = src / "_build"
     r = subprocess.run(
         [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(src), str(out)],
@@ -53,8 +50,21 @@ def site(tmp_path_factory):
     handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield {"base": f"http://127.0.0.1:{httpd.server_address[1]}", "versions": versions}
-    httpd.shutdown()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    versions = ensure_packages("sphinx")
+    src = tmp_path_factory.mktemp("sphinx")
+    conf, page = recipe()
+    (src / "conf.py").write_text(f'project = "course"\nhtml_theme = "alabaster"\n{conf}')
+    (src / "index.rst").write_text(f"Cube\n====\n\nSome text before the stepper.\n\n{page}\nAnd after.\n")
+    with _served_build(src) as base:
+        yield {"base": base, "versions": versions}
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -108,19 +118,8 @@ def exercise_site(tmp_path_factory):
     conf, _ = recipe()
     (src / "conf.py").write_text(f'project = "course"\nhtml_theme = "alabaster"\n{conf}')
     (src / "index.rst").write_text(f"Predict\n=======\n\n{exercise_page()}\n")
-    out = src / "_build"
-    r = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-q", "-b", "html", str(src), str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
-    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    with _served_build(src) as base:
+        yield base
 
 
 def test_sphinx_page_with_predict_asks_before_the_call_and_checks_the_answer_against_torch(
