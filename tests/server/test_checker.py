@@ -125,16 +125,32 @@ def test_a_browser_parses_what_the_checker_validated():
 
 
 def test_a_big_trace_is_checked_in_a_checker_process_as_it_would_be_here():
-    raw = jobs.run(payload_for(BIG))
+    """A checker process validates while the server compresses: what fails is still never served,
+    a forged server field is still overwritten, and what passes is served as the inline check does."""
+    trace = orjson.loads(jobs.run(payload_for(BIG)))
+    raw = orjson.dumps(trace)
     assert len(raw) > checker.INLINE_BYTES
     pool = CheckerPool(1)
     pool.start()
     try:
         pooled = pool.check(raw, served_fields(BIG))
+        for bad, problem in (
+            (raw + b" trailing", NOT_JSON),
+            (orjson.dumps({**trace, "status": "sure"}), "not a trace"),
+        ):
+            refused = pool.check(bad, FIELDS)
+            assert refused.stored is None and problem in (refused.problem or "")
+        forged = pool.check(orjson.dumps({**trace, "code": "forged"}), FIELDS)
+        proposing = pool.check(
+            orjson.dumps({**trace, "diagnoses": [{"kind": "k", "severity": "error", "message": "m"}]}), FIELDS
+        )
     finally:
         pool.close()
     assert pooled.problem is None
     assert served_json(pooled.stored) == served_json(check(raw, served_fields(BIG)).stored)
+    served = served_json(forged.stored)
+    assert {k: served[k] for k in SERVER_FIELDS} == FIELDS
+    assert proposing == checker.Checked(proposed=True)
 
 
 def test_without_checker_processes_a_big_trace_is_checked_inline():
