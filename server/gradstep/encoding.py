@@ -1,13 +1,15 @@
 """Traces are compressed once, when they are made (never on the event loop), kept compressed in the
 cache, and served as those bytes: a cached trace sent to thirty clients is compressed once.
 
-A stored trace is its brotli encoding (quality 5), made while the checker validates the trace:
+A stored trace is its brotli encoding (quality 4), made while the checker validates the trace:
 browsers offer brotli over HTTPS (Chromium on localhost too). Its gzip encoding, for the clients
 that take gzip but not brotli, is made from it the first time one asks (in a worker thread) and
-kept beside it (``with_gzip``). On the 24-layer trace (1 MB, ``benchmarks/e2e.py``): brotli is
-115 KB in 15 ms (quality 7: 112 KB in 47 ms; 10: 95 KB in 550 ms); gzip level 7 147 KB in 17 ms
-with zlib-ng (29 ms with the standard library's zlib). Made together, beside the validation,
-the two took the checker 40 ms on 2 CPUs; brotli alone 24 ms.
+kept beside it (``with_gzip``). Every cache miss waits for the brotli encoding, so its quality is
+the lowest whose size is close to the best: on the 24-layer trace (707 KB of JSON in trace
+version 4, ``benchmarks/e2e.py``) quality 4 is 91 KB in 4.5 ms, quality 5 86 KB in 7.8 ms (on six
+real models, ``benchmarks/models``: 0.46-0.70x the time of quality 5 for 1.03-1.15x the bytes);
+quality 7 was 112 KB in 47 ms and 10 95 KB in 550 ms on the version 3 trace of 1 MB. gzip level 7
+of that 1 MB: 147 KB in 17 ms with zlib-ng (29 ms with the standard library's zlib).
 
 The stored form (``pack``): ``BR`` + the brotli stream, or ``BOTH`` + the gzip member's length
 (4 bytes) + the gzip member + the brotli stream.
@@ -29,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 from zlib_ng import gzip_ng
 
 GZIP_LEVEL = 7
-BROTLI_QUALITY = 5
+BROTLI_QUALITY = 4
 BR = b"gradstep-br\n"
 BOTH = b"gradstep-gzip+br\n"
 _LENGTH = struct.Struct(">I")
