@@ -21,6 +21,9 @@ SETTINGS: dict[str, str | None] = {
     "output": None,
 }
 RECORD_DOCS = "README: “Recording your own code”"
+# What the gradstep command takes instead of a setting, where its option overrides the setting
+# (`gradstep trace --timeout` sets the wall limit; the other limits are the settings' there too)
+COMMAND_OPTIONS: dict[str, str] = {"wall": "--timeout"}
 
 
 def value_text(limit: str, value: float | None) -> str:
@@ -52,7 +55,9 @@ def advice(limit: str, shrink: str = "") -> str:
     ]
     setting = SETTINGS.get(limit)
     if setting is not None:
-        parts.append(f"on your own server, raise {_var(setting)}")
+        option = COMMAND_OPTIONS.get(limit)
+        command = f" (with the gradstep command, a larger {option})" if option else ""
+        parts.append(f"on your own server, raise {_var(setting)}{command}")
     return "To see it whole: " + "; or ".join(parts) + "."
 
 

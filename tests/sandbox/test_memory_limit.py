@@ -181,3 +181,4 @@ def test_a_run_near_its_wall_clock_limit_stops_itself_with_the_steps_it_recorded
     ]
     message = trace["error"]["message"]
     assert "of its 3 s of wall-clock time" in message and "GRADSTEP_WALL_SECONDS" in message
+    assert "with the gradstep command, a larger --timeout" in message

@@ -144,6 +144,8 @@ def test_timeout_stops_an_endless_snippet(runs):
     assert (trace["status"], trace["limit"]) in {("limit", "wall"), ("timeout", None)}
     if trace["status"] == "limit":
         assert trace["error"]["line"] in (1, 2)  # where it stopped: in the loop
+    # what raises the limit here is the command's option (it overrides GRADSTEP_WALL_SECONDS)
+    assert "a larger --timeout" in trace["error"]["message"]
     Trace.model_validate(trace)
 
 
