@@ -10,10 +10,9 @@ thread: a hand-off costs more than their check.
 What is served is the child's own bytes once they passed the check, with the server's fields
 spliced in front (``SERVER_FIELDS``: the child leaves them out): compression starts as soon as
 the bytes arrive, while a checker (or a thread) validates them, instead of after a
-re-serialization. The
-browser parses the same text that was validated; orjson and ``JSON.parse`` agree on it (the last
-of duplicate keys wins in both; invalid UTF-8, lone surrogates and out-of-range numbers are
-refused here). A child that wrote a server field anyway, or proposed diagnoses (which the server
+re-serialization. The browser parses the same text that was validated; orjson and ``JSON.parse``
+agree on it (the last of duplicate keys wins in both; invalid UTF-8, lone surrogates and
+out-of-range numbers are refused here). A child that wrote a server field anyway, or proposed diagnoses (which the server
 must run and check first), is re-serialized from the validated data instead.
 """
 
@@ -204,14 +203,14 @@ class CheckerPool:
         self._started = False
         self._lock = threading.Lock()
         self.died = 0  # processes that died under a check (each replaced by the next check)
-        # compressing what a checker validates meanwhile (brotli releases the GIL as it goes)
-        self._splicing = ThreadPoolExecutor(max(1, self.processes), thread_name_prefix="gradstep-splice")
+        self._splicing: ThreadPoolExecutor | None = None  # compresses what a checker validates meanwhile
 
     def start(self) -> None:
         with self._lock:
             if self._started:
                 return
             self._started = True
+            self._splicing = ThreadPoolExecutor(max(1, self.processes), thread_name_prefix="gradstep-splice")
             started = [_Process() for _ in range(self.processes)]  # they import side by side
         for process in started:
             process.wait_ready()
@@ -226,6 +225,9 @@ class CheckerPool:
             process = self._idle.get()  # waits for a check under way
             if process is not None:
                 process.stop()
+        if self._splicing is not None:
+            self._splicing.shutdown()
+            self._splicing = None
 
     def _call(self, op: int, fields: dict, data: bytes) -> Checked:
         process = self._idle.get()
@@ -259,6 +261,7 @@ class CheckerPool:
         # Compressed here while a checker validates: on two cores at once. In one checker the
         # two took the 24-layer trace 15-16 ms instead of 13, as brotli takes the GIL back between
         # its output blocks and waited there for the parse (one C call) to end.
+        assert self._splicing is not None  # started (else checked inline)
         splicing = self._splicing.submit(spliced, raw, fields)
         checked = self._call(_CHECK_UNSPLICED, fields, raw)
         return joined(checked, splicing.result())
