@@ -1,6 +1,7 @@
-"""Deep graphs in real Chromium: an LSTM unrolled over 100 time steps (benchmarks/models/lstm_unrolled.py,
-a chain of about 1,500 autograd nodes in one module) painted and fully expanded, next to the 24-layer
-transformer of render.py measured in the same run (this machine is shared: compare ratios).
+"""Deep graphs in real Chromium: an LSTM unrolled over 100 time steps (benchmarks/models/catalog.py,
+``lstm(100)``: a chain of about 1,500 autograd nodes in one module) painted and fully expanded, next
+to the 24-layer transformer of render.py measured in the same run (this machine is shared: compare
+ratios).
 
 Prints, per front end: the longest main-thread task (PerformanceObserver 'longtask') while the LSTM's
 run is painted, the time of Expand all on it with the longest task meanwhile, whether the layout worker
@@ -19,12 +20,13 @@ import argparse
 import contextlib
 from pathlib import Path
 
+from models.catalog import lstm
 from playwright.sync_api import sync_playwright
 from render import frontend_of, longest_task_during, run, serve_static_from
 from testkit.browser_support import launch, start_server, stop_server
 from tracer_overhead import SNIPPET as TRANSFORMER
 
-LSTM = (Path(__file__).parent / "models" / "lstm_unrolled.py").read_text()
+LSTM = lstm(100)
 
 WATCH_TASKS = """() => {
   window.__longtasks = [];

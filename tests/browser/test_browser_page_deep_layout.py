@@ -4,13 +4,12 @@ fully expanded by the layout worker: Expand all draws every node, and the worker
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from testkit.browser_support import Page, needs_chromium
+from testkit.real_models import catalog
 
 pytestmark = needs_chromium
 
-LSTM = (Path(__file__).resolve().parents[2] / "benchmarks" / "models" / "lstm_unrolled.py").read_text()
+LSTM = catalog.lstm(100)
 
 
 def test_expand_all_on_an_unrolled_lstm_draws_every_node_without_the_worker_failing(browser, server):
