@@ -22,22 +22,18 @@ from pathlib import Path
 
 from models.catalog import lstm
 from playwright.sync_api import sync_playwright
-from render import frontend_of, longest_task_during, run, serve_static_from
+from render import (
+    frontend_of,
+    longest_task_during,
+    longest_watched_task,
+    run,
+    serve_static_from,
+    watch_long_tasks,
+)
 from testkit.browser_support import launch, start_server, stop_server
 from tracer_overhead import SNIPPET as TRANSFORMER
 
 LSTM = lstm(100)
-
-WATCH_TASKS = """() => {
-  window.__longtasks = [];
-  window.__taskObserver = new PerformanceObserver((l) => window.__longtasks.push(...l.getEntries().map(e => e.duration)));
-  window.__taskObserver.observe({ entryTypes: ['longtask'] });
-}"""
-LONGEST_TASK = """async () => {
-  await new Promise(r => requestAnimationFrame(() => setTimeout(r, 50)));
-  window.__taskObserver.disconnect();
-  return Math.max(0, ...window.__longtasks);
-}"""
 
 
 # a page whose layout worker cannot start: what the page does when its worker fails
@@ -54,9 +50,9 @@ def measure(browser, base: str, frontend: Path | None, worker: bool = True) -> d
         serve_static_from(page, base, frontend)
     page.goto(f"{base}/?snippet=shared_trunk_partial_grads")
     page.wait_for_function("Number(document.body.dataset.painted || 0) >= 1", timeout=60_000)
-    page.evaluate(WATCH_TASKS)
+    watch_long_tasks(page)
     run(page, LSTM)
-    paint_longest = page.evaluate(LONGEST_TASK)
+    paint_longest = longest_watched_task(page, 50)
     lstm = longest_task_during(page, "await window.gradstep.viewer.expandAll();")
     run(page, TRANSFORMER)
     gpt = longest_task_during(page, "await window.gradstep.viewer.expandAll();")

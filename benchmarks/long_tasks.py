@@ -25,7 +25,7 @@ from collections import Counter
 from models.catalog import gpt, lstm, resnet18, training_loop
 from playwright.sync_api import sync_playwright
 from real_models import switch_times
-from render import frontend_of, run, serve_static_from
+from render import frontend_of, longest_watched_task, run, serve_static_from, watch_long_tasks
 from testkit.browser_support import launch, start_server, stop_server
 from testkit.sandbox_guard import uid_base
 
@@ -38,17 +38,6 @@ MODELS = {
     "loop20": lambda: training_loop(20),
 }
 
-WATCH = """() => {
-  window.__longtasks = [];
-  window.__taskObserver?.disconnect();
-  window.__taskObserver = new PerformanceObserver((l) => window.__longtasks.push(...l.getEntries().map(e => e.duration)));
-  window.__taskObserver.observe({ entryTypes: ['longtask'] });
-}"""
-LONGEST = """async () => {
-  await new Promise(r => requestAnimationFrame(() => setTimeout(r, 300)));
-  window.__taskObserver.disconnect();
-  return Math.max(0, ...window.__longtasks);
-}"""
 PAINTED = "Number(document.body.dataset.painted || 0)"
 
 
@@ -87,9 +76,9 @@ def measure(page, code: str, cdp=None, profile: Counter | None = None) -> dict[s
         page.evaluate("console.timeStamp('gs-measure')")
         if cdp is not None:
             cdp.send("Profiler.start")
-        page.evaluate(WATCH)
+        watch_long_tasks(page)
         action()
-        wall = page.evaluate(LONGEST)
+        wall = longest_watched_task(page, 300)
         if cdp is not None and profile is not None:
             add_self_times(cdp.send("Profiler.stop")["profile"], profile, name)
         out[name] = (wall, longest_cpu(json.loads(browser.stop_tracing())))

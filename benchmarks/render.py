@@ -168,6 +168,32 @@ def step_line(label: str, steps: dict[str, list[float]], cpu: list[float]) -> st
     )
 
 
+def watch_long_tasks(page) -> None:
+    """Collect the page's long tasks (PerformanceObserver 'longtask') from now on, for
+    ``longest_watched_task``; a watch already running is replaced."""
+    page.evaluate(
+        """() => {
+          window.__longtasks = [];
+          window.__taskObserver?.disconnect();
+          window.__taskObserver = new PerformanceObserver((l) => window.__longtasks.push(...l.getEntries().map(e => e.duration)));
+          window.__taskObserver.observe({ entryTypes: ['longtask'] });
+        }"""
+    )
+
+
+def longest_watched_task(page, settle_ms: int) -> float:
+    """The longest task since ``watch_long_tasks`` (ms, 0 when none), read after the next frame and
+    ``settle_ms`` more (for the work a paint defers); the watch then stops."""
+    return page.evaluate(
+        """async (settle) => {
+          await new Promise(r => requestAnimationFrame(() => setTimeout(r, settle)));
+          window.__taskObserver.disconnect();
+          return Math.max(0, ...window.__longtasks);
+        }""",
+        settle_ms,
+    )
+
+
 def longest_task_during(page, action_js: str) -> dict:
     """Longest main-thread task (PerformanceObserver longtask) while an async action runs (pasted into
     the evaluated source, as in frame_stats)."""
