@@ -451,6 +451,7 @@ export function createViewer(el, options = {}) {
   const tl = { lefts: [], widths: [], width: 0, scroll: 0, tops: [], heights: [], height: 0, top: 0 };
   let tlChips = []; // each step's chip, by index
   let tlFolds = []; // folds of forward steps (timeline-folds.js), each with its chip
+  let tlModel = null; // the model the timeline was drawn for
   let tlFoldOf = []; // each step's fold, or null
   const tlSizes = typeof ResizeObserver === "function" ? new ResizeObserver(() => {
     tl.width = timeline.clientWidth;
@@ -576,6 +577,9 @@ export function createViewer(el, options = {}) {
   }
 
   function buildTimeline() {
+    // a redraw of the same run (an exercise's reveal) keeps the folds the reader opened
+    const opened = tlModel === model ? new Set(tlFolds.filter((f) => f.open).map((f) => f.start)) : new Set();
+    tlModel = model;
     timeline.replaceChildren();
     tl.lefts = [];
     tl.tops = [];
@@ -595,7 +599,7 @@ export function createViewer(el, options = {}) {
         const n = fold.end - fold.start + 1;
         const lines = new Set(model.steps.slice(fold.start, fold.end + 1).map((x) => x.line));
         const where = fold.iteration !== null ? `iteration ${fold.iteration}, ` : "";
-        fold.open = false;
+        fold.open = opened.has(fold.start);
         fold.mark = h("span", { class: "gs-tl-mark", "aria-hidden": "true" }, "▸");
         fold.text = h("span", { class: "gs-tl-fwd" }, foldText(fold));
         fold.button = h("button", {

@@ -210,3 +210,27 @@ def test_held_before_a_question_the_panels_and_graph_show_the_step_before_the_ca
     assert texts and all(t == "None" for t in texts)
     printed = app.page.inner_text(".gs-stepper")
     assert "after the first backward" not in printed
+
+
+# a forward pass long enough for the timeline to fold its steps into one chip, then the question
+FOLDED = (
+    "import torch\n"
+    "x = torch.tensor([1.0, 2.0], requires_grad=True)\n"
+    "h = x * 1.0\n" + "h = h * 1.5\n" * 24 + "h.sum().backward()  # predict: x.grad\n"
+)
+
+
+def test_a_fold_the_reader_opened_stays_open_when_the_answer_is_revealed(app, server):
+    open_app(app, server, FOLDED)
+    fold = app.page.locator(".gs-tl-foldbtn").first
+    assert fold.get_attribute("aria-expanded") == "false"  # folded until opened
+    fold.click()
+    assert fold.get_attribute("aria-expanded") == "true"
+    app.page.click(".gs-ex-skip")  # the reveal redraws the timeline
+    app.page.wait_for_selector(".gs-ex-card .gs-ex-form", state="detached", timeout=10_000)
+    fold = app.page.locator(".gs-tl-foldbtn").first
+    assert fold.get_attribute("aria-expanded") == "true"
+    hidden = app.page.evaluate(
+        "[...document.querySelectorAll('.gs-tl-step[data-index]')].filter((li) => li.hidden).length"
+    )
+    assert hidden == 0  # each forward step's chip shows
