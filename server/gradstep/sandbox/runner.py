@@ -175,8 +175,12 @@ class Sandbox:
 
     def _ensure(self) -> _Zygote:
         z = self._zygote
-        if z is not None and z.alive:
+        if z is not None and z.alive and not z.dying:
             return z
+        if z is not None and z.dying and z.reader is not None and z.reader is not threading.current_thread():
+            # Its reader saw it die and is reaping it: the runs it had are released before it is
+            # marked dead, and a run handed to it meanwhile crashed too. Once reaped, it is restarted.
+            z.reader.join(2 * EXIT_GRACE)
         self.start()
         assert self._zygote is not None
         return self._zygote
