@@ -17,7 +17,6 @@ Needs Chromium at /usr/bin/chromium (or $GRADSTEP_CHROMIUM).
 from __future__ import annotations
 
 import argparse
-import contextlib
 from pathlib import Path
 
 from models.catalog import lstm
@@ -30,7 +29,7 @@ from render import (
     serve_static_from,
     watch_long_tasks,
 )
-from testkit.browser_support import launch, start_server, stop_server
+from testkit.browser_support import launch, running_server
 from tracer_overhead import SNIPPET as TRANSFORMER
 
 LSTM = lstm(100)
@@ -80,19 +79,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--against", metavar="REF", help="a git ref whose front end is measured too")
     args = ap.parse_args()
-    proc, base = start_server()
-    try:
-        with sync_playwright() as p:
-            browser = launch(p)
-            report("working tree", measure(browser, base, None))
-            report("working tree, its worker made to fail", measure(browser, base, None, worker=False))
-            if args.against:
-                with frontend_of(args.against) as folder:
-                    report(f"front end of {args.against}", measure(browser, base, folder))
-            browser.close()
-    finally:
-        with contextlib.suppress(Exception):
-            stop_server(proc)
+    with running_server() as base, sync_playwright() as p:
+        browser = launch(p)
+        report("working tree", measure(browser, base, None))
+        report("working tree, its worker made to fail", measure(browser, base, None, worker=False))
+        if args.against:
+            with frontend_of(args.against) as folder:
+                report(f"front end of {args.against}", measure(browser, base, folder))
+        browser.close()
 
 
 if __name__ == "__main__":

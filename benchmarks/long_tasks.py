@@ -26,7 +26,7 @@ from models.catalog import gpt, lstm, resnet18, training_loop
 from playwright.sync_api import sync_playwright
 from real_models import switch_times
 from render import frontend_of, longest_watched_task, run, serve_static_from, watch_long_tasks
-from testkit.browser_support import launch, start_server, stop_server
+from testkit.browser_support import launch, running_server
 from testkit.sandbox_guard import uid_base
 
 MODELS = {
@@ -152,73 +152,70 @@ def main() -> None:
     )
     ap.add_argument("--profile", action="store_true", help="print the functions with the most self time")
     args = ap.parse_args()
-    proc, base = start_server(
-        GRADSTEP_UID_BASE=str(uid_base(2490)),
-        GRADSTEP_WORKERS="1",
-        GRADSTEP_CPU_SECONDS="120",
-        GRADSTEP_WALL_SECONDS="180",
-        GRADSTEP_MEMORY_MB="2048",
-    )
-    try:
-        with sync_playwright() as p, contextlib.ExitStack() as stack:
-            browser = launch(p)
-            pages = {"now": open_page(browser, base)}
-            if args.against:
-                pages["base"] = open_page(browser, base, stack.enter_context(frontend_of(args.against)))
-            cdp = pages["now"].context.new_cdp_session(pages["now"]) if args.profile else None
-            if cdp is not None:
-                cdp.send("Profiler.enable")
-                cdp.send("Profiler.setSamplingInterval", {"interval": 500})
-            profile: Counter = Counter()
-            for key in args.models.split(","):
-                code = MODELS[key]()
-                run(pages["now"], code)  # the server's run, cached for what follows
-                nodes = pages["now"].evaluate("window.gradstep.viewer.model.nodes.length")
-                got: dict[str, dict[str, list[float]]] = {k: {} for k in pages}
-                for r in range(args.repeat):
-                    for name in list(pages) if r % 2 == 0 else list(reversed(pages)):
-                        prof = profile if name == "now" else None
-                        for phase, ms in measure(
-                            pages[name], code, cdp if prof is not None else None, prof
-                        ).items():
-                            got[name].setdefault(phase, []).append(ms)
-                line = (
-                    f"{key} ({nodes} nodes), longest task, wall / main-thread CPU, median of {args.repeat}:"
-                )
+    with (
+        running_server(
+            GRADSTEP_UID_BASE=str(uid_base(2490)),
+            GRADSTEP_WORKERS="1",
+            GRADSTEP_CPU_SECONDS="120",
+            GRADSTEP_WALL_SECONDS="180",
+            GRADSTEP_MEMORY_MB="2048",
+        ) as base,
+        sync_playwright() as p,
+        contextlib.ExitStack() as stack,
+    ):
+        browser = launch(p)
+        pages = {"now": open_page(browser, base)}
+        if args.against:
+            pages["base"] = open_page(browser, base, stack.enter_context(frontend_of(args.against)))
+        cdp = pages["now"].context.new_cdp_session(pages["now"]) if args.profile else None
+        if cdp is not None:
+            cdp.send("Profiler.enable")
+            cdp.send("Profiler.setSamplingInterval", {"interval": 500})
+        profile: Counter = Counter()
+        for key in args.models.split(","):
+            code = MODELS[key]()
+            run(pages["now"], code)  # the server's run, cached for what follows
+            nodes = pages["now"].evaluate("window.gradstep.viewer.model.nodes.length")
+            got: dict[str, dict[str, list[float]]] = {k: {} for k in pages}
+            for r in range(args.repeat):
+                for name in list(pages) if r % 2 == 0 else list(reversed(pages)):
+                    prof = profile if name == "now" else None
+                    for phase, ms in measure(
+                        pages[name], code, cdp if prof is not None else None, prof
+                    ).items():
+                        got[name].setdefault(phase, []).append(ms)
+            line = f"{key} ({nodes} nodes), longest task, wall / main-thread CPU, median of {args.repeat}:"
+            for phase in ("paint", "end", "step"):
+                wall = statistics.median(w for w, _ in got["now"][phase])
+                cpu = statistics.median(c for _, c in got["now"][phase])
+                line += f"\n    {phase:<5} {wall:5.0f} / {cpu:4.0f} ms"
+                if "base" in got:
+                    bwall = statistics.median(w for w, _ in got["base"][phase])
+                    bcpu = statistics.median(c for _, c in got["base"][phase])
+                    line += f"   baseline {bwall:5.0f} / {bcpu:4.0f} ms; CPU ratio {cpu / bcpu if bcpu else float('nan'):.2f}"
+            print(line, flush=True)
+            if args.profile:
                 for phase in ("paint", "end", "step"):
-                    wall = statistics.median(w for w, _ in got["now"][phase])
-                    cpu = statistics.median(c for _, c in got["now"][phase])
-                    line += f"\n    {phase:<5} {wall:5.0f} / {cpu:4.0f} ms"
-                    if "base" in got:
-                        bwall = statistics.median(w for w, _ in got["base"][phase])
-                        bcpu = statistics.median(c for _, c in got["base"][phase])
-                        line += f"   baseline {bwall:5.0f} / {bcpu:4.0f} ms; CPU ratio {cpu / bcpu if bcpu else float('nan'):.2f}"
-                print(line, flush=True)
-                if args.profile:
-                    for phase in ("paint", "end", "step"):
-                        top = sorted(
-                            ((ms, f) for (ph, f), ms in profile.items() if ph == phase), reverse=True
-                        )[:14]
-                        print(f"  {phase}: " + "; ".join(f"{f} {ms:.0f}" for ms, f in top))
-                    profile.clear()
-            if args.switch:
-                code = gpt(args.switch)
-                run(pages["now"], code)
-                nodes = pages["now"].evaluate("window.gradstep.viewer.model.nodes.length")
-                times: dict[str, list[float]] = {k: [] for k in pages}
-                for r in range(args.repeat):
-                    for name in list(pages) if r % 2 == 0 else list(reversed(pages)):
-                        run(pages[name], code)
-                        times[name] += switch_times(pages[name])
-                line = f"{args.switch}-layer GPT ({nodes} nodes): step switch median {statistics.median(times['now']):.1f} ms"
-                if "base" in times:
-                    was = statistics.median(times["base"])
-                    line += f", baseline {was:.1f} ms; ratio {statistics.median(times['now']) / was:.2f}"
-                print(line + " (target ≤ 50 ms)", flush=True)
-            browser.close()
-    finally:
-        with contextlib.suppress(Exception):
-            stop_server(proc)
+                    top = sorted(((ms, f) for (ph, f), ms in profile.items() if ph == phase), reverse=True)[
+                        :14
+                    ]
+                    print(f"  {phase}: " + "; ".join(f"{f} {ms:.0f}" for ms, f in top))
+                profile.clear()
+        if args.switch:
+            code = gpt(args.switch)
+            run(pages["now"], code)
+            nodes = pages["now"].evaluate("window.gradstep.viewer.model.nodes.length")
+            times: dict[str, list[float]] = {k: [] for k in pages}
+            for r in range(args.repeat):
+                for name in list(pages) if r % 2 == 0 else list(reversed(pages)):
+                    run(pages[name], code)
+                    times[name] += switch_times(pages[name])
+            line = f"{args.switch}-layer GPT ({nodes} nodes): step switch median {statistics.median(times['now']):.1f} ms"
+            if "base" in times:
+                was = statistics.median(times["base"])
+                line += f", baseline {was:.1f} ms; ratio {statistics.median(times['now']) / was:.2f}"
+            print(line + " (target ≤ 50 ms)", flush=True)
+        browser.close()
 
 
 if __name__ == "__main__":
