@@ -34,6 +34,7 @@ import orjson
 from pydantic import ValidationError
 
 from gradstep import encoding
+from gradstep.sandbox import protocol
 from gradstep.trace_dicts import collector_paused, validate
 
 INLINE_BYTES = 64 << 10
@@ -167,6 +168,8 @@ class _Process:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gradstep.checker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
         )
+        for pipe in (self.proc.stdin, self.proc.stdout):  # a big trace in one write, not 64 KB at a time
+            protocol.widen(pipe.fileno())
 
     def wait_ready(self) -> None:
         if self.proc.stdout.read(1) != b"R":

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig, cgroups, runner
+from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig, cgroups, protocol, runner
 from gradstep.sandbox.cgroups import CPU_SHARES, cgroup_of
 from testkit import sandbox_guard
 from testkit.sandbox_guard import (
@@ -296,13 +296,17 @@ def test_close_right_after_a_run_leaves_no_child(guard):
 # -- answering before the child exits, and spares ------------------------------------------
 
 
-def alive(pid: int) -> bool:
-    """Running, or a zombie nobody reaped yet (a reaped child is gone from /proc)."""
+def child_state(pid: int) -> str | None:
+    """Its state letter in /proc (R, S, Z...), None once it is reaped."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
-        return False
-    return state != "Z"
+        return None
+
+
+def alive(pid: int) -> bool:
+    """It has not exited (a zombie has, though nobody reaped it yet; a reaped child is gone from /proc)."""
+    return child_state(pid) not in (None, "Z")
 
 
 def ppid(pid: int) -> int:
@@ -335,6 +339,30 @@ def test_a_run_answers_before_its_child_exits_and_the_child_is_reaped(sandbox, g
     assert not alive(child) and not Path(f"/proc/{child}").exists(), "reaped"
     assert guard.tasks() <= {h["zygote_pid"], *h["spare_pids"]}
     assert child not in h["spare_pids"]
+
+
+def test_a_child_exits_only_once_its_run_is_released(sandbox):
+    # NOTE [a child's exit waits for its release]: its exit does not compete with the caller's work
+    settle(sandbox)
+    with sandbox.running("pid") as r:
+        assert r.status == "ok"
+        child = int(r.output)
+        time.sleep(0.3)
+        assert alive(child), "it exited while its run still held it"
+        assert child_state(child) == "S", "it waits blocked, using no CPU"
+    settle(sandbox)
+    assert not alive(child)
+
+
+def test_a_child_never_released_exits_after_release_wait(sandbox):
+    settle(sandbox)
+    with sandbox.running("pid") as r:
+        child = int(r.output)
+        end = time.monotonic() + protocol.RELEASE_WAIT + 2
+        while alive(child) and time.monotonic() < end:
+            time.sleep(0.02)
+        assert not alive(child), "a caller that never lets go does not keep a child"
+    settle(sandbox)
 
 
 def test_a_child_that_dies_after_its_result_is_still_ok(sandbox):

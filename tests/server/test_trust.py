@@ -132,8 +132,9 @@ def sandbox_runs(app: FastAPI) -> Iterator[list[dict]]:
     runs: list[dict] = []
     running = [0]
     lock = threading.Lock()
-    run = sandbox.run
+    run = sandbox.running  # run() goes through it too
 
+    @contextlib.contextmanager
     def counting(payload: str, **kw):
         job = orjson.loads(payload)
         with lock:
@@ -141,17 +142,17 @@ def sandbox_runs(app: FastAPI) -> Iterator[list[dict]]:
             entry = {"job": job, "concurrent": running[0], "result": None}
             runs.append(entry)
         try:
-            entry["result"] = run(payload, **kw)
+            with run(payload, **kw) as entry["result"]:
+                yield entry["result"]
         finally:
             with lock:
                 running[0] -= runs_a_snippet(job)
-        return entry["result"]
 
-    sandbox.run = counting
+    sandbox.running = counting
     try:
         yield runs
     finally:
-        sandbox.run = run
+        del sandbox.running
 
 
 def started(runs: list[dict], code: str) -> bool:

@@ -43,7 +43,9 @@ in its trace, status "ok"). The sandbox reports what happens to the *process*:
 run() returns as soon as it has the whole result (or knows the outcome: a
 kill for the wall clock or an oversized or malformed result; an EOF without a
 result waits for the child's wait status, to say why). The child's exit
-(≈8 ms: it unmaps a copy of the zygote) is off the request's path, but its
+(≈8 ms: it unmaps a copy of the zygote) is off the request's path; with
+``running()`` it also waits until the caller is done with the result (NOTE
+[a child's exit waits for its release] in protocol.py). Its
 slot stays busy until the zygote has reaped it (a child that outstays
 ``EXIT_GRACE`` after its run is done is killed, with its cgroup): a slot is
 never reused while its previous child lives, and nothing that happens to a

@@ -16,8 +16,11 @@ payload, and never waits for EOF.
 from __future__ import annotations
 
 import array
+import contextlib
+import fcntl
 import json
 import os
+import select
 import socket
 import struct
 from collections import deque
@@ -32,6 +35,19 @@ RAISED = b"E"  # the target raised: UTF-8 text
 REFUSED = b"F"  # a confinement layer failed (before the code arrived): UTF-8 text; nothing ran
 
 MAX_CONTROL = 64 << 20  # a control message larger than this is a protocol error
+RELEASE_WAIT = 1.0  # seconds a child waits at most for its release after its result (see the NOTE)
+WIDE_PIPE = 1 << 20  # bytes: Linux's default /proc/sys/fs/pipe-max-size, what any user may ask for
+
+
+def widen(fd: int, size: int = WIDE_PIPE) -> None:
+    """Let the pipe of ``fd`` hold ``size`` bytes, best effort (its kernel pages are taken only as
+    data fills them). A big trace (~0.7 MB) then goes through in one write and one read instead of
+    one per 64 KB, each waiting for the other side to be scheduled: on 2 busy cores that was
+    ~5 ms of a 24-layer trace's check (benchmarks/e2e.py)."""
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size)
+    except OSError:
+        pass  # over this host's pipe-max-size, or the user's pipe quota: the default size works
 
 
 class Channel:
@@ -87,3 +103,22 @@ def write_frame(fd: int, kind: bytes, payload: bytes) -> None:
     view = memoryview(FRAME.pack(kind, len(payload)) + payload)
     while view:
         view = view[os.write(fd, view) :]
+
+
+# NOTE [a child's exit waits for its release]
+# A child's exit frees its memory: several ms of CPU for a big run, and on 2 cores that competed
+# with the server checking the run's result (the 24-layer trace's check took ~14 ms beside it,
+# ~9 ms without: benchmarks/e2e.py). So after its result frame a child waits, blocked, until the
+# server closes the read end of its result pipe (``Sandbox.running``: when the caller is done with
+# the result), or RELEASE_WAIT at most, and exits then. Nothing depends on it: a child that exits
+# at once (a snippet can make it) is reaped as before, and one that stays is killed EXIT_GRACE
+# after its release (runner.py).
+
+
+def await_release(fd: int, seconds: float = RELEASE_WAIT) -> None:
+    """Block until the read end of the pipe ``fd`` writes to is closed, or ``seconds`` pass (the
+    child's side of NOTE [a child's exit waits for its release])."""
+    poller = select.poll()
+    poller.register(fd, 0)  # no event asked for: POLLERR (no reader left) and POLLHUP come anyway
+    with contextlib.suppress(OSError):
+        poller.poll(seconds * 1e3)

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from gradstep.sandbox import protocol
@@ -474,6 +475,7 @@ class Sandbox:
         code_r, child.code_w = os.pipe2(os.O_CLOEXEC)
         try:
             child.result_r, result_w = os.pipe2(os.O_CLOEXEC)
+            protocol.widen(child.result_r)
         except OSError:
             os.close(code_r)
             child.close_fds()
@@ -621,18 +623,29 @@ class Sandbox:
         the run earlier than its wall limit, or while it still waits for a slot
         ("timeout"); once ``cancel`` is set the run stops the same way ("cancelled").
         """
+        with self.running(code, deadline=deadline, cancel=cancel) as result:
+            return result
+
+    @contextlib.contextmanager
+    def running(
+        self, code: str, *, deadline: float | None = None, cancel: threading.Event | None = None
+    ) -> Iterator[RunResult]:
+        """``run``, whose child is told to exit only when the block ends (NOTE [a child's exit
+        waits for its release]): the caller's work on the result has the CPU to itself."""
         t0 = time.monotonic()
         if self._closed:
-            return RunResult("crashed", detail="The sandbox is closed.")
+            yield RunResult("crashed", detail="The sandbox is closed.")
+            return
         slot = self._wait_for_slot(deadline, cancel)
         if slot is None:
             cancelled = cancel is not None and cancel.is_set()
-            return RunResult(
+            yield RunResult(
                 "cancelled" if cancelled else "timeout",
                 limit=None if cancelled else "wall",
                 detail=_CANCELLED if cancelled else "The run's deadline passed while it waited for a worker.",
                 seconds=time.monotonic() - t0,
             )
+            return
         t_slot = time.monotonic()
         with self._state_lock:
             self._busy.add(slot)
@@ -646,14 +659,16 @@ class Sandbox:
                     self._busy.discard(slot)
                 self._free.put(slot)
                 self._permits.release()
-                return RunResult("crashed", detail=str(e), seconds=time.monotonic() - t0)
+                yield RunResult("crashed", detail=str(e), seconds=time.monotonic() - t0)
+                return
             result = self._run(child, code, deadline, cancel)
+            result.timings["queue"] = (t_slot - t0) * 1e3
+            result.seconds = time.monotonic() - t0
+            yield result
         finally:
             if child is not None:
+                child.close_fds()  # its release: its result pipe has no reader left
                 self._collected(child)
-        result.timings["queue"] = (t_slot - t0) * 1e3
-        result.seconds = time.monotonic() - t0
-        return result
 
     def _wait_for_slot(self, deadline: float | None, cancel: threading.Event | None) -> int | None:
         """A permit to run, then a free slot (the one free longest: its spare has had the most time
@@ -680,12 +695,10 @@ class Sandbox:
         cg = self._cgroups
         oom_before = cg.oom_kills(child.slot) if cg else 0
         data = code.encode("utf-8", "surrogatepass")
-        try:
-            # The wall clock starts now, when the code is handed over.
-            t_hand = time.monotonic()
-            result = self._collect(child, CODE_HEADER.pack(len(data)) + data, t_hand, deadline, cancel)
-        finally:
-            child.close_fds()
+        # The wall clock starts now, when the code is handed over. The pipes stay open: closing
+        # the result pipe releases the child (``running``).
+        t_hand = time.monotonic()
+        result = self._collect(child, CODE_HEADER.pack(len(data)) + data, t_hand, deadline, cancel)
         killed = result.status in ("crashed", "limit") and result.signal == "SIGKILL"
         if killed and cg and cg.oom_kills(child.slot) > oom_before:
             result.status, result.limit = "limit", "memory"

@@ -394,6 +394,7 @@ class Zygote:
                 return
             write_frame(conf.fd, protocol.RESULT, out)
             code = 0
+            protocol.await_release(conf.fd)  # NOTE [a child's exit waits for its release]
         finally:
             os._exit(code)
 
