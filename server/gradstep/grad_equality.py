@@ -58,11 +58,11 @@ def same_grad(a: GradDict | None, b: GradDict | None, tolerance: float = SAME_RU
         return False
     va, vb = a.get("values"), b.get("values")
     if va is not None and vb is not None:
+        if tolerance == 0:  # nested alike (the same shape): equal exactly when their flat values are
+            return va == vb
         xs, ys = flat_values(va), flat_values(vb)
         if len(xs) != len(ys):
             return False
-        if tolerance == 0:
-            return xs == ys  # what _close is at tolerance 0, for numbers and the non-finite strings alike
         both = xs + ys
         if set(map(type, both)) <= {float, int}:  # no "nan"/"inf" (nor a bool): the max in C
             scale = max(map(abs, both), default=0.0)

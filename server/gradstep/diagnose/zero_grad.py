@@ -74,15 +74,16 @@ def find(trace: dict, src: Source) -> list[Candidate]:
         calls = autograd_calls_at(src, line)
         if len(calls) != 1:
             continue
-        grown = facts.accumulations(trace, line)
-        if not grown:
-            continue
+        # the source first: comparing every .grad before and after each call costs the most
         scope = src.enclosing(calls[0], _SCOPES)
         if scope is None or _resets_grad(scope):
             continue
         users = _steppers(scope)
         if not users:
             continue  # accumulating on purpose: nothing in the loop uses the gradient before it is complete
+        grown = facts.accumulations(trace, line)
+        if not grown:
+            continue
         name, norms = max(grown.items(), key=lambda kv: kv[1][-1] - kv[1][0])
         message = (
             f"The backward at line {line} runs again and again, and every call adds its gradients to what is "
