@@ -102,8 +102,9 @@ export function createExercise(host, { predict = null, code = null, post = () =>
     if (!viewer) return;
     queueMicrotask(() => {
       for (const li of viewer.el.querySelectorAll(".gs-tl-step[data-index]")) {
-        const asks = byStep.has(Number(li.dataset.index));
-        li.classList.toggle("gs-tl-asks", asks);
+        // its "?" says a question waits there: gone once it is answered or skipped
+        const step = Number(li.dataset.index);
+        li.classList.toggle("gs-tl-asks", byStep.has(step) && !revealed.has(step));
       }
     });
   }

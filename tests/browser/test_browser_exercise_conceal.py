@@ -156,6 +156,22 @@ def test_an_error_mark_comes_back_with_its_own_question(app, server):
     assert_nothing_tells_it_fails(app.page.evaluate(OUTCOME), error)
 
 
+def marked_asking(page) -> list[int]:
+    """The steps whose timeline chip carries the "?" of a question still waiting."""
+    return page.eval_on_selector_all(
+        ".gs-tl-step.gs-tl-asks", "els => els.map((e) => Number(e.dataset.index))"
+    )
+
+
+def test_a_calls_question_mark_goes_once_its_question_is_skipped(app, server):
+    open_app(app, server, FAILS)
+    before = marked_asking(app.page)
+    asked = step_of(app.page) + 1  # held on the step before the call the card asks about
+    assert asked in before
+    app.page.click(".gs-ex-skip")
+    assert marked_asking(app.page) == [s for s in before if s != asked]
+
+
 def test_the_embed_shows_no_diagnosis_or_error_mark_before_the_question_and_both_after(browser, server):
     error = failing_call(FAILS)
     tab = Page(browser, server, reduced_motion="reduce", viewport={"width": 1100, "height": 900})
