@@ -9,8 +9,9 @@ Starts ``gradstep serve`` (rate limit off), then interleaves, round after round:
   hit offering what a browser offers over plain HTTP (gzip), for its size;
 * the same code exec'd plainly in this warm process (torch imported, one thread like the
   sandbox's children): the baseline.
-Printed: medians and their ratio (goal <= 1.6x), the median and quartiles of each round's miss over
-the plain run beside it (the same ratio, less moved by the machine's drift), what the server's own
+Printed: medians and their ratio (goal <= 2.0x, issue 40; the first aim was 1.6x), the median
+and quartiles of each round's miss over the plain run beside it (the same ratio, less moved by the
+machine's drift), what the server's own
 timings (Server-Timing) say the time went to, the trace's size on the wire (goal <= 100 KB), and
 the p50 of a small snippet end to end (goal <= 15 ms), back to back (each run's next spare child
 is still being made while the next run goes) and spaced 100 ms apart (as one person clicking
@@ -96,7 +97,7 @@ def main() -> int:
     print(f"\n24-layer TransformerEncoder, {args.runs} interleaved rounds, {os.cpu_count()} CPUs")
     print(f"  end to end over HTTP (cache miss)  {s * 1e3:8.1f} ms median")
     print(f"  plain, warm process                {p * 1e3:8.1f} ms median")
-    print(f"  ratio                              {s / p:8.2f}x   (goal <= 1.6x)")
+    print(f"  ratio                              {s / p:8.2f}x   (goal <= 2.0x)")
     # each miss over the plain run next to it: the machine's speed drifts by tens of percent within
     # minutes here, and a pair measured a moment apart shares the drift
     paired = [a / b for a, b in zip(served, plains, strict=True)]
