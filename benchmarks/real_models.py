@@ -31,7 +31,7 @@ import httpx
 from models.catalog import gpt, mlp
 from playwright.sync_api import sync_playwright
 from render import run
-from testkit.browser_support import launch, start_server, stop_server
+from testkit.browser_support import launch, running_server
 from testkit.sandbox_guard import uid_base
 
 TINY = "import torch\nx = torch.ones(2, requires_grad=True)\nx.sum().backward()\n"
@@ -108,14 +108,13 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=48, help="layers of the GPT for the ~6,000-node figures")
     args = ap.parse_args()
     models = {"12-layer GPT": gpt(12), "24-layer MLP": mlp(24), f"{args.big}-layer GPT": gpt(args.big)}
-    proc, base = start_server(
+    with running_server(
         GRADSTEP_UID_BASE=str(uid_base(2480)),
         GRADSTEP_WORKERS="1",
         GRADSTEP_CPU_SECONDS="120",
         GRADSTEP_WALL_SECONDS="180",
         GRADSTEP_MEMORY_MB=os.environ.get("GRADSTEP_MEMORY_MB", "2048"),
-    )
-    try:
+    ) as base:
         print("trace on the wire (raw JSON / gzip):")
         sizes = {}
         for label, code in models.items():
@@ -178,8 +177,6 @@ def main() -> None:
                 f"scrub median {med(scrub):.1f} ms (p90 {statistics.quantiles(scrub, n=10)[-1]:.1f}) (target ≤ 50 ms)"
             )
             browser.close()
-    finally:
-        stop_server(proc)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 from playwright.sync_api import sync_playwright
 
 # Chromium, its flags and the server start-up are shared with the browser tests
-from testkit.browser_support import launch, start_server, stop_server
+from testkit.browser_support import launch, running_server
 from tracer_overhead import SNIPPET as TRANSFORMER  # noqa: E402  (benchmarks/ is on sys.path)
 
 
@@ -322,8 +322,7 @@ def main() -> None:
     ap.add_argument("--against", metavar="REF", help="a git ref whose front end is measured too, in turns")
     ap.add_argument("--steps-only", action="store_true", help="only the step transitions")
     args = ap.parse_args()
-    proc, base = start_server()
-    try:
+    with running_server() as base:
         with sync_playwright() as p:
             browser = launch(p)
             if args.steps_only or args.against:
@@ -403,8 +402,6 @@ def main() -> None:
             print(step_line("step transition", steps, cpu))
             print(f"  playing {fr['fps']:.0f} fps, longest frame {fr['worst']:.1f} ms")
             browser.close()
-    finally:
-        stop_server(proc)
 
 
 if __name__ == "__main__":
