@@ -12,81 +12,23 @@ Each function returns a snippet's code (no downloads, seeded). From the shell:
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
-GPT_MODEL = """\
-import math
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-torch.manual_seed(0)
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.c_attn = nn.Linear(d, 3 * d)
-        self.c_proj = nn.Linear(d, d)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q = q.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        k = k.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        v = v.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(k.size(-1))
-        mask = torch.ones(T, T).tril() == 0
-        att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
-
-
-class MLP(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.c_fc = nn.Linear(d, 4 * d)
-        self.c_proj = nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x)))
-
-
-class Block(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(d)
-        self.attn = CausalSelfAttention(d, heads)
-        self.ln_2 = nn.LayerNorm(d)
-        self.mlp = MLP(d)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab, block, layers, d, heads):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, d)
-        self.wpe = nn.Embedding(block, d)
-        self.h = nn.ModuleList([Block(d, heads) for _ in range(layers)])
-        self.ln_f = nn.LayerNorm(d)
-        self.lm_head = nn.Linear(d, vocab, bias=False)
-
-    def forward(self, idx):
-        pos = torch.arange(idx.size(1))
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.h:
-            x = block(x)
-        return self.lm_head(self.ln_f(x))
-
-
+# The model's classes are the curated snippet's (snippets/gpt_training_step.py): one copy, what a
+# reader of that snippet sees; its own sizes and training step are left out.
+_CURATED = Path(__file__).resolve().parents[2] / "snippets" / "gpt_training_step.py"
+_CLASSES = re.search(r"^import math\n.*?(?=^model = GPT\()", _CURATED.read_text(), re.S | re.M)
+assert _CLASSES is not None, f"{_CURATED} no longer defines the model as the catalog expects"
+GPT_MODEL = (
+    _CLASSES.group(0).replace("{", "{{").replace("}", "}}")
+    + """\
 model = GPT(vocab={vocab}, block={block}, layers={layers}, d={d}, heads={heads})
 idx = torch.randint(0, {vocab}, (2, {block}))
 targets = torch.randint(0, {vocab}, (2, {block}))
 """
+)
 
 GPT_STEP = """\
 logits = model(idx)
