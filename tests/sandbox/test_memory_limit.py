@@ -129,22 +129,45 @@ while True:
 """
 
 
-@pytest.fixture(scope="module")
-def cpu_runner(guard):
-    settings = Settings(
-        workers=1, extra_slots=1, rate=0, cpu_seconds=2, wall_seconds=30, uid_base=uid_base(2360)
-    )
+SLEEPS_AFTER_A_GRAPH = BUSY_AFTER_A_GRAPH.replace(
+    "while True:\n    pass\n", "import time\nwhile True:\n    time.sleep(0.05)\n"
+)
+
+# limit -> (the runner's settings, code that runs into it after a graph, where that code's endless
+# part starts, what the message must say)
+SELF_STOPS = {
+    "cpu": (
+        dict(cpu_seconds=2, wall_seconds=30, uid_base=uid_base(2360)),
+        BUSY_AFTER_A_GRAPH,
+        "while True",
+        ["of its 2 s of CPU time", "GRADSTEP_CPU_SECONDS", "gradstep.record()", "fewer iterations"],
+    ),
+    "wall": (
+        dict(wall_seconds=3, uid_base=uid_base(2370)),
+        SLEEPS_AFTER_A_GRAPH,
+        "import time",
+        [
+            "of its 3 s of wall-clock time",
+            "GRADSTEP_WALL_SECONDS",
+            "with the gradstep command, a larger --timeout",
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("limit", SELF_STOPS)
+def test_a_run_near_its_limit_stops_itself_with_the_steps_it_recorded(guard, limit):
+    options, code, endless, words = SELF_STOPS[limit]
+    settings = Settings(workers=1, extra_slots=1, rate=0, **options)
     r = TraceRunner(settings, Sandbox(sandbox_config(settings, cgroup_parent=guard.parent)))
     r.start()
-    guard.hold(r.health()["zygote_pid"])
-    yield r
-    r.close()
-
-
-def test_a_run_near_its_cpu_limit_stops_itself_with_the_steps_it_recorded(cpu_runner):
-    trace = traced(cpu_runner, BUSY_AFTER_A_GRAPH)
-    assert (trace["status"], trace["limit"]) == ("limit", "cpu")
-    before = record(BUSY_AFTER_A_GRAPH.split("while True")[0])  # the same code up to the loop, whole
+    try:
+        guard.hold(r.health()["zygote_pid"])
+        trace = traced(r, code)
+    finally:
+        r.close()
+    assert (trace["status"], trace["limit"]) == ("limit", limit)
+    before = record(code.split(endless)[0])  # the same code up to its endless part, whole
     kept = [(s["kind"], s["line"]) for s in trace["steps"] if s["kind"] != "error"]
     assert kept == [(s["kind"], s["line"]) for s in before["steps"]]
     grads = trace["steps"][len(kept) - 1]["tensors"]
@@ -152,33 +175,5 @@ def test_a_run_near_its_cpu_limit_stops_itself_with_the_steps_it_recorded(cpu_ru
         grads["name"][0] == "w"
         and grads["grad"][0]["values"] == before["steps"][-1]["tensors"][0]["grad"]["values"]
     )
-    message = trace["error"]["message"]
-    assert "of its 2 s of CPU time" in message and "GRADSTEP_CPU_SECONDS" in message
-    assert "gradstep.record()" in message and "fewer iterations" in message
-
-
-SLEEPS_AFTER_A_GRAPH = BUSY_AFTER_A_GRAPH.replace(
-    "while True:\n    pass\n", "import time\nwhile True:\n    time.sleep(0.05)\n"
-)
-
-
-@pytest.fixture(scope="module")
-def wall_runner(guard):
-    settings = Settings(workers=1, extra_slots=1, rate=0, wall_seconds=3, uid_base=uid_base(2370))
-    r = TraceRunner(settings, Sandbox(sandbox_config(settings, cgroup_parent=guard.parent)))
-    r.start()
-    guard.hold(r.health()["zygote_pid"])
-    yield r
-    r.close()
-
-
-def test_a_run_near_its_wall_clock_limit_stops_itself_with_the_steps_it_recorded(wall_runner):
-    trace = traced(wall_runner, SLEEPS_AFTER_A_GRAPH)
-    assert (trace["status"], trace["limit"]) == ("limit", "wall")
-    before = record(SLEEPS_AFTER_A_GRAPH.split("import time")[0])
-    assert [(s["kind"], s["line"]) for s in trace["steps"]] == [
-        (s["kind"], s["line"]) for s in before["steps"]
-    ]
-    message = trace["error"]["message"]
-    assert "of its 3 s of wall-clock time" in message and "GRADSTEP_WALL_SECONDS" in message
-    assert "with the gradstep command, a larger --timeout" in message
+    for word in words:
+        assert word in trace["error"]["message"]
