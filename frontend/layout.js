@@ -183,14 +183,19 @@ function* layoutSteps(model, expandedIn, vis, { cache = new Map(), onProgress = 
     if (grid) children.sort((a, b) => (model.groups.get(a[2])?.iteration ?? 0) - (model.groups.get(b[2])?.iteration ?? 0));
     const keys = children.map((x) => x[0]);
     const sizes = children.map((x) => x[1]);
+    // NOTE [iterations share a place]: a collapsed iteration's box shows only while one of its nodes
+    // is alive (model.js: its span), so iterations never alive together (a training loop's, each
+    // dropped as the next one's forward runs) share one place; an opened one keeps its own (a
+    // frame shows at every step)
+    const slots = grid ? sharedSlots(children.map(([key, , group]) => (key.startsWith("f:") ? null : model.groups.get(group)?.span ?? null))) : null;
     const index = new Map(keys.map((k, i) => [k, i]));
     const local = c.edges.map((e) => [index.get(e.from), index.get(e.to)]);
     // only module boxes (a model's repeated blocks): a long chain of them wraps into rows
     const boxes = c.frames.length === 0 && c.items.every((i) => i.kind === "group");
-    const shapeKey = `${id === "" ? "root" : grid ? "grid" : "box"}|${boxes}|${JSON.stringify(sizes)}|${JSON.stringify(local)}`;
+    const shapeKey = `${id === "" ? "root" : grid ? "grid" : "box"}|${boxes}|${JSON.stringify(sizes)}|${JSON.stringify(local)}|${slots ? slots.join(",") : ""}`;
     let shape = shapes.get(shapeKey);
     if (!shape) {
-      shape = yield* layoutShape(sizes, local, id === "", shapes, { grid, boxes });
+      shape = yield* layoutShape(sizes, local, id === "", shapes, { grid, boxes, slots });
       shapes.set(shapeKey, shape);
     }
     const pos = new Map(keys.map((k, i) => [k, shape.pos[i]]));
@@ -442,35 +447,61 @@ function* bandedBoxes(sizes, edges, memo) {
 }
 
 /**
- * Children in rows, in their order, left to right (a loop's iterations: 1, 2, 3, ...), about
- * 3:2 as the panel is; each row as tall as its tallest. Edges are not routed (curves).
+ * The place of each child, by the steps it shows (``spans``, [first, last]; null: at every step):
+ * the first place whose last child was gone before this one came, else a new one. In order of
+ * their first step (a loop's iterations) this takes as few places as children are ever shown at
+ * once (NOTE [iterations share a place]).
  */
-export function gridBoxes(sizes, edges) {
+export function sharedSlots(spans) {
+  const until = []; // per place: the last step its latest child shows
+  return spans.map((span) => {
+    let k = span ? until.findIndex((end) => end < span[0]) : -1;
+    if (k < 0) k = until.push(0) - 1;
+    until[k] = span ? span[1] : Infinity;
+    return k;
+  });
+}
+
+/**
+ * Children in rows, in their order, left to right (a loop's iterations: 1, 2, 3, ...), about
+ * 3:2 as the panel is; each row as tall as its tallest. Children of one slot (``slots[i]``, from
+ * sharedSlots) share a place, as large as the largest of them. Edges are not routed (curves).
+ */
+export function gridBoxes(sizes, edges, slots = null) {
+  const slotOf = slots ?? sizes.map((_, i) => i);
+  const places = [];
+  sizes.forEach(([w, h], i) => {
+    const p = (places[slotOf[i]] ??= [0, 0]);
+    p[0] = Math.max(p[0], w);
+    p[1] = Math.max(p[1], h);
+  });
   const gap = G.ranksep;
-  const area = sizes.reduce((a, [w, h]) => a + (w + gap) * (h + gap), 0);
-  const widest = Math.max(0, ...sizes.map(([w]) => w + gap));
+  const area = places.reduce((a, [w, h]) => a + (w + gap) * (h + gap), 0);
+  let widest = 0;
+  for (const [w] of places) widest = Math.max(widest, w + gap);
   const rowWidth = Math.max(widest, Math.sqrt(area * 1.5));
-  const pos = [];
+  const at = [];
   let x = 0;
   let y = 0;
   let rowH = 0;
-  for (const [w, h] of sizes) {
+  for (const [w, h] of places) {
     if (x > 0 && x + w > rowWidth) {
       x = 0;
       y += rowH + gap;
       rowH = 0;
     }
-    pos.push({ x, y, w, h });
+    at.push({ x, y });
     x += w + gap;
     rowH = Math.max(rowH, h);
   }
+  const pos = sizes.map(([w, h], i) => ({ x: at[slotOf[i]].x, y: at[slotOf[i]].y, w, h }));
   return { pos, points: edges.map(() => null) };
 }
 
 /** A container's children as boxes (top-left) and routed edges by index, inside its frame. */
-function* layoutShape(sizes, edges, isRoot, memo, { grid = false, boxes = false } = {}) {
+function* layoutShape(sizes, edges, isRoot, memo, { grid = false, boxes = false, slots = null } = {}) {
   // a loop's iterations in rows, in order; a chain of module boxes in rows; else dagre, banded
-  const { pos, points: raw } = grid ? gridBoxes(sizes, edges) : (boxes && chainRows(sizes, edges)) || (yield* bandedBoxes(sizes, edges, memo));
+  const { pos, points: raw } = grid ? gridBoxes(sizes, edges, slots) : (boxes && chainRows(sizes, edges)) || (yield* bandedBoxes(sizes, edges, memo));
   const pad = isRoot ? 0 : G.framePad;
   const head = isRoot ? 0 : G.frameHead;
   const { minX, minY, maxX, maxY } = extent(pos);

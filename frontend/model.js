@@ -415,6 +415,7 @@ export function buildModel(input) {
   // One pass over the steps for what must be known about all of them at once
   // (stable sizes, first stale step). Cheap: no per-step objects are kept.
   let before = new Map(); // tensor name → grad at the previous step
+  const lastAlive = loops.length ? new Int32Array(nodes.length).fill(-1) : null; // node id → its last step alive
   for (let i = 0; i < rawSteps.length; i++) {
     const rs = rawSteps[i];
     // the "= old + delta" row of a leaf whose grad accumulated at this step
@@ -430,6 +431,7 @@ export function buildModel(input) {
     }
     before = now;
     for (const s of rs.nodes ?? []) {
+      if (lastAlive && !s.dropped && s.id >= 0 && s.id < lastAlive.length) lastAlive[s.id] = i;
       if (s.stale && !staleSince.has(s.id)) staleSince.set(s.id, i);
       if (s.vars && s.vars.length) {
         const w = s.vars.join(", ").length;
@@ -448,6 +450,19 @@ export function buildModel(input) {
     }
     for (const [node, count] of rows) {
       if (count > (model.maxGradRows.get(node) ?? 0)) model.maxGradRows.set(node, count);
+    }
+  }
+  // The steps at which each iteration has a node alive, [first, last]: its box shows only then, so
+  // iterations never alive together may share a place (NOTE [iterations share a place] in layout.js).
+  for (const loop of loops) {
+    for (const it of loop.iterations) {
+      let first = Infinity;
+      let last = -1;
+      for (const n of it.nodes) {
+        first = Math.min(first, n.step);
+        last = Math.max(last, lastAlive[n.id]);
+      }
+      if (first !== Infinity) groups.get(it.id).span = [first, Math.max(first, last)];
     }
   }
   return model;

@@ -93,3 +93,46 @@ def test_the_current_steps_chip_is_scrolled_into_the_timelines_view(app):
         }"""
     )
     assert inside
+
+
+# (label, on screen, its box on the page) of each iteration box
+_ITERATION_BOXES = """() => [...document.querySelectorAll('g.gs-group')]
+  .filter((g) => /iteration \\d+/.test(g.textContent))
+  .map((g) => {
+    const r = g.querySelector('rect').getBoundingClientRect();
+    return [g.querySelector('.gs-group-name').textContent, !g.classList.contains('gs-absent'),
+            [Math.round(r.x), Math.round(r.y), Math.round(r.width), Math.round(r.height)]];
+  })"""
+
+
+def test_a_training_loops_iterations_show_one_at_a_time_in_one_place(app):
+    # each forward drops the previous iteration's graph (NOTE [iterations share a place]): its box
+    # and the next one's are never on screen together, so they take one place, not twenty
+    app.open()
+    trace = app.run_code(LOOP)
+    app.press("Home")
+    built = None  # the iteration of the last forward so far: its graph is the one alive
+    for i, step in enumerate(trace["steps"]):
+        if step["kind"] == "forward":
+            built = step["iteration"]
+        boxes = app.page.evaluate(_ITERATION_BOXES)
+        shown = [label for label, on, _ in boxes if on]
+        assert shown == ([] if built is None else [f"▸ iteration {built}"]), (i, shown)
+        assert len({tuple(rect) for _, _, rect in boxes}) == 1, "one place for all of them"
+        if i < len(trace["steps"]) - 1:
+            app.press("ArrowRight")
+    assert app.errors == []
+
+
+def test_the_iterations_of_a_loop_that_keeps_every_graph_keep_a_place_each(app):
+    # a running total that holds each iteration's graph: all of them are alive at the end
+    keeps = LOOP.replace(
+        "loss.backward()", "loss.backward(retain_graph=True)\n    kept.append(loss)"
+    ).replace("for epoch in", "kept = []\nfor epoch in")
+    app.open()
+    app.run_code(keeps)
+    app.press("End")
+    boxes = app.page.evaluate(_ITERATION_BOXES)
+    assert len(boxes) == 20 and all(on for _, on, _ in boxes)
+    assert len({tuple(rect) for _, _, rect in boxes}) == 20, "twenty places"
+    assert app.errors == []
