@@ -12,8 +12,9 @@ spliced in front (``SERVER_FIELDS``: the child leaves them out): compression sta
 the bytes arrive, while a checker (or a thread) validates them, instead of after a
 re-serialization. The browser parses the same text that was validated; orjson and ``JSON.parse``
 agree on it (the last of duplicate keys wins in both; invalid UTF-8, lone surrogates and
-out-of-range numbers are refused here). A child that wrote a server field anyway, or proposed diagnoses (which the server
-must run and check first), is re-serialized from the validated data instead.
+out-of-range numbers are refused here). A child that wrote a server field anyway, or proposed
+diagnoses (which the server must run and check first), is re-serialized from the validated data
+instead.
 """
 
 from __future__ import annotations

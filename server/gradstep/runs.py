@@ -253,18 +253,24 @@ class TraceRunner:
             return self.checker.check(output, fields, encode)
 
     def _run(self, payload: str, budget: RunBudget, deadline: float | None = None) -> RunResult:
-        result = self.sandbox.run(payload, deadline=deadline, cancel=budget.cancel)
-        if result.status == "cancelled":
-            raise Cancelled(result.detail)
-        return result
+        with self._running(payload, budget, deadline=deadline) as result:
+            return result
 
     @contextlib.contextmanager
-    def _running(self, payload: str, budget: RunBudget, timings: dict[str, float]) -> Iterator[RunResult]:
-        """``_run`` (timed as "run"), whose child exits once the block is done with its result:
-        checking a big trace has the CPU to itself (NOTE [a child's exit waits for its release])."""
+    def _running(
+        self,
+        payload: str,
+        budget: RunBudget,
+        timings: dict[str, float] | None = None,
+        deadline: float | None = None,
+    ) -> Iterator[RunResult]:
+        """One run, whose child exits once the block is done with its result (timed as "run" in
+        ``timings``): checking a big trace has the CPU to itself (NOTE [a child's exit waits for
+        its release]). Raises ``Cancelled`` once ``budget.cancel`` is set."""
         start = time.monotonic()
-        with self.sandbox.running(payload, cancel=budget.cancel) as result:
-            timings["run"] = (time.monotonic() - start) * 1e3
+        with self.sandbox.running(payload, deadline=deadline, cancel=budget.cancel) as result:
+            if timings is not None:
+                timings["run"] = (time.monotonic() - start) * 1e3
             if result.status == "cancelled":
                 raise Cancelled(result.detail)
             yield result
