@@ -93,8 +93,10 @@ def _csp_proof_waits() -> None:
         while True:
             try:
                 value = self.evaluate(expression, arg)
-            except Error as e:  # a navigation replaced the document under the poll: poll the new one
-                if "context was destroyed" not in str(e):
+            except Error as e:
+                # a navigation replaced the document under the poll, or the frame's document is not
+                # parsed yet (no body: the predicate read document.body): poll again
+                if "context was destroyed" not in str(e) and not _still_loading(self):
                     raise
                 value = None
             if value:
@@ -102,6 +104,12 @@ def _csp_proof_waits() -> None:
             if time.monotonic() > end:
                 raise TimeoutError(f"wait_for_function: {timeout} ms exceeded waiting for {expression}")
             time.sleep(0.03)
+
+    def _still_loading(self) -> bool:
+        try:
+            return bool(self.evaluate("document.body === null"))
+        except Error:
+            return True
 
     PlaywrightPage.wait_for_function = wait_for_function
     Frame.wait_for_function = wait_for_function
