@@ -91,3 +91,38 @@ def test_space_on_a_timeline_chip_plays_and_enter_goes_to_its_step(app):
     app.page.keyboard.press("Enter")
     assert app.page.locator(".gs-stepper").get_attribute("data-step") == str(n - 1)
     assert app.errors == []
+
+
+@pytest.mark.parametrize("motion", ["reduce", "no-preference"])
+def test_tab_reaches_every_shown_graph_item_and_no_absent_one(browser, server, motion):
+    # a node not alive at the step is drawn transparent in its place; the keyboard must skip it as
+    # the eye does, also after stepping back (it fades out, then leaves the Tab order)
+    app = Page(browser, server, reduced_motion=motion, viewport={"width": 1400, "height": 900})
+    try:
+        trace = app.run_code(CODE) if app.open() else None
+        last = len(trace["steps"]) - 1
+        for step in (0, last, 0):
+            app.page.evaluate(f"window.gradstep.viewer.setStep({step})")
+            app.page.wait_for_timeout(500)  # past the fade
+            items = app.page.locator("#gs-graph g.gs-item")
+            shown = app.page.locator("#gs-graph g.gs-item:not(.gs-absent)")
+            assert shown.count() >= 1
+            if step == 0:
+                assert shown.count() < items.count(), "step 0 must have a node not yet made"
+            shown.first.focus()
+            reached = []
+            for _ in range(items.count() + 2):
+                el = app.page.evaluate_handle("document.activeElement")
+                if not el.evaluate("e => e.matches('#gs-graph g.gs-item')"):
+                    break
+                reached.append(
+                    el.evaluate(
+                        "e => [e.dataset.nodeId || e.dataset.key || '', e.classList.contains('gs-absent')]"
+                    )
+                )
+                app.page.keyboard.press("Tab")
+            assert not [r for r in reached if r[1]], f"Tab landed on absent items at step {step}: {reached}"
+            assert len(reached) == shown.count(), (step, reached)
+        assert app.errors == []
+    finally:
+        app.close()
