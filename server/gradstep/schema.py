@@ -553,9 +553,10 @@ class Step(_Model):
         None,
         description=(
             "`update` steps: what the optimizer call did (see [Update](#update-stepupdate)). Past "
-            "`Limits.line_repeats` executions of its line such a call gets no step of its own (as a "
-            "loop's forward lines are folded); its effect shows in the next step's tensors. Added "
-            "within version 4."
+            "`Limits.line_repeats` executions of its line such a call gets a step once per backward "
+            "call (a training loop's zero_grad and step show in every iteration); the others (a "
+            "line of optimizer calls with no backward between them) get none, their effect showing "
+            "in the next step's tensors. Added within version 4."
         ),
     )
     api: Api | None = Field(None, description="Call steps: the function that made the call.")

@@ -120,9 +120,11 @@ def rows(app: Page) -> dict[str, dict]:
 
 
 def at_last_step(app: Page) -> None:
-    """Go to the last step (each snippet here ends on a backward call) and wait for the panel to draw it."""
+    """Go to the last backward call (a training loop's last step is its optimizer's) and wait for
+    the panel to draw it."""
     last = app.page.evaluate(
-        "(() => { const v = window.gradstep.viewer; v.setStep(v.model.steps.length - 1); return v.step; })()"
+        "(() => { const v = window.gradstep.viewer, s = v.model.steps;"
+        " v.setStep(s.findLastIndex((x) => x.kind === 'backward' || x.kind === 'grad')); return v.step; })()"
     )
     app.page.locator(".gs-gradflow").scroll_into_view_if_needed()
     app.page.wait_for_function(f"document.querySelector('.gs-gradflow').dataset.call === '{last}'")

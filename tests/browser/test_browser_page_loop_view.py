@@ -68,7 +68,12 @@ def test_the_last_step_of_a_training_loop_shows_the_iteration_it_ran(app):
     last = f"g.gs-group[data-group='@1.{n}']"
     app.press("End")
     app.page.wait_for_timeout(300)
-    assert trace["steps"][-1]["kind"] == "backward"
+    assert trace["steps"][-1]["kind"] == "update"  # the last iteration's opt.step()
+    assert trace["steps"][-1]["iteration"] == n
+    assert _in_pane(app.page, last), "the box of the iteration the optimizer stepped is in view"
+    backward = max(i for i, s in enumerate(trace["steps"]) if s["kind"] == "backward")
+    app.page.evaluate(f"window.gradstep.viewer.setStep({backward})")
+    app.page.wait_for_timeout(300)
     assert app.page.locator(last).get_attribute("data-executed") == "true"
     assert _in_pane(app.page, last), "the box of the iteration whose backward ran is in view"
     app.shot("loop_view_training_loop_last_step_1400")

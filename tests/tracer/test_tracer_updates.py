@@ -8,8 +8,11 @@ plain run shows it did.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import textwrap
+import warnings
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,6 +21,7 @@ from gradstep.columns import pack
 from gradstep.narrate import narrate
 from gradstep.schema import Trace
 from gradstep.tracer import record
+from gradstep.tracer.limits import Limits
 
 
 @dataclass
@@ -249,17 +253,38 @@ def test_steps_outside_the_loop_have_no_iteration():
     assert [(s["line"], s.get("iteration")) for s in trace["steps"]] == [(4, 1), (4, 2), (5, None)]
 
 
-def test_a_long_loop_keeps_to_the_steps_it_had_without_update_steps():
+def test_a_long_loop_shows_its_optimizer_in_every_iteration_as_plain_torch_runs_it():
+    # past its first iterations a loop's forward lines fold, but its zero_grad and step keep a step
+    # each per backward: the .grad never changes unseen between two backward steps
     code, lines = loop("torch.optim.SGD(model.parameters(), lr=0.1)", TRAIN, iterations=100)
+    trace, caps = check_against_plain(code, lines)  # each of the 200 calls, as plain torch made it
+    assert not trace["truncated"] and len(caps) == 200
+    later = [s for s in trace["steps"] if s["kind"] == "forward" and s["iteration"] > 3]
+    assert later and all("repeat" in s for s in later)  # the forward lines still fold
+    kinds = [s["kind"] for s in trace["steps"] if (s.get("iteration") or 0) == 50]
+    assert kinds == ["update", "forward", "backward", "update"]
+
+
+def test_optimizer_calls_with_no_backward_between_them_fold_as_lines_do():
+    code = textwrap.dedent(
+        """\
+        import torch
+        model = torch.nn.Linear(3, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        for i in range(10):
+            sched.step()
+        print(opt.param_groups[0]["lr"])
+        """
+    )
     trace = traced(code)
-    without = traced(code.replace("opt.zero_grad()", "pass").replace("opt.step()", "pass"))
-    assert not trace["truncated"]
-    assert len(updates(trace)) == 3 * len(lines)  # the first 3 executions of each call's line
-    assert len(trace["steps"]) == len(without["steps"]) + 3 * len(lines)
-    # past them the loop still trains: the final parameters are plain torch's
-    caps = plain(code, lines)
-    final = {t["name"]: t["grad"] for t in trace["steps"][-1]["tensors"]}
-    assert close(final["model.weight"]["norm"], caps[-1].after_grads["model.weight"].norm().item())
+    assert [s["update"]["op"] for s in updates(trace)] == ["lr_step"] * Limits().line_repeats
+    # the folded calls ran untouched: the rate printed is plain torch's
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's note that no optimizer step came first, as the trace's
+        exec(compile(code, "<plain>", "exec"), {"__name__": "__main__"})
+    assert trace["stdout"] == out.getvalue()
 
 
 def test_calls_inside_a_step_make_no_steps_of_their_own():

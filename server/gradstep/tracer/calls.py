@@ -196,6 +196,7 @@ class Calls:
             grad_graph=create_graph,
             returned=returned,
         )
+        rec.loops.called()  # the optimizer calls after it get steps again (Loops.update_shown)
 
 
 def _tensors(value) -> list[torch.Tensor]:

@@ -10,8 +10,9 @@ An optimizer's ``step`` is seen through torch's global step hooks (every optimiz
 wrapped by torch to call them); the rest are wrapped while a run lasts (patches.py). A call made
 inside another one (``zero_grad`` inside a closure run by ``step``, a chained scheduler's own
 schedulers) is part of the outer call's step. Past ``Limits.line_repeats`` executions of its line a
-call gets no step of its own, as a forward line's are folded (loops.py): a long training loop keeps
-to the steps it had without them, and runs its optimizer untouched.
+call gets a step once per backward call (``Loops.update_shown``): a training loop shows its
+optimizer in every iteration it shows a backward of, and a line of optimizer calls with no backward
+between them folds as a forward line does (its calls run untouched).
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class Updates:
         if rec.snapshots.full():
             return False, None
         line = rec.line_at(frame)
-        return rec.loops.shown(line), line
+        return rec.loops.update_shown(line), line
 
     # -- the calls -----------------------------------------------------------------
 
