@@ -90,19 +90,22 @@ def _csp_proof_waits() -> None:
 
     def wait_for_function(self, expression: str, *, arg=None, timeout: float | None = None, polling=None):
         end = time.monotonic() + (30_000 if timeout is None else timeout) / 1000
+        last_error = ""
         while True:
             try:
-                value = self.evaluate(expression, arg)
+                value, last_error = self.evaluate(expression, arg), ""
             except Error as e:
                 # a navigation replaced the document under the poll, or the frame's document is not
                 # parsed yet (no body: the predicate read document.body): poll again
                 if "context was destroyed" not in str(e) and not _still_loading(self):
                     raise
-                value = None
+                value, last_error = None, f" (last poll: {e.message})"
             if value:
                 return value
             if time.monotonic() > end:
-                raise TimeoutError(f"wait_for_function: {timeout} ms exceeded waiting for {expression}")
+                raise TimeoutError(
+                    f"wait_for_function: {timeout} ms exceeded waiting for {expression}{last_error}"
+                )
             time.sleep(0.03)
 
     def _still_loading(self) -> bool:
