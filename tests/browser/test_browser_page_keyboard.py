@@ -93,6 +93,13 @@ def test_space_on_a_timeline_chip_plays_and_enter_goes_to_its_step(app):
     assert app.errors == []
 
 
+# the focused graph item as [its node id, absent?], or null when focus is not on one
+FOCUSED_GRAPH_ITEM = """() => {
+  const e = document.activeElement;
+  return e && e.matches('#gs-graph g.gs-item') ? [e.dataset.nodeId ?? '', e.classList.contains('gs-absent')] : null;
+}"""
+
+
 @pytest.mark.parametrize("motion", ["reduce", "no-preference"])
 def test_tab_reaches_every_shown_graph_item_and_no_absent_one(browser, server, motion):
     # a node not alive at the step is drawn transparent in its place; the keyboard must skip it as
@@ -112,14 +119,10 @@ def test_tab_reaches_every_shown_graph_item_and_no_absent_one(browser, server, m
             shown.first.focus()
             reached = []
             for _ in range(items.count() + 2):
-                el = app.page.evaluate_handle("document.activeElement")
-                if not el.evaluate("e => e.matches('#gs-graph g.gs-item')"):
+                here = app.page.evaluate(FOCUSED_GRAPH_ITEM)
+                if here is None:
                     break
-                reached.append(
-                    el.evaluate(
-                        "e => [e.dataset.nodeId || e.dataset.key || '', e.classList.contains('gs-absent')]"
-                    )
-                )
+                reached.append(here)
                 app.page.keyboard.press("Tab")
             assert not [r for r in reached if r[1]], f"Tab landed on absent items at step {step}: {reached}"
             assert len(reached) == shown.count(), (step, reached)
