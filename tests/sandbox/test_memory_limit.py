@@ -110,6 +110,15 @@ def test_a_run_the_memory_cgroup_kills_says_which_limit_its_value_and_what_to_do
     assert f"{MEMORY_MB} MB" in message and "GRADSTEP_MEMORY_MB" in message and "gradstep.record()" in message
 
 
+def test_a_bomb_that_writes_every_page_is_refused_by_the_data_limit(runner):
+    # every page written (bytearray zeroes its memory): RLIMIT_DATA refuses the allocation before the
+    # cgroup's kill, and the runner's CPU limit (30 s) is far beyond what writing 600 MB costs
+    code = "chunks = []\nwhile True:\n    chunks.append(bytearray(50 * 2**20))\n"
+    trace = traced(runner, code)
+    assert (trace["status"], trace["limit"], trace["error"]["type"]) == ("limit", "memory", "MemoryError")
+    assert trace["error"]["line"] == 3 and f"{MEMORY_MB} MB of memory" in trace["error"]["message"]
+
+
 def test_the_data_limit_leaves_room_below_the_cgroup():
     for mb in (128, 512, 1024, 8192):
         assert 0 < data_mb(mb) <= mb - 32
