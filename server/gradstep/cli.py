@@ -109,15 +109,46 @@ def _title_of(file: str, code: str) -> str:
     return f"gradstep: {first or Path(file).name}"
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _folder_snippets(folder: Path) -> list[Path] | None:
+    """A folder's *.py files in name order; None (said on stderr)
+    when one is a symbolic link leading out of the folder (to /etc/passwd, ../secret.py): a folder
+    export never reads a file the folder does not hold, and nothing runs. A file named on the
+    command line is the user's own choice and is read wherever it is."""
+    root = folder.resolve()
+    found, outside = [], []
+    for entry in sorted(folder.glob("*.py")):
+        real = entry.resolve()
+        if not _inside(real, root):
+            outside.append(f"{entry} -> {real}")
+        elif real.is_file():
+            found.append(entry)  # a link to a file inside the folder is that file
+    if outside:
+        print(
+            f"gradstep: not exporting the folder {folder}: "
+            f"{'these symbolic links lead' if len(outside) > 1 else 'a symbolic link leads'} out of it, "
+            f"so {'they are' if len(outside) > 1 else 'it is'} not read: {'; '.join(outside)}. "
+            "Remove the link, or name the file itself on the command line.",
+            file=sys.stderr,
+        )
+        return None
+    if not found:
+        print(f"gradstep: no .py file in the folder {folder}", file=sys.stderr)
+        return None
+    return found
+
+
 def _snippet_files(inputs: list[str]) -> list[Path] | None:
-    """The snippets named: files as given, a folder's *.py files in name order."""
+    """The snippets named: files as given, a folder's *.py files in name order (_folder_snippets)."""
     files: list[Path] = []
     for name in inputs:
         path = Path(name)
         if path.is_dir():
-            found = sorted(p for p in path.glob("*.py") if p.is_file())
-            if not found:
-                print(f"gradstep: no .py file in the folder {path}", file=sys.stderr)
+            found = _folder_snippets(path)
+            if found is None:
                 return None
             files.extend(found)
         else:
