@@ -162,12 +162,15 @@ class _Process:
     """One checker process (``python -m gradstep.checker``): trusted code, fed untrusted bytes."""
 
     def __init__(self):
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]), *sys.path]),
-        }
+        from gradstep import checker_env  # no secrets, no capabilities: see there
+
+        path = os.pathsep.join([str(Path(__file__).resolve().parents[1]), *sys.path])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gradstep.checker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+            checker_env.command(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=checker_env.environment(path),
+            cwd="/",
         )
         for pipe in (self.proc.stdin, self.proc.stdout):  # a big trace in one write, not 64 KB at a time
             protocol.widen(pipe.fileno())
