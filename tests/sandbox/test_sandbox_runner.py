@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from gradstep.sandbox import LAYERS, Sandbox, SandboxConfig, cgroups, protocol, runner
 from gradstep.sandbox.cgroups import CPU_SHARES, cgroup_of
+from gradstep.sandbox.config import data_mb
 from testkit import sandbox_guard
 from testkit.sandbox_guard import (
     Guard,
@@ -704,3 +705,70 @@ def test_without_extra_slots_there_is_one_slot_per_worker(guard):
         h = settle(sb)
         assert (h["workers"], h["slots"], h["spares"]) == (1, 1, 1)
         assert json.loads(sb.run("span 0").output)["uid"] == uid_base(1870)
+
+
+# -- what the runner saw of a run (NOTE [what the runner saw of a run]) ---------------------------
+
+
+def test_a_sleeping_run_is_measured_by_its_wall_time_not_its_cpu(sandbox):
+    settle(sandbox)
+    r = sandbox.run("sleep 0.5")
+    assert r.status == "ok"
+    assert 0.5 <= r.wall_used < 0.5 + 1.0
+    assert r.cpu_used is not None and r.cpu_before is not None
+    assert r.cpu_used - r.cpu_before < 0.2
+
+
+def test_the_limits_the_child_ran_under_are_read_from_it(sandbox):
+    settle(sandbox)
+    r = sandbox.run("limits")
+    own = json.loads(r.output)
+    assert r.cpu_limit == own["rlimit_cpu"][0] == 2  # the sandbox's cpu_seconds, its clock since the fork
+    assert r.wall_limit == 3 and r.memory_limit_mb == 256
+    assert r.data_limit_mb >= data_mb(256)  # what it started with + data_mb
+    assert 0 < r.memory_peak_mb < 256 and r.vm_hwm_mb > 0 and r.vm_peak_mb >= r.vm_hwm_mb
+
+
+def test_a_callers_earlier_deadline_is_the_runs_wall_limit(sandbox):
+    settle(sandbox)
+    r = sandbox.run("sleep 5", deadline=time.monotonic() + 1.0)
+    assert (r.status, r.limit) == ("timeout", "wall")
+    assert r.wall_limit <= 1.0 <= r.wall_used < 1.0 + 0.5
+
+
+def test_a_run_killed_at_its_wall_limit_is_measured_up_to_the_kill(sandbox):
+    settle(sandbox)
+    r = sandbox.run("sleep 100")
+    assert r.status == "timeout"
+    assert r.wall_limit == 3 <= r.wall_used < 3 + 0.5
+    assert r.cpu_used < 0.5
+
+
+def test_a_run_killed_at_its_cpu_limit_is_measured_at_it(sandbox):
+    settle(sandbox)
+    r = sandbox.run("spin")
+    assert (r.status, r.limit) == ("limit", "cpu")
+    assert r.cpu_used >= 0.95 * r.cpu_limit  # wait4's rusage of the killed child
+    assert r.wall_used >= r.cpu_used - 0.05
+
+
+def test_a_child_that_exits_without_a_result_is_measured_by_its_wait_status(sandbox):
+    settle(sandbox)
+    r = sandbox.run("exit 3")
+    assert r.status == "crashed"
+    assert r.cpu_used is not None and r.vm_hwm_mb > 0  # wait4's, the zygote's report
+    assert r.vm_peak_mb is None  # only /proc knows it, and the process is gone
+
+
+def test_a_child_that_answers_early_is_measured_when_its_answer_came(sandbox):
+    settle(sandbox)
+    r = sandbox.run("early 1")
+    assert r.status == "ok" and r.wall_used < 0.5  # not the second it sleeps after its answer
+
+
+def test_nothing_is_measured_for_a_run_that_never_had_a_child(roomy):
+    with contextlib.ExitStack() as stack:
+        held = [stack.enter_context(roomy.running("pid")) for _ in range(roomy.config.workers)]
+        r = roomy.run("pid", deadline=time.monotonic() + 0.2)
+        assert all(h.status == "ok" for h in held)
+    assert (r.status, r.cpu_used, r.wall_used, r.memory_peak_mb) == ("timeout", None, None, None)

@@ -19,6 +19,12 @@ API
     r.detail                  # one human sentence: which limit, which signal, what failed
     r.reported                # when the target raised: the child's own text (untrusted: quote it as its)
     r.seconds, r.timings      # wall time of run(); ms: queue, spare, the child's fork and layers, target
+    # what the parent itself measured of the child (never the child's word; None: not measured):
+    r.cpu_used, r.cpu_before  # s of CPU (user + sys) since its fork, at the run's end / at the hand-over
+    r.wall_used               # s from the hand-over of the code to the result (or the kill)
+    r.memory_peak_mb          # the slot's memory cgroup's high-water mark during the run
+    r.vm_hwm_mb, r.vm_peak_mb # the child's peak resident memory and address space
+    r.cpu_limit, r.data_limit_mb, r.wall_limit, r.memory_limit_mb  # the limits it ran under
     sb.health()               # {"zygote": bool, "layers": {name: "active" | "disabled" | "unavailable: why"},
                               #  "workers": runs at once, "slots": workers + extra_slots,
                               #  "busy": runs holding a slot, "spares": spares waiting, ...}
@@ -39,6 +45,38 @@ in its trace, status "ok"). The sandbox reports what happens to the *process*:
 * ``crashed``: the target raised, the child died by a signal or exited without
   a result, wrote a malformed result, a confinement layer failed (nothing ran),
   or the zygote died (it restarts on the next run).
+
+**What the runner saw** (NOTE [what the runner saw of a run] in config.py). The child runs a
+stranger's code in the target's own process, so anything it writes — its output, a trace saying it
+stopped at a limit, ``reported`` — may be that code's words. Beside them a ``RunResult`` carries what
+the parent measured itself, from the kernel's account of the child, which the child cannot write:
+
+* ``cpu_used``: seconds of CPU time (user + system, every thread) the child had used since its fork
+  when the run ended, from ``/proc/<pid>/stat`` read by the parent right after the result (the child
+  is still there, held: NOTE [a child's exit waits for its release]) or just after sending a kill,
+  else from the wait status's rusage (``wait4`` in the zygote) once it is gone. It is the clock
+  RLIMIT_CPU counts and ``cpu_limit`` is in, to the clock tick (10 ms). ``cpu_before`` is its part
+  before the code was handed over (fork, layers, prewarm: read then, while a spare waits blocked;
+  None for a child forked for this run whose pid was not known yet).
+* ``wall_used``: seconds from the hand-over of the code (when the wall clock of ``wall_seconds``
+  starts) to the result, or to the kill; ``wall_limit`` is what the run was given from then
+  (``wall_seconds``, or less when the caller's ``deadline`` came first).
+* ``memory_peak_mb``: the slot's memory cgroup's ``memory.max_usage_in_bytes``, reset at the
+  hand-over: the most memory charged to the child at once during the run, which is what
+  ``memory_mb`` (``memory_limit_mb``) limits — its allocations, the zygote's pages it wrote to,
+  files it read in; not the zygote's pages it only shares. None without the ``cgroup`` layer.
+  ``vm_hwm_mb`` (peak resident memory, the ~250 MB of the zygote's pages it maps included; wait4's
+  ``ru_maxrss`` once it is gone) and ``vm_peak_mb`` (peak address space) from ``/proc/<pid>/status``.
+* ``cpu_limit`` (RLIMIT_CPU's soft limit, s) and ``data_limit_mb`` (RLIMIT_DATA's, MB: its whole data
+  segment, what the child started with + ``data_mb(memory_mb)``), from ``/proc/<pid>/limits``:
+  the data limit as set before the code arrived, the CPU limit as it was at the end (the server's job
+  lowers it for a fix run; the code may lower it too, and neither can raise it: hard = soft).
+
+Each read goes through a descriptor of the child's ``/proc/<pid>`` opened when the zygote reported
+its fork, so it can never read another process that got the pid since (observe.py). A child that
+writes a forged result and exits, sleeps or spins is measured up to its answer
+(tests/sandbox/test_run_observations.py). Cost: ≈0.1 ms at the hand-over and ≈0.2 ms at the end
+(the /proc reads and the cgroup's reset and read), on a tiny snippet's ≈10 ms.
 
 run() returns as soon as it has the whole result (or knows the outcome: a
 kill for the wall clock or an oversized or malformed result; an EOF without a

@@ -107,3 +107,42 @@ class RunResult:
     # entry per confinement layer (off the request's path for a spare), "cpu_before" (CPU
     # the child used before the target, counted by RLIMIT_CPU), "target"
     timings: dict[str, float] = field(default_factory=dict)
+    # NOTE [what the runner saw of a run]
+    # What the parent measured of the child itself, never what the child wrote: the kernel's
+    # account of the process (/proc/<host pid>, the wait status's rusage, the slot's memory
+    # cgroup), read by the server's process, which the child cannot reach (observe.py). The child's
+    # own bytes (its output, a trace claiming ``status: limit``, ``reported``) change none of them.
+    # None: not measured (no child ran: a queue timeout, a closed sandbox; or not readable here:
+    # no cgroup layer). Whether a run hit a limit is decided from these (gradstep.voice).
+    #
+    # Seconds of CPU time (user + system, every thread) the child had used since its fork when the
+    # run ended (its result read, or it was killed or found dead): /proc/<pid>/stat read while the
+    # child is held after its result (NOTE [a child's exit waits for its release]), else wait4's
+    # rusage once the zygote reaped it. The clock RLIMIT_CPU counts (``cpu_limit``), so it includes
+    # ``cpu_before``; to the clock tick (10 ms).
+    cpu_used: float | None = None
+    cpu_before: float | None = None  # of cpu_used, what the child had used when its code was handed over
+    # (its fork, confinement, the prewarm: read then, before any of the code ran)
+    wall_used: float | None = None  # seconds from the hand-over of the code to the run's end (result
+    # read, or the kill): the clock of ``wall_seconds``, measured by the parent
+    # The slot's memory cgroup's high-water mark (memory.max_usage_in_bytes, reset at the hand-over),
+    # MB: the most memory charged to the child at once during the run, what ``memory_mb`` limits (its
+    # new allocations, the zygote's pages it wrote to, files it brought in; not the zygote's pages it
+    # only shares). A run the cgroup OOM-killed reads its limit. None without the cgroup layer.
+    memory_peak_mb: float | None = None
+    # The child's VmHWM (peak resident memory, the zygote's ~250 MB of shared pages included; wait4's
+    # ru_maxrss once it is gone) and VmPeak (peak address space: torch maps ~620 MB it never touches),
+    # MB, from /proc/<pid>/status while it is held
+    vm_hwm_mb: float | None = None
+    vm_peak_mb: float | None = None
+    # The limits the child ran under, as the parent read them (/proc/<pid>/limits): RLIMIT_CPU's soft
+    # limit in cpu_used's clock (s; read at the run's end while the child is there: the job may have
+    # lowered it for a fix run, the code may lower it too, neither can raise it above what the sandbox
+    # set; else as read at the hand-over), RLIMIT_DATA's soft limit (MB, its whole data segment: what
+    # the child started with + data_mb(memory_mb), as set before the code arrived), the wall-clock
+    # time the run was given from the hand-over (s: ``wall_seconds``, or less when the caller's
+    # deadline came first), and its memory cgroup's limit (MB; None without the cgroup layer)
+    cpu_limit: float | None = None
+    data_limit_mb: float | None = None
+    wall_limit: float | None = None
+    memory_limit_mb: float | None = None

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from gradstep.sandbox import protocol
+from gradstep.sandbox import observe, protocol
 from gradstep.sandbox.cgroups import Cgroups
 from gradstep.sandbox.config import LAYERS, RunResult, SandboxConfig, data_mb
 from gradstep.sandbox.confine import CODE_HEADER
@@ -28,6 +28,8 @@ from gradstep.sandbox.protocol import FRAME, Channel
 _ALLOCATION_CRASHES = (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT)
 START_TIMEOUT = 180.0  # seconds for the zygote to import, warm and probe
 EXIT_GRACE = 5.0  # seconds a child gets to exit after its result (or a kill) before the cgroup kill
+GONE_WAIT = 1.0  # seconds a run waits for the wait status of a child found gone at its end (its CPU time)
+MIB = 1 << 20
 LINGER_CHECK = 0.5  # seconds between the reader's checks for children that outstay EXIT_GRACE
 _CANCEL_CHECK = 0.05  # seconds between a cancellable run's looks at its cancel event
 SPARE_HOLD_MAX = 0.25  # seconds a new spare waits at most for ``spares_held`` sections to end
@@ -87,6 +89,7 @@ class _Child:
         self.code_w: int | None = None
         self.result_r: int | None = None
         self.pid: int | None = None
+        self.proc_fd: int | None = None  # its /proc/<pid> directory (observe.py), from its fork on
         self.exited = threading.Event()  # reaped, never forked, or the zygote died
         self.status: int | None = None  # wait status
         self.cpu = 0.0
@@ -105,7 +108,7 @@ class _Child:
         return self.status is not None and os.WIFEXITED(self.status) and os.WEXITSTATUS(self.status) == 70
 
     def close_fds(self) -> None:
-        for name in ("code_w", "result_r"):
+        for name in ("code_w", "result_r", "proc_fd"):
             fd = getattr(self, name)
             if fd is not None:
                 setattr(self, name, None)
@@ -423,6 +426,13 @@ class Sandbox:
             return
         if op == "forked":
             child.pid = msg["pid"]
+            fd = observe.open_process(child.pid)  # now, while it is known alive: never another's pid
+            with self._state_lock:
+                if child.released:
+                    if fd is not None:
+                        os.close(fd)
+                else:
+                    child.proc_fd = fd
         elif op == "fork_failed":
             child.fork_error = msg.get("error", "")
             child.exited.set()
@@ -695,10 +705,22 @@ class Sandbox:
         cg = self._cgroups
         oom_before = cg.oom_kills(child.slot) if cg else 0
         data = code.encode("utf-8", "surrogatepass")
+        # What the child used and may use before any of the code runs (NOTE [what the runner saw of
+        # a run]): read now, while a spare waits blocked for its code (None: not forked yet)
+        fd = child.proc_fd
+        cpu_before = observe.cpu_seconds(fd) if fd is not None else None
+        limits_before = observe.limits(fd) if fd is not None else None
+        if cg is not None:
+            cg.reset_memory_peak(child.slot)
         # The wall clock starts now, when the code is handed over. The pipes stay open: closing
         # the result pipe releases the child (``running``).
         t_hand = time.monotonic()
         result = self._collect(child, CODE_HEADER.pack(len(data)) + data, t_hand, deadline, cancel)
+        t_end = time.monotonic()
+        wall_limit = float(self.config.wall_seconds)
+        if deadline is not None:
+            wall_limit = min(wall_limit, deadline - t_hand)
+        self._observe(child, result, t_end - t_hand, wall_limit, cpu_before, limits_before)
         killed = result.status in ("crashed", "limit") and result.signal == "SIGKILL"
         if killed and cg and cg.oom_kills(child.slot) > oom_before:
             result.status, result.limit = "limit", "memory"
@@ -706,6 +728,42 @@ class Sandbox:
                 f"The run used more than its {self.config.memory_mb} MB of memory and was killed (SIGKILL)."
             )
         return result
+
+    def _observe(
+        self,
+        child: _Child,
+        result: RunResult,
+        wall_used: float,
+        wall_limit: float,
+        cpu_before: float | None,
+        limits_before: observe.Limits | None,
+    ) -> None:
+        """Fill in what the parent itself saw of the child's run (NOTE [what the runner saw of a run]):
+        from /proc/<pid> while the child is there (held after its result, or just sent a kill), from
+        the zygote's wait4 once it is gone."""
+        result.wall_used, result.wall_limit, result.cpu_before = wall_used, wall_limit, cpu_before
+        cg = self._cgroups
+        if cg is not None:
+            peak = cg.memory_peak(child.slot)
+            result.memory_peak_mb = None if peak is None else peak / MIB
+            result.memory_limit_mb = self.config.memory_mb
+        fd = child.proc_fd
+        cpu, memory, limits = None, {}, None
+        if fd is not None and not child.exited.is_set():
+            cpu, memory, limits = observe.cpu_seconds(fd), observe.memory_kb(fd), observe.limits(fd)
+        if cpu is None and fd is not None:
+            child.exited.wait(GONE_WAIT)  # gone (it exited at once after a result): its wait status says
+        if child.exited.is_set() and child.status is not None:
+            cpu = child.cpu  # wait4's: exact, every thread, the end of its time
+            memory = memory or {"VmHWM": child.maxrss_kb}
+        result.cpu_used = cpu
+        result.vm_hwm_mb = memory["VmHWM"] / 1024 if "VmHWM" in memory else None
+        result.vm_peak_mb = memory["VmPeak"] / 1024 if "VmPeak" in memory else None
+        cpu_limits = limits if limits is not None and limits.cpu_seconds is not None else limits_before
+        result.cpu_limit = cpu_limits.cpu_seconds if cpu_limits is not None else None
+        data_limits = limits_before if limits_before is not None else limits
+        if data_limits is not None and data_limits.data_bytes is not None:
+            result.data_limit_mb = data_limits.data_bytes / MIB
 
     def _collect(
         self,
