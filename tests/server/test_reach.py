@@ -1,9 +1,10 @@
-"""The server's own look at a snippet's code (gradstep.reach): code that can reach its process is
-listed, code that uses torch and plain Python is not.
+"""The server's own look at a snippet's code (gradstep.reach): code outside the subset gradstep
+vouches for is listed, code that uses torch and plain Python is not.
 
 The reaching examples are the ways a snippet can write its own result or steer the tracer (each
 was tried against a real server in tests/server/test_trust.py or the attack passes); the plain
-ones are every curated snippet and case, and what pasted learner code imports."""
+ones are every curated snippet and case, and what pasted learner code imports. The reflection
+routes, as families and each shown real in plain Python, are in test_reach_routes.py."""
 
 from __future__ import annotations
 
@@ -74,3 +75,15 @@ def test_no_curated_snippet_or_case_is_listed():
 def test_code_that_does_not_parse_lists_nothing_and_the_list_is_capped():
     assert reaches("def (:\n") == []
     assert len(reaches("import os\n" + "os.write(3, b'')\n" * 50)) == 8
+
+
+@pytest.mark.parametrize("depth", [900, 3000])
+def test_code_nested_too_deeply_to_read_here_is_listed_not_vouched_for(depth):
+    # 900: parses, too deep to walk; 3000: too deep for this parser, which the child's limits may pass
+    assert reaches("x = " + "-" * depth + "1\n") == [
+        {"line": 1, "what": "code nested too deeply to read through"}
+    ]
+
+
+def test_code_too_long_to_read_is_listed():
+    assert reaches("x = 1\n" * 40_000) == [{"line": 1, "what": "code too long to read through"}]
