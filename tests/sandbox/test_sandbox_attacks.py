@@ -304,6 +304,62 @@ def test_the_root_holds_only_the_interpreter_its_libraries_dev_proc_and_tmp(both
     assert any(torch.__file__.startswith(p + "/") for p in visible)  # site-packages
 
 
+def test_the_sandbox_shows_its_own_host_name_not_the_hosts(both, guard, mounts_before):
+    code = (
+        "import ctypes, os, socket\n"
+        "print(socket.gethostname(), os.uname().nodename)\n"
+        "for path in ('/proc/sys/kernel/hostname', '/proc/sys/kernel/domainname', '/etc/hostname'):\n"
+        "    try:\n"
+        "        print(open(path).read().strip())\n"
+        "    except OSError as e:\n"
+        "        print(type(e).__name__)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.sethostname(b'pwned', 5), ctypes.get_errno(), socket.gethostname())\n"
+    )
+    _, trace = attack(both[1], code, guard, mounts_before)
+    assert trace["stdout"].splitlines() == [
+        "gradstep gradstep",
+        "FileNotFoundError",  # no /proc/sys (subset=pid), no /etc (the minimal root)
+        "FileNotFoundError",
+        "FileNotFoundError",
+        "-1 1 gradstep",  # EPERM: seccomp, or no capability left
+    ]
+    assert socket.gethostname() not in trace["stdout"] or socket.gethostname() == "gradstep"
+    assert os.uname().nodename == socket.gethostname()  # the server's own name is untouched
+
+
+def test_inotify_and_fanotify_are_refused(full, guard, mounts_before):
+    # A watch on the interpreter's or torch's files would say when another run (or the host) uses them.
+    code = (
+        "import ctypes, torch\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for call in (lambda: libc.inotify_init(), lambda: libc.inotify_init1(0),\n"
+        "             lambda: libc.inotify_add_watch(0, torch.__file__.encode(), 0xfff),\n"
+        "             lambda: libc.fanotify_init(0, 0)):\n"
+        "    print(call(), ctypes.get_errno())\n"
+    )
+    _, trace = attack(full, code, guard, mounts_before)
+    assert trace["stdout"].splitlines() == ["-1 1"] * 4
+
+
+def test_the_host_wide_mount_counter_is_refused_and_stat_still_works(full, guard, mounts_before):
+    # A mount's 64-bit unique ID counts the host's mounts since boot: two runs' IDs would say how many
+    # runs came between them. statx asked for it, statmount and listmount are refused; a plain statx
+    # (what a library may use for os.stat) still answers.
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "buf = ctypes.create_string_buffer(256)\n"
+        "print(libc.statx(-100, b'/', 0, 0x4000, buf), ctypes.get_errno())\n"  # STATX_MNT_ID_UNIQUE
+        "print(libc.statx(-100, b'/', 0, 0x1000 | 0x7ff, buf), os.stat('/').st_ino > 0)\n"  # STATX_MNT_ID
+        "req = (ctypes.c_uint64 * 4)(32, 1, 0x1, 0)\n"
+        "print(libc.syscall(457, req, buf, 256, 0), ctypes.get_errno())\n"  # statmount
+        "print(libc.syscall(458, req, buf, 16, 0), ctypes.get_errno())\n"  # listmount
+    )
+    _, trace = attack(full, code, guard, mounts_before)
+    assert trace["stdout"].splitlines() == ["-1 1", "0 True", "-1 1", "-1 1"]
+
+
 def test_cgroupfs_and_other_runs_state_are_not_there(both, guard, mounts_before):
     _, sb = both
     # every cgroup file of the guard: both sandboxes' slots (other runs' pids and memory use)
@@ -531,8 +587,13 @@ def test_a_growing_memory_bomb_is_refused(full, guard, mounts_before):
 
 
 def test_a_shared_memory_mmap_bomb_hits_the_memory_limit(full, guard, mounts_before):
-    # Shared mappings are not data: only the memory cgroup stops this one.
-    code = "import mmap\nm = mmap.mmap(-1, 2**31)\nfor i in range(0, 2**31, 4096):\n    m[i] = 1\n"
+    # Shared mappings are not data: only the memory cgroup stops this one. Its pages are written by
+    # one C call: a Python loop over them (traced) reached the 2 s CPU stop first on a busy machine
+    # (424 MB written by 1.5 s of CPU).
+    code = (
+        "import ctypes, mmap\nm = mmap.mmap(-1, 2**31)\n"
+        "ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(m)), 1, 2**31)\n"
+    )
     result, _ = attack(full, code, guard, mounts_before)
     assert (result.status, result.limit, result.signal) == ("limit", "memory", "SIGKILL")
     assert "512 MB" in result.detail

@@ -205,8 +205,11 @@ a child stops that child before the target runs ("crashed", fail closed).
    control socket and other children's pipes are closed in every child regardless.)
 4. ``namespaces`` — ``unshare(NEWNS|NEWNET|NEWIPC|NEWUTS|NEWCGROUP)``: no network at
    all (even loopback is down: ENETUNREACH); its own cgroup namespace, so
-   /proc/self/cgroup says ``/`` instead of naming the server's cgroups. Unavailable
-   in an unprivileged container: use ``--network none`` there.
+   /proc/self/cgroup says ``/`` instead of naming the server's cgroups; its own UTS
+   namespace, named ``gradstep`` (domain ``(none)``): ``uname``, ``socket.gethostname()``
+   and /proc/sys/kernel/hostname never say the host's (or pod's) name, and seccomp
+   refuses sethostname/setdomainname. Unavailable
+   in an unprivileged container: use ``--network none`` there (and ``--hostname``).
 5. ``pidns`` — a PID namespace of its own, whose pid 1 the child is: it can name no
    other process (not the server, the zygote, another run, nor by a host pid:
    ``getppid()`` is 0), and its /proc (``mounts``) lists itself alone. A PID namespace
@@ -278,8 +281,14 @@ a child stops that child before the target runs ("crashed", fail closed).
 11. ``seccomp`` — last, via pyseccomp, with TSYNC: EPERM for exec*, fork/vfork,
    ``clone`` without CLONE_THREAD, every socket (Unix sockets by path ignore the
    network namespace), ptrace, process_vm_*, signals to any pid but its own,
-   mount/unshare/setns/pivot_root, bpf, io_uring, keyctl, set*id and other kernel
-   surface, ``sysinfo`` (the machine's load, free memory, process count and uptime:
+   mount/unshare/setns/pivot_root, bpf, io_uring, keyctl, set*id, sethostname and other kernel
+   surface; inotify and fanotify (a watch on the interpreter's or torch's files, which are the
+   host's, would say when another run or the host opens them; only torch's libuv has inotify, for
+   a store no snippet can reach); the host-wide mount counter (``statx`` asking for
+   STATX_MNT_ID_UNIQUE, ``statmount``, ``listmount``: a mount's 64-bit unique ID grows with every
+   run's ~30 mounts, so two runs' IDs would say how many came between them — the reusable IDs of
+   /proc/self/mountinfo and fdinfo stay, a snapshot of how many mounts the host held when the
+   child's own were made, before its code: README, "What it cannot see"); ``sysinfo`` (the machine's load, free memory, process count and uptime:
    what the /proc files ``mounts`` leaves out say; glibc's qsort reads a value the
    zygote cached, torch calls it only in libuv; ``os.sysconf("SC_PHYS_PAGES")`` reads
    0 and ``SC_AVPHYS_PAGES`` nonsense, as glibc ignores the error); ``clone3`` gets ENOSYS so glibc falls back to ``clone`` (EPERM would

@@ -59,6 +59,11 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 
+SYS_STATMOUNT, SYS_LISTMOUNT = 457, 458  # the unified syscall table: x86_64 and aarch64 alike
+STATX_MNT_ID_UNIQUE = 0x4000
+HOSTNAME = b"gradstep"  # the host name and NIS domain name a child sees (its UTS namespace's)
+DOMAINNAME = b"(none)"  # what Linux reports when none is set
+
 CODE_HEADER = struct.Struct("<Q")  # the code pipe carries <u64 length><UTF-8 code> (from the parent: trusted)
 RESULT_FD = 3  # where close_fds puts the result pipe (the snippet may write to it: the parent checks)
 CODE_FD = 4  # where close_fds puts the code pipe until the code is read (then it is closed)
@@ -87,7 +92,7 @@ class LayerFailed(Exception):
         self.layer = layer
 
 
-def seccomp_rules(own_pid: int) -> list[tuple[int, str, tuple]]:
+def seccomp_rules(own_pid: int) -> list[tuple[int, str | int, tuple]]:
     """(action, syscall, argument conditions) for every denied call."""
     eperm = pyseccomp.ERRNO(errno.EPERM)
     denied = [
@@ -103,19 +108,32 @@ def seccomp_rules(own_pid: int) -> list[tuple[int, str, tuple]]:
         "mount_setattr", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
         "name_to_handle_at", "open_by_handle_at",
         "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid",
-        "setgroups", "setfsuid", "setfsgid", "capset",
+        "setgroups", "setfsuid", "setfsgid", "capset", "sethostname", "setdomainname",
         # kernel attack surface a snippet never needs
         "bpf", "io_uring_setup", "io_uring_enter", "io_uring_register",
         "keyctl", "add_key", "request_key", "perf_event_open", "userfaultfd",
         "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
         "reboot", "swapon", "swapoff", "acct", "syslog", "quotactl", "iopl", "ioperm",
         "lookup_dcookie", "vhangup",
+        # no watching files for others' use of them: the interpreter's and torch's files are the
+        # host's, and an inotify watch on them says when another run (or the host) opens or reads
+        # them; fanotify needs CAP_SYS_ADMIN anyway (torch's libuv has inotify for a store no
+        # snippet can reach: no sockets)
+        "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
         # the machine's load averages, free memory, process count and uptime: /proc/loadavg,
         # meminfo, stat and uptime (absent from its /proc) by a system call (glibc's qsort asks
         # once for the memory size, which the zygote has done; torch only in libuv)
         "sysinfo",
     ]  # fmt: skip
     rules = [(eperm, name, ()) for name in denied]
+    # The host-wide mount counter: a mount's 64-bit unique ID grows with every mount made on the host
+    # since boot (each run makes ~30), so two runs' IDs would say how many runs came between them.
+    # statmount/listmount (Linux 6.8; numbers as libseccomp 2.5 has no names for them) and statx asked
+    # for STATX_MNT_ID_UNIQUE. The reusable IDs of /proc/self/mountinfo stay (README: what it hides).
+    rules += [(eperm, SYS_STATMOUNT, ()), (eperm, SYS_LISTMOUNT, ())]
+    rules.append(
+        (eperm, "statx", (pyseccomp.Arg(3, pyseccomp.MASKED_EQ, STATX_MNT_ID_UNIQUE, STATX_MNT_ID_UNIQUE),))
+    )
     rules += [
         (eperm, "clone", (pyseccomp.Arg(0, pyseccomp.MASKED_EQ, CLONE_THREAD, 0),)),
         # ENOSYS, not EPERM: glibc then falls back to clone(), which the rule above checks
@@ -278,6 +296,10 @@ class Confinement:
             "unshare",
         )
         self.unshared = True
+        # Its UTS namespace's names are its own: the host's name (a machine's, a pod's) is none of a
+        # snippet's business (uname, socket.gethostname(), /proc/sys/kernel/hostname)
+        _check(_libc.sethostname(HOSTNAME, len(HOSTNAME)), "sethostname")
+        _check(_libc.setdomainname(DOMAINNAME, len(DOMAINNAME)), "setdomainname")
 
     def pidns(self) -> None:
         # The zygote forked this child into a PID namespace of its own (zygote.py): it is its pid 1,

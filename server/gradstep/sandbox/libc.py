@@ -12,6 +12,8 @@ libc.setns.argtypes = (ctypes.c_int, ctypes.c_int)
 libc.umount2.argtypes = (ctypes.c_char_p, ctypes.c_int)
 libc.prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
 libc.syscall.restype = ctypes.c_long
+libc.sethostname.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
+libc.setdomainname.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
 
 
 def check(result: int, what: str) -> int:
