@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -670,9 +672,21 @@ def _check_format(fmt: str, step: int, theme: str, predict: str | bool | None = 
         frontend_folder()  # before the run: a missing front end is a misuse, not a snippet error
 
 
-def _write(target: Path, body: bytes) -> None:
+def _write(target: Path, body: bytes, follow: bool = True) -> None:
+    """Write ``body`` to ``target``; ``follow=False`` (the pages of a folder export, named by the
+    export, not by the user): never through a symbolic link found at that name."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        target.write_bytes(body)
+        fd = os.open(target, flags, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise ExportError(
+                f"cannot write {target}: it is a symbolic link, and a page is never written through one"
+            ) from e
+        raise ExportError(f"cannot write {target}: {e.strerror or e}") from e
+    try:
+        with open(fd, "wb") as f:
+            f.write(body)
     except OSError as e:
         raise ExportError(f"cannot write {target}: {e.strerror or e}") from e
 
@@ -753,12 +767,12 @@ def write_exports(
             body = _render(
                 data, fixes, fmt, step, theme, title, library="" if shared else None, predict=predict
             )
-            _write(folder / name, body)
+            _write(folder / name, body, follow=False)
             _wrote(folder / name, body, data)
             total += len(body)
     if shared:
         for name, text in library_files().items():
-            _write(folder / name, text.encode())
+            _write(folder / name, text.encode(), follow=False)
             total += len(text.encode())
             print(
                 f"gradstep: wrote {folder / name} ({len(text.encode()) / 1024:.0f} KB, shared)",

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from gradstep.cli import _snippet_files
+from gradstep.export import ExportError, write_exports
+from gradstep.tracer import record
 
 GRADSTEP = Path(sys.executable).with_name("gradstep")
 SAFETY = 120  # seconds: only so a hung child cannot hang the suite
@@ -79,3 +83,17 @@ def test_a_folder_reached_through_a_link_is_read_as_that_folder(tmp_path):
 def test_a_file_named_on_the_command_line_is_read_where_it_is(tmp_path):
     course = course_with(tmp_path, {"b.py": "../secret.py"})
     assert _snippet_files([str(course / "b.py")]) == [course / "b.py"]  # the user's own choice
+
+
+def test_a_folder_export_never_writes_a_page_through_a_link_in_the_output_folder(tmp_path):
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    site = tmp_path / "site"
+    site.mkdir()
+    os.symlink(outside, site / "a.json")  # planted where the export writes a.py's page
+    trace = json.dumps(record(SNIPPET)).encode()
+    with pytest.raises(ExportError, match="a.json: it is a symbolic link"):
+        write_exports(
+            lambda i, path, code: trace, [(Path("a.py"), SNIPPET, None)], output=str(site), fmt="json"
+        )
+    assert outside.read_text() == "keep me"
