@@ -79,10 +79,16 @@ STREAM_USES = frozenset({"write", "flush", "writelines"})
 MODULE_PARTS = frozenset(
     {
         "cpp_extension", "hub", "package", "ctypeslib", "multiprocessing", "distributed", "serialization",
-        "library", "overrides", "classes", "fx", "jit", "model_zoo", "export", "onnx", "f2py", "distutils",
+        "library", "overrides", "fx", "jit", "model_zoo", "export", "onnx", "f2py", "distutils",
         "stride_tricks",  # numpy.lib.stride_tricks.as_strided: memory outside the array, unchecked
+        "datapipes",  # torch.utils.data.datapipes.utils.common opens any path in any mode: a module written
+        "show_pickle", "model_dump", "collect_env",
     }
 )  # fmt: skip
+# The same, under names a snippet also uses for its own things (a ResNet's ``self.bottleneck``, a
+# dataset's ``.classes``): outside only as ``torch.utils.<name>`` / ``torch.<name>``.
+UTILS_PARTS = frozenset({"benchmark", "bottleneck"})  # torch.utils.benchmark runs code from strings
+TORCH_PARTS = frozenset({"classes"})  # torch.classes: C++ classes, loaded libraries'
 BUILTINS = frozenset(
     {
         "eval", "exec", "compile", "__import__", "globals", "locals", "vars", "getattr", "setattr", "delattr",
@@ -98,6 +104,7 @@ REFLECTIVE = frozenset(
         "load_library", "import_module", "GraphModule", "call_method", "call_module", "get_attr", "create_node",
         "python_code", "recompile", "Unpickler", "ForkingPickler", "open_memmap", "new_class", "FunctionType",
         "CodeType", "LambdaType",
+        "DataSource",  # numpy's: opens an existing path for writing (a module of the code's own, imported)
     }
 )  # fmt: skip
 DUNDERS = frozenset({"__init__", "__name__", "__version__", "__doc__", "__qualname__", "__module__"})
@@ -149,10 +156,11 @@ ATTRIBUTES = frozenset(
         "sys", "os", "builtins", "importlib", "subprocess", "ctypes", "gc", "inspect", "tofile", "fromfile",
         "from_file", "savetxt", "savez", "savez_compressed", "memmap", "write_bytes", "write_text",
         "pickle", "cPickle", "pickletools", "copyreg", "marshal", "shelve", "dill", "cloudpickle", "io",
-        "types", "traceback", "linecache", "threading", "signal", "atexit", "runpy", "code", "codeop", "pdb",
+        "types", "traceback", "linecache", "threading", "signal", "atexit", "runpy", "codeop", "pdb", "timeit",
+        "cProfile", "codecs", "fileinput", "urllib",
         "bdb", "dis", "faulthandler", "tracemalloc", "mmap", "posix", "socket", "shutil", "tempfile",
         "pathlib", "weakref", "logging", "zipfile", "tarfile", "gzip", "bz2", "lzma", "concurrent",
-        "asyncio", "mp", "python_multiprocessing", "zipimport", "site",
+        "asyncio", "mp", "python_multiprocessing", "zipimport",
     }
 )  # fmt: skip
 # torch's own submodules that share a name with one of ATTRIBUTES: fine as ``torch.<name>``.
@@ -254,6 +262,8 @@ class _Look(ast.NodeVisitor):
                 or _outside_attribute(a.name)
                 or (a.name in LOADS and module != "json")
                 or (a.name in ATTRIBUTES and not (module == "torch" and a.name in TORCH_OWN))
+                or (module == "torch.utils" and a.name in UTILS_PARTS)
+                or (module == "torch" and a.name in TORCH_PARTS)
             ]
         for alias in node.names:
             self.imported[alias.asname or alias.name] = f"{module}.{alias.name}"
@@ -297,8 +307,10 @@ class _Look(ast.NodeVisitor):
                 self.note(node, f".{attr} on a string the code builds or whose fields read attributes")
         elif attr in LOADS:
             self.note(node, f".{attr} (it can unpickle)")
-        elif attr == "benchmark" and _last(value) == "utils":
-            self.note(node, ".benchmark (torch.utils.benchmark runs code from strings)")
+        elif (attr in UTILS_PARTS and _last(value) == "utils") or (
+            attr in TORCH_PARTS and self._is_torch(value)
+        ):
+            self.note(node, f".{attr}")
         elif attr in ATTRIBUTES and not (attr in TORCH_OWN and self._is_torch(value)):
             self.note(node, f".{attr}")
         elif _outside_attribute(attr):
@@ -323,7 +335,7 @@ class _Look(ast.NodeVisitor):
             self.note(node, f"{self.imported[root]}'s .{node.attr} set (torch's own, which the tracer uses)")
 
     def visit_keyword(self, node: ast.keyword) -> None:
-        if node.arg is not None and (_dunder(node.arg) or _outside_attribute(node.arg)):
+        if node.arg is not None and _names_attribute(node.arg):  # dict(__getattr__=…), a namespace
             self.note(node, f"{node.arg}=")
         self.visit(node.value)
 
@@ -336,7 +348,7 @@ class _Look(ast.NodeVisitor):
         if any(p in text for p in PATHS):
             self.note(node, "a path into /proc or /dev")
         for word in _WORD.findall(text):
-            if word in TRACER_NAMES or (_outside_attribute(word) and word != "__main__"):
+            if _names_attribute(word) and word != "__main__":
                 self.note(node, f"a string naming {word}")
                 break
 
@@ -495,11 +507,8 @@ class _Look(ast.NodeVisitor):
 
 def _allowed_module(name: str) -> bool:
     parts = name.split(".")
-    if parts[:3] == ["torch", "utils", "benchmark"]:
-        return False
-    return parts[0] in MODULES and not any(
-        p in MODULE_PARTS or p in ATTRIBUTES or _private(p) for p in parts[1:]
-    )
+    outside = MODULE_PARTS | UTILS_PARTS | TORCH_PARTS | ATTRIBUTES
+    return parts[0] in MODULES and not any(p in outside or _private(p) for p in parts[1:])
 
 
 def _dunder(name: str) -> bool:
@@ -517,6 +526,11 @@ def _private(name: str) -> bool:
 
 def _metaclass(name: str) -> bool:
     return name.endswith("Meta") or name == "EnumType"
+
+
+def _names_attribute(name: str) -> bool:
+    """A dunder, private, frame (…) attribute or a tracer's name: outside as a string or keyword too."""
+    return _private(name) or name in FRAME_ATTRIBUTES or name in TRACER_NAMES
 
 
 def _outside_attribute(name: str) -> bool:

@@ -152,6 +152,21 @@ ROUTES = {
         ".stride_tricks",
         "got.shape == (1000,)",  # 999 floats of the process's memory beyond the array, unchecked
     ),
+    # a module of the code's own, written to a file and imported under a name the subset allows
+    "numpy's DataSource opens a file for writing": Route(
+        "import sys, torch\nimport numpy as np\ntorch.save(0, 'pandas.py')\n"
+        "f = np.lib.npyio.DataSource(None).open('pandas.py', 'w')  # <-\n"
+        "f.write('GOT = 1 + 1\\n')\nf.close()\nsys.path.insert(0, '.')\nimport pandas\ngot = pandas.GOT\n",
+        ".DataSource",
+        "got == 2",
+    ),
+    "torch's datapipes helpers open a file for writing": Route(
+        "import sys\nfrom torch.utils.data.datapipes.utils.common import get_file_binaries_from_pathnames  # <-\n"
+        "((path, f),) = get_file_binaries_from_pathnames(['seaborn.py'], 'w')\n"
+        "f.write('GOT = 1 + 2\\n')\nf.close()\nsys.path.insert(0, '.')\nimport seaborn\ngot = seaborn.GOT\n",
+        "from torch.utils.data.datapipes.utils.common import …",
+        "got == 3",
+    ),
     # frames and code objects
     "a generator's frame": Route(
         "def g():\n    yield\nit = g()\ngot = it.gi_frame.f_globals  # <-\n",
@@ -348,6 +363,10 @@ LOOKALIKES = {
         "        case int(n):\n            print(n)\n        case {'k': k}:\n            print(k)\n"
         "        case Pt(x, y=y):\n            print(x, y)\n"
     ),
+    "its own bottleneck, a dataset's classes, and words naming torch's parts": (
+        "class Data:\n    classes = ['cat', 'dog']\nclass Net:\n    def __init__(self):\n        self.bottleneck = 4\n"
+        "print(Data().classes, Net().bottleneck, 'export the library, package the classes')\n"
+    ),
     "torch's own submodules named like stdlib ones": (
         "import torch\nprint(torch.signal.windows.hann(4), torch.types.Number)\n"
     ),
@@ -386,8 +405,9 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def proven() -> dict:
-    """Every proof, run in one fresh interpreter (routes that patch torch come last)."""
+def proven(tmp_path_factory) -> dict:
+    """Every proof, run in one fresh interpreter in a directory of its own (routes that patch torch
+    come last)."""
     order = sorted(PROVEN, key=lambda n: ".numel" in ROUTES[n].what or "torch's" in ROUTES[n].what)
     routes = {n: (ROUTES[n].code, ROUTES[n].proof) for n in order}
     done = subprocess.run(
