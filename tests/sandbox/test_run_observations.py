@@ -34,7 +34,7 @@ def sb(guard):
         cpu_seconds=CPU_SECONDS,
         wall_seconds=WALL_SECONDS,
         cgroup_parent=guard.parent,
-        uid_base=uid_base(2400),
+        uid_base=uid_base(2420),
     )
     sandbox = Sandbox(config)
     try:

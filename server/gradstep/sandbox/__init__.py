@@ -56,8 +56,9 @@ the parent measured itself, from the kernel's account of the child, which the ch
   is still there, held: NOTE [a child's exit waits for its release]) or just after sending a kill,
   else from the wait status's rusage (``wait4`` in the zygote) once it is gone. It is the clock
   RLIMIT_CPU counts and ``cpu_limit`` is in, to the clock tick (10 ms). ``cpu_before`` is its part
-  before the code was handed over (fork, layers, prewarm: read then, while a spare waits blocked;
-  None for a child forked for this run whose pid was not known yet).
+  before the code ran (fork, layers, prewarm), read as soon as the child reports itself confined
+  with its code ("confined" frame, written before the target starts), so at most a moment of the
+  target's start too; None where the parent could not read it.
 * ``wall_used``: seconds from the hand-over of the code (when the wall clock of ``wall_seconds``
   starts) to the result, or to the kill; ``wall_limit`` is what the run was given from then
   (``wall_seconds``, or less when the caller's ``deadline`` came first).
@@ -69,14 +70,17 @@ the parent measured itself, from the kernel's account of the child, which the ch
   ``ru_maxrss`` once it is gone) and ``vm_peak_mb`` (peak address space) from ``/proc/<pid>/status``.
 * ``cpu_limit`` (RLIMIT_CPU's soft limit, s) and ``data_limit_mb`` (RLIMIT_DATA's, MB: its whole data
   segment, what the child started with + ``data_mb(memory_mb)``), from ``/proc/<pid>/limits``:
-  the data limit as set before the code arrived, the CPU limit as it was at the end (the server's job
-  lowers it for a fix run; the code may lower it too, and neither can raise it: hard = soft).
+  the data limit as read with ``cpu_before`` (not at the hand-over: a spare not ready yet may still
+  be setting its limits then), the CPU limit as it was at the end if the child was still there (the
+  server's job lowers it for a fix run; the code may lower it too, and neither can raise it:
+  hard = soft), else as read with ``cpu_before``.
 
 Each read goes through a descriptor of the child's ``/proc/<pid>`` opened when the zygote reported
 its fork, so it can never read another process that got the pid since (observe.py). A child that
 writes a forged result and exits, sleeps or spins is measured up to its answer
-(tests/sandbox/test_run_observations.py). Cost: ≈0.1 ms at the hand-over and ≈0.2 ms at the end
-(the /proc reads and the cgroup's reset and read), on a tiny snippet's ≈10 ms.
+(tests/sandbox/test_run_observations.py). Cost: ≈0.1 ms at the start (the cgroup's reset, the
+/proc reads with ``cpu_before``) and ≈0.2 ms at the end (the /proc reads, the cgroup's peak), on a
+tiny snippet's ≈10 ms.
 
 run() returns as soon as it has the whole result (or knows the outcome: a
 kill for the wall clock or an oversized or malformed result; an EOF without a

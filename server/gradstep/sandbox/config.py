@@ -121,8 +121,9 @@ class RunResult:
     # rusage once the zygote reaped it. The clock RLIMIT_CPU counts (``cpu_limit``), so it includes
     # ``cpu_before``; to the clock tick (10 ms).
     cpu_used: float | None = None
-    cpu_before: float | None = None  # of cpu_used, what the child had used when its code was handed over
-    # (its fork, confinement, the prewarm: read then, before any of the code ran)
+    cpu_before: float | None = None  # of cpu_used, what the child had used before its code ran (its fork,
+    # confinement, the prewarm): read as soon as it reports itself confined with its code, just
+    # before the target starts (the target may have begun a moment before: an upper bound)
     wall_used: float | None = None  # seconds from the hand-over of the code to the run's end (result
     # read, or the kill): the clock of ``wall_seconds``, measured by the parent
     # The slot's memory cgroup's high-water mark (memory.max_usage_in_bytes, reset at the hand-over),
@@ -138,8 +139,8 @@ class RunResult:
     # The limits the child ran under, as the parent read them (/proc/<pid>/limits): RLIMIT_CPU's soft
     # limit in cpu_used's clock (s; read at the run's end while the child is there: the job may have
     # lowered it for a fix run, the code may lower it too, neither can raise it above what the sandbox
-    # set; else as read at the hand-over), RLIMIT_DATA's soft limit (MB, its whole data segment: what
-    # the child started with + data_mb(memory_mb), as set before the code arrived), the wall-clock
+    # set; else as read when it reported itself confined), RLIMIT_DATA's soft limit (MB, its whole data
+    # segment: what the child started with + data_mb(memory_mb), as read then), the wall-clock
     # time the run was given from the hand-over (s: ``wall_seconds``, or less when the caller's
     # deadline came first), and its memory cgroup's limit (MB; None without the cgroup layer)
     cpu_limit: float | None = None

@@ -90,6 +90,9 @@ class _Child:
         self.result_r: int | None = None
         self.pid: int | None = None
         self.proc_fd: int | None = None  # its /proc/<pid> directory (observe.py), from its fork on
+        # read from it when it said it was confined and had its code: the CPU it had used, its limits
+        self.confined_cpu: float | None = None
+        self.confined_limits: observe.Limits | None = None
         self.exited = threading.Event()  # reaped, never forked, or the zygote died
         self.status: int | None = None  # wait status
         self.cpu = 0.0
@@ -705,11 +708,6 @@ class Sandbox:
         cg = self._cgroups
         oom_before = cg.oom_kills(child.slot) if cg else 0
         data = code.encode("utf-8", "surrogatepass")
-        # What the child used and may use before any of the code runs (NOTE [what the runner saw of
-        # a run]): read now, while a spare waits blocked for its code (None: not forked yet)
-        fd = child.proc_fd
-        cpu_before = observe.cpu_seconds(fd) if fd is not None else None
-        limits_before = observe.limits(fd) if fd is not None else None
         if cg is not None:
             cg.reset_memory_peak(child.slot)
         # The wall clock starts now, when the code is handed over. The pipes stay open: closing
@@ -720,7 +718,7 @@ class Sandbox:
         wall_limit = float(self.config.wall_seconds)
         if deadline is not None:
             wall_limit = min(wall_limit, deadline - t_hand)
-        self._observe(child, result, t_end - t_hand, wall_limit, cpu_before, limits_before)
+        self._observe(child, result, t_end - t_hand, wall_limit)
         killed = result.status in ("crashed", "limit") and result.signal == "SIGKILL"
         if killed and cg and cg.oom_kills(child.slot) > oom_before:
             result.status, result.limit = "limit", "memory"
@@ -735,13 +733,12 @@ class Sandbox:
         result: RunResult,
         wall_used: float,
         wall_limit: float,
-        cpu_before: float | None,
-        limits_before: observe.Limits | None,
     ) -> None:
         """Fill in what the parent itself saw of the child's run (NOTE [what the runner saw of a run]):
         from /proc/<pid> while the child is there (held after its result, or just sent a kill), from
         the zygote's wait4 once it is gone."""
-        result.wall_used, result.wall_limit, result.cpu_before = wall_used, wall_limit, cpu_before
+        result.wall_used, result.wall_limit, result.cpu_before = wall_used, wall_limit, child.confined_cpu
+        limits_before = child.confined_limits
         cg = self._cgroups
         if cg is not None:
             peak = cg.memory_peak(child.slot)
@@ -821,6 +818,15 @@ class Sandbox:
                     except (ValueError, AttributeError, TypeError):
                         timings = {}
                     timings["spare"] = (t_confined - t_hand) * 1e3
+                    # Confined, with its code, about to run it (NOTE [what the runner saw of a run]):
+                    # what it used before and the limits the sandbox set, read now. Not at the
+                    # hand-over: a spare still confining itself then has not set its limits yet.
+                    fd = child.proc_fd
+                    if fd is not None:
+                        child.confined_cpu, child.confined_limits = (
+                            observe.cpu_seconds(fd),
+                            observe.limits(fd),
+                        )
                 elif kind == protocol.REFUSED:
                     text = payload[:2000].decode("utf-8", "replace")  # trusted, but capped
                     return RunResult("crashed", detail=f"Confinement failed, so nothing ran: {text}")
