@@ -83,6 +83,7 @@ MODULE_PARTS = frozenset(
         "stride_tricks",  # numpy.lib.stride_tricks.as_strided: memory outside the array, unchecked
         "datapipes",  # torch.utils.data.datapipes.utils.common opens any path in any mode: a module written
         "show_pickle", "model_dump", "collect_env",
+        "hipify", "gds",  # torch.utils.hipify's openf(path, mode), torch.cuda.gds's GdsFile(path, flags)
     }
 )  # fmt: skip
 # The same, under names a snippet also uses for its own things (a ResNet's ``self.bottleneck``, a

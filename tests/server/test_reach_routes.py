@@ -167,6 +167,16 @@ ROUTES = {
         "from torch.utils.data.datapipes.utils.common import …",
         "got == 3",
     ),
+    "torch.utils.hipify's openf opens a file for writing": Route(
+        "import sys\nfrom torch.utils.hipify.hipify_python import openf  # <-\n"
+        "f = openf('sklearn.py', 'w')\nf.write('GOT = 1 + 3\\n')\nf.close()\nsys.path.insert(0, '.')\n"
+        "import sklearn\ngot = sklearn.GOT\n",
+        "from torch.utils.hipify.hipify_python import …",
+        "got == 4",
+    ),
+    "torch.cuda.gds opens a path with any flags": Route(
+        "import torch\ntorch.cuda.gds.GdsFile('x', 65)  # <-\n", ".gds"
+    ),
     # frames and code objects
     "a generator's frame": Route(
         "def g():\n    yield\nit = g()\ngot = it.gi_frame.f_globals  # <-\n",
