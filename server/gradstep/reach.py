@@ -13,15 +13,18 @@ only), and outside it is
 
 * a name, attribute, keyword argument, ``match`` pattern attribute or string constant naming a
   dunder or private attribute (``_private``: the few every autograd lesson reads excepted), a
-  frame, code, traceback, generator or cell attribute (``FRAME_ATTRIBUTES``), a module that
-  reaches the process (``ATTRIBUTES``: ``torch.serialization.pickle``), or one of the names the
-  tracer puts in the snippet's globals;
+  frame, code, traceback, generator or cell attribute (``FRAME_ATTRIBUTES``), or one of the names
+  the tracer puts in the snippet's globals (``TRACER_NAMES``); an attribute naming a module that
+  reaches the process or writes files (``ATTRIBUTES``: torch's and numpy's modules re-export them,
+  ``torch.serialization.pickle``, ``torch.storage.io``, ``torch.os``);
 * a call that resolves attributes or code from strings or bytes (``BUILTINS``, ``REFLECTIVE``:
   ``getattr``, ``operator.attrgetter``, ``typing.get_type_hints``, ``string.Formatter``, ``str.format``
   on a string the code builds or whose fields read attributes), that unpickles (``load``/``loads``
   but ``json``'s, ``torch.load(…, weights_only=True)`` and ``numpy.load`` without ``allow_pickle``),
-  or a part of torch that loads or generates code (``MODULE_PARTS``: ``torch.jit``, ``torch.fx``,
-  ``torch.library``, ``torch.overrides``, …);
+  or a part of torch or numpy that loads or generates code, or opens any path for writing (a module
+  of the code's own, then imported under a name the subset allows) (``MODULE_PARTS``: ``torch.jit``,
+  ``torch.fx``, ``torch.library``, ``torch.overrides``, torch's datapipes helpers, numpy's
+  ``DataSource``, …);
 * string annotations (and ``from __future__ import annotations``, which makes every annotation one);
 * a class that can run code inside the tracer's own calls or change what torch hands it: a
   ``torch.Tensor`` subclass, a dunder method outside ``SAFE_DUNDERS`` (``__torch_function__``,
