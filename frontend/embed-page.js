@@ -7,6 +7,11 @@
 // never a blank frame. Framed, no document-wide key handlers: keys work once the stepper has focus, so
 // the frame never takes keys from the page around it; opened on its own, the stepper is the page and
 // takes its keys (embed.js, pageKeys).
+// Code from the link (#code=…) in a frame of a page of another origin runs only when the reader
+// presses Run, unless its trace is already in the server's cache (asked for without running
+// anything) or that origin is one the server lets run code at once (config.runOrigins, from
+// GRADSTEP_EMBED_RUN_ORIGINS): else any page could have its visitors' browsers run code of its
+// choosing on the server, from as many addresses as it has visitors. Curated snippets always run.
 
 import { render } from "./embed.js";
 import { createFrameMessenger } from "./messages.js";
@@ -81,6 +86,72 @@ async function fetchJSON(url, init, tries = 3) {
 const runTrace = (code) =>
   fetchJSON(`${api}/api/trace`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ code }) });
 
+/** The cached trace of `code`, or null when the server has none (it then runs nothing). */
+async function cachedTrace(code) {
+  try {
+    const res = await fetch(`${api}/api/trace`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-gradstep-cached-only": "1" },
+      body: JSON.stringify({ code }),
+    });
+    return res.ok ? await res.json() : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The origin of the page that frames this one ("" when it cannot be known: treated as foreign). */
+function parentOrigin() {
+  try {
+    if (location.ancestorOrigins && location.ancestorOrigins.length) return location.ancestorOrigins[0];
+  } catch {}
+  try {
+    return document.referrer ? new URL(document.referrer).origin : "";
+  } catch {
+    return "";
+  }
+}
+
+/** Whether code from the link may run without the reader's click (see the top of this file). */
+function runsAtOnce(fromLink) {
+  if (!fromLink || window.parent === window) return true; // a curated snippet, or the page on its own
+  const origin = parentOrigin();
+  const allowed = config.runOrigins || [];
+  return origin === location.origin || allowed.includes("*") || (origin !== "" && allowed.includes(origin));
+}
+
+/** Show the code and a Run button; resolves when the reader presses it. */
+function askToRun(code) {
+  const note = document.createElement("p");
+  note.className = "gs-frame-consent";
+  note.textContent = "This page embeds code of its own. Press Run to run it in gradstep's sandbox.";
+  const shown = document.createElement("pre");
+  shown.className = "gs-frame-consent-code";
+  shown.textContent = code;
+  shown.style.cssText = "max-height: 24em; overflow: auto; white-space: pre-wrap; font-size: 0.85rem;";
+  host.append(note, shown);
+  const bar = $("#gs-frame-editbar");
+  const runBtn = $("#gs-frame-run");
+  bar.hidden = false;
+  setStatus("", "");
+  frame.removeAttribute("aria-busy");
+  embedState("consent");
+  messenger.postHeight();
+  return new Promise((resolve) => {
+    runBtn.addEventListener(
+      "click",
+      () => {
+        note.remove();
+        shown.remove();
+        bar.hidden = true;
+        frame.setAttribute("aria-busy", "true");
+        resolve();
+      },
+      { once: true },
+    );
+  });
+}
+
 function updateOpenLink() {
   if (encoded === null) return;
   $("#gs-frame-open").href = `${location.origin}/#code=${encoded}&step=${viewer ? viewer.step : 0}`;
@@ -130,10 +201,17 @@ async function start() {
   } catch (e) {
     return fail([e.message]);
   }
-  setStatus("running", "Running in the sandbox…");
-  let trace;
+  let trace = null;
+  if (!runsAtOnce(opts.code !== null)) {
+    setStatus("running", "Loading…");
+    trace = await cachedTrace(code);
+    if (trace === null) await askToRun(code);
+  }
   try {
-    trace = await runTrace(code);
+    if (trace === null) {
+      setStatus("running", "Running in the sandbox…");
+      trace = await runTrace(code);
+    }
   } catch (e) {
     return fail([`Could not run the snippet: ${e.message}`]);
   }

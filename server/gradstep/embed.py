@@ -31,6 +31,9 @@ THEMES = ("light", "dark", "auto")
 EDITOR_MODES = ("hidden", "readonly", "editable")
 DEFAULT_SIZE = (800, 600)  # width, height of an oEmbed iframe when the consumer sets no maximum
 MAX_OEMBED_URL = 8000  # characters of oEmbed's `url`: the code comes with it
+# A size or step as oEmbed consumers write it: ASCII digits, a few of them (str.isdigit also takes
+# "²" and other scripts' digits, and int() of 5,000 digits raises: both were a 500).
+_WHOLE = re.compile(r"[0-9]{1,9}")
 # One CSP frame-ancestors source: a keyword, a scheme, or [scheme://]host[:port] with an optional *. prefix
 _SOURCE = re.compile(
     r"^(\*|'self'|'none'|[a-z][a-z0-9+.-]*:|([a-z][a-z0-9+.-]*://)?(\*\.)?[a-z0-9-]+(\.[a-z0-9-]+)*(:(\d{1,5}|\*))?)$",
@@ -107,7 +110,7 @@ class OEmbed(BaseModel):
 def _positive(name: str, raw: str | None) -> int | None:
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or int(raw) < 1:
+    if not _WHOLE.fullmatch(raw) or int(raw) < 1:
         raise HTTPException(400, f"{name} must be a positive whole number of pixels, not {raw[:20]!r}.")
     return int(raw)
 
@@ -138,7 +141,7 @@ def _embed_target(url: str, base: str) -> tuple[str, str]:
     if params.get("autoplay") in ("1", "true", "yes"):
         shown["autoplay"] = "1"
     step = params.get("step", "")
-    if step and not step.isdigit():
+    if step and not _WHOLE.fullmatch(step):
         raise HTTPException(404, f"The step {step[:20]!r} is not a whole number.")
     if "code" in params:
         try:
@@ -168,11 +171,24 @@ def frame_parents(frame_ancestors: str) -> list[str] | None:
     return None if "*" in sources else [s for s in sources if s != "'none'"]
 
 
-def embed_page(request: Request, frontend: Frontend, public: str, parents: list[str] | None) -> HTMLResponse:
-    """``/embed``: the stepper for a frame, a named snippet's code already in its config."""
+def embed_page(
+    request: Request,
+    frontend: Frontend,
+    public: str,
+    parents: list[str] | None,
+    run_origins: list[str] | None = None,
+) -> HTMLResponse:
+    """``/embed``: the stepper for a frame, a named snippet's code already in its config.
+    ``run_origins``: the framing pages that may have a link's code run without a click."""
     listed = [{"name": s.name, "title": s.title} for s in snippets.load_all().values()]
     found = snippets.load_all().get(request.query_params.get("snippet", ""))
-    config = {"api": "", "version": frontend.version, "snippets": listed, "parents": parents}
+    config = {
+        "api": "",
+        "version": frontend.version,
+        "snippets": listed,
+        "parents": parents,
+        "runOrigins": [o.rstrip("/") for o in run_origins or []],
+    }
     if found is not None:
         config["code"] = {found.name: found.code}  # one request fewer per reader of a snippet embed
     return frontend.page(

@@ -36,6 +36,13 @@ class Settings:
     # once): a run then rarely waits for its slot's next spare (SandboxConfig.extra_slots)
     extra_slots: int = _in(EXTRA_SLOTS, 0, 64)
     queue: int = _in(32, 0, 100_000)  # runs that may wait for a worker; beyond that: 503 + Retry-After
+    # seconds a run (or a big snippet's reading) may wait for its turn; past that: 503 + Retry-After,
+    # so a queue never takes minutes to drain (gradstep.limits.FairQueue)
+    queue_seconds: float = _in(10.0, 0.1, 3600)
+    # seconds of CPU the server's look at a snippet's text may take (in a reader process,
+    # gradstep.reading), a fifth of it for the parse; code that takes longer is refused with 422
+    # before it runs
+    read_seconds: float = _in(1.0, 0.01, 60)
     max_body: int = _in(64 * 1024, 1024, 16 << 20)  # bytes of a request body; beyond that: 413
     rate: float = _in(2.0, 0, 1e6)  # runs per second per client, sustained (0 disables the limit)
     burst: int = _in(20, 1, 1_000_000)  # runs a client may make at once before the rate applies
@@ -77,6 +84,10 @@ class Settings:
     # Pages that may frame /embed: a CSP frame-ancestors source list ("*", "'self'",
     # "https://*.example.edu https://lms.example.org"); the app's own pages only allow 'self'.
     frame_ancestors: str = "*"
+    # Pages (origins, space-separated, "*" for any) whose /embed frames run a link's #code= at once;
+    # framed by any other origin, the frame shows the code and a Run button unless its trace is
+    # cached (curated snippets, and the server's own origin, always run at once: docs/embed.md)
+    embed_run_origins: str = ""
     # sandbox slot i runs as uid uid_base + i, i < workers + extra_slots: replicas on one host
     # need disjoint ranges of that size
     uid_base: int = _in(61000, 1000, 2**31 - 1 - 2**16)  # never root, nor past uid_t

@@ -102,8 +102,12 @@ def snippet_code(name: str) -> str:
     return snippets.load_all()[name].code
 
 
-def frame_page(tab, site, server, src: str, extra: str = "", name: str = "host.html", height: int = 700):
-    """Open a page of `site` that frames `src` (a path of the gradstep server); returns the frame."""
+def frame_page(
+    tab, site, server, src: str, extra: str = "", name: str = "host.html", height: int = 700, run: bool = True
+):
+    """Open a page of `site` that frames `src` (a path of the gradstep server); returns the frame.
+    ``run``: when the frame asks (a link's code, framed by another origin, not yet cached), the
+    reader presses Run."""
     url = site.page(
         name,
         f'{MESSAGE_LOG}<iframe id="f" src="{server}{src}" width="1000" height="{height}"></iframe>{extra}',
@@ -111,6 +115,11 @@ def frame_page(tab, site, server, src: str, extra: str = "", name: str = "host.h
     tab.page.goto(url)
     frame = tab.page.frame_locator("#f")
     frame.locator("body[data-state]").wait_for(state="attached", timeout=60_000)
+    if run and tab.page.frames[1].evaluate("document.body.dataset.state") == "consent":
+        frame.locator("#gs-frame-run").click()
+        frame.locator("body[data-state=ready], body[data-state=error]").wait_for(
+            state="attached", timeout=60_000
+        )
     return tab.page.frames[1]
 
 
@@ -158,6 +167,43 @@ def test_fragment_step_overrides_the_query_step(tab, site, server):
     trace = trace_of(server, CODE)
     frame = frame_page(tab, site, server, f"/embed?step=0#code={encode_code(CODE)}&step=3")
     assert_step_matches(graph_state(frame), trace, 3)
+
+
+def trace_requests(tab) -> list[dict]:
+    """The page's POST /api/trace requests from now on, each as its headers."""
+    seen: list[dict] = []
+    tab.page.on("request", lambda r: seen.append(r.headers) if r.url.endswith("/api/trace") else None)
+    return seen
+
+
+def test_a_links_code_framed_by_another_origin_runs_only_when_the_reader_presses_run(tab, site, server):
+    code = CODE + f"# framed by another origin {time.time_ns()}\n"  # never run before
+    sent = trace_requests(tab)
+    frame = frame_page(tab, site, server, f"/embed#code={encode_code(code)}", run=False)
+    assert frame.evaluate("document.body.dataset.state") == "consent"
+    assert code.strip() in frame.locator(".gs-frame-consent-code").inner_text()  # what would run
+    # it only asked for a cached trace: nothing was run
+    assert [h.get("x-gradstep-cached-only") for h in sent] == ["1"]
+    frame.locator("#gs-frame-run").click()
+    frame.locator("body[data-state=ready]").wait_for(state="attached", timeout=60_000)
+    assert [h.get("x-gradstep-cached-only") for h in sent] == ["1", None]
+    assert_step_matches(graph_state(frame), trace_of(server, code), 0)
+    assert frame.locator(".gs-frame-consent-code").count() == 0
+
+
+def test_a_links_code_whose_trace_is_cached_is_shown_at_once(tab, site, server):
+    code = CODE + f"# cached already {time.time_ns()}\n"
+    trace = trace_of(server, code)
+    sent = trace_requests(tab)
+    frame = frame_page(tab, site, server, f"/embed#code={encode_code(code)}&step=2", run=False)
+    assert frame.evaluate("document.body.dataset.state") == "ready"
+    assert [h.get("x-gradstep-cached-only") for h in sent] == ["1"]
+    assert_step_matches(graph_state(frame), trace, 2)
+
+
+def test_a_curated_snippet_framed_by_another_origin_runs_at_once(tab, site, server):
+    frame = frame_page(tab, site, server, f"/embed?snippet={SNIPPET}", run=False)
+    assert frame.evaluate("document.body.dataset.state") == "ready"
 
 
 def test_code_in_the_fragment_never_reaches_the_server(tab, site, server):
@@ -447,6 +493,19 @@ def restricted_tab(browser, restricted):
     p = Page(browser, restricted, reduced_motion="reduce")
     yield p
     p.close()
+
+
+def test_a_page_of_an_origin_allowed_to_run_code_has_a_links_code_run_at_once(browser, site):
+    with running_server(GRADSTEP_WORKERS="1", GRADSTEP_EMBED_RUN_ORIGINS=site.base) as base:
+        tab = Page(browser, base, reduced_motion="reduce", viewport={"width": 1100, "height": 900})
+        try:
+            code = CODE + f"# an allowed course page {time.time_ns()}\n"
+            frame = frame_page(
+                tab, site, base, f"/embed#code={encode_code(code)}", run=False, name="allowed-run.html"
+            )
+            assert frame.evaluate("document.body.dataset.state") == "ready"
+        finally:
+            tab.close()
 
 
 def test_restricted_frame_ancestors_allow_the_named_origin(restricted_tab, site, restricted):

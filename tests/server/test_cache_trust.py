@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import struct
 import subprocess
 import sys
 import time
@@ -140,6 +141,33 @@ async def _put(cache, key, body):
         await cache.put(key, body)
     finally:
         await cache.close()
+
+
+def test_an_entry_written_back_after_its_signed_expiry_is_a_miss(store, raw):
+    """Redis's TTL is not signed: a copy of a genuine entry, kept and written back (SET without EX)
+    once the TTL has passed, used to verify. Its expiry is inside the MAC now."""
+    key, body = cache_key(CODE, {}), compress(orjson.dumps(trace_dict(CODE)))
+    raw.set(PREFIX + key, encode_entry(key, body, SECRET, ttl=-1))  # signed with a TTL that is over
+    assert run(_get(store, key)) is None
+    assert rejected(store, "expired") == 1
+
+
+def test_an_entry_whose_expiry_is_moved_later_is_a_miss(store, raw):
+    key, body = cache_key(CODE, {}), compress(orjson.dumps(trace_dict(CODE)))
+    entry = encode_entry(key, body, SECRET, ttl=-1)
+    at = len(MAGIC) + 32
+    later = struct.pack(">Q", int(time.time()) + 3600)
+    raw.set(PREFIX + key, entry[:at] + later + entry[at + 8 :])
+    assert run(_get(store, key)) is None
+    assert rejected(store, "forged") == 1
+
+
+def test_an_entry_signed_with_the_caches_ttl_reads_back_until_then(store, raw):
+    key, body = cache_key(CODE, {}), compress(orjson.dumps(trace_dict(CODE)))
+    run(_put(store, key, body))
+    (expiry,) = struct.unpack(">Q", raw.get(PREFIX + key)[len(MAGIC) + 32 : len(MAGIC) + 40])
+    assert time.time() < expiry <= time.time() + store.ttl + 1
+    assert run(_get(store, key)) == body
 
 
 def test_an_unsigned_brotli_bomb_is_a_miss_without_being_inflated(store, raw):
@@ -283,6 +311,16 @@ def test_the_app_serves_an_entry_another_replica_signed(app_client, redis_server
     r = app_client.post("/api/trace", json={"code": code})
     assert r.headers["x-gradstep-cache"] == "hit"
     assert final_grad(r.content, "x") == plain_grad(code, "x")
+
+
+def test_the_app_does_not_serve_an_entry_replayed_after_its_expiry(app_client, redis_server):
+    code = CODE + "# replayed\n"
+    key, body = app_key(app_client, code), compress(orjson.dumps({**trace_dict(EVIL), **served_fields(code)}))
+    with redis.Redis.from_url(redis_server.url) as client:
+        client.set(PREFIX + key, encode_entry(key, body, SECRET, ttl=-60))  # genuine, signed long ago
+    before = shared_stats(app_client)["rejected_expired"]
+    answers_with_its_own_run(app_client, code)
+    assert shared_stats(app_client)["rejected_expired"] == before + 1
 
 
 def test_the_secret_is_not_in_healthz(app_client):

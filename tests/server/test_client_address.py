@@ -1,7 +1,7 @@
 """Whom a request is charged to, on a real server: the connecting address, or behind a trusted
 proxy the address that proxy appended to X-Forwarded-For (its last entry), never an entry the
-client chose. Each attack spends a one-run budget under a forged header and shows the next run
-refused."""
+client chose, and an IPv6 client by its /64. Each attack spends a one-run budget under a forged
+header or another address of its own and shows the next run refused."""
 
 from __future__ import annotations
 
@@ -40,3 +40,14 @@ def test_trusted_proxy_charges_the_address_it_appended_not_the_clients_first_ent
         # two X-Forwarded-For headers read as one list: the proxy's entry is still the last
         assert run(base, "x = 3\n", ["3.3.3.3", "203.0.113.5"]) == 429
         assert run(base, "x = 4\n", "1.1.1.1, 203.0.113.6") == 200  # another client behind the proxy
+
+
+def test_ipv6_addresses_of_one_64_share_one_budget():
+    # a host picks any of its /64's 2^64 addresses: each used to get a budget of its own
+    with running_server(**ONE_RUN, GRADSTEP_TRUST_PROXY="1", GRADSTEP_UID_BASE=str(uid_base(1900))) as base:
+        assert run(base, "x = 1\n", "2001:db8:1:2::1") == 200
+        assert run(base, "x = 2\n", "2001:db8:1:2:ffff:ffff:ffff:fffe") == 429  # the same /64
+        assert run(base, "x = 3\n", "2001:db8:1:2:0:0:0:7") == 429
+        assert run(base, "x = 4\n", "2001:db8:1:3::1") == 200  # the next /64: another subscriber
+        assert run(base, "x = 5\n", "198.51.100.7") == 200
+        assert run(base, "x = 6\n", "::ffff:198.51.100.7") == 429  # IPv4-mapped: the same IPv4 client

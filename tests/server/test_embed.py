@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from html.parser import HTMLParser
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
@@ -233,6 +233,25 @@ def test_oembed_maxwidth_must_be_a_positive_integer(client, value):
     r = oembed(client, f"{BASE}/?snippet={SNIPPET}", maxwidth=value)
     assert r.status_code == 400
     assert "maxwidth" in r.json()["error"]
+
+
+# Numbers that str.isdigit() takes and int() does not (a superscript, 5,000 digits: int's limit),
+# other scripts' digits, and whitespace or signs around digits: each a 400, never a 500.
+MALFORMED = ["\u00b2", "\u0661\u0662", "9" * 5000, "1" * 40, " 5", "+5", "5\n", "\uff15"]
+
+
+@pytest.mark.parametrize("name", ["maxwidth", "maxheight"])
+@pytest.mark.parametrize("value", MALFORMED)
+def test_oembed_answers_400_never_500_for_malformed_numbers(client, name, value):
+    r = oembed(client, f"{BASE}/?snippet={SNIPPET}", **{name: value})  # a 500 would raise here
+    assert r.status_code == 400, r.text[:200]
+    assert name in r.json()["error"]
+
+
+@pytest.mark.parametrize("value", MALFORMED)
+def test_oembed_of_a_url_with_a_malformed_step_is_refused_not_passed_on(client, value):
+    r = oembed(client, f"{BASE}/embed?{urlencode({'snippet': SNIPPET, 'step': value})}")
+    assert r.status_code == 404 and "step" in r.json()["error"]
 
 
 def test_oembed_xml_is_not_implemented(client):

@@ -56,17 +56,20 @@ def cache_key(code: str, options: dict, caps: dict | None = None) -> str:
             "caps": caps or {},
             "v": VERSION,
             "torch": torch.__version__,
-            "stored": "br+hmac",
+            "stored": "br+hmac+expiry",
         },
         option=orjson.OPT_SORT_KEYS,
     )
     return hashlib.sha256(blob).hexdigest()
 
 
+FIX_RUN = "fix-run:"  # the prefix of a fix run's key: FIX_RUN + the code's own cache_key
+
+
 def fix_run_key(code: str, options: dict, caps: dict | None = None) -> str:
     """Where the run that verified a fix (without its own diagnoses) is kept: Apply fix asks for
     exactly that run next, and whichever replica takes it need not run the fix again."""
-    return "fix-run:" + cache_key(code, options, caps)
+    return FIX_RUN + cache_key(code, options, caps)
 
 
 class TieredCache:
@@ -115,4 +118,13 @@ def open_cache(settings: Settings) -> TraceCache:
     return TieredCache(local, shared)
 
 
-__all__ = ["MemoryCache", "RedisCache", "TieredCache", "TraceCache", "cache_key", "fix_run_key", "open_cache"]
+__all__ = [
+    "FIX_RUN",
+    "MemoryCache",
+    "RedisCache",
+    "TieredCache",
+    "TraceCache",
+    "cache_key",
+    "fix_run_key",
+    "open_cache",
+]

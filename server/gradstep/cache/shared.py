@@ -2,13 +2,18 @@
 
 Whoever can write to Redis (anything on its network, a snapshot restored, another application
 given the same instance) could otherwise change the code, numbers, output and verified fixes
-every replica serves. So an entry is ``MAGIC + MAC + the trace's brotli encoding``
+every replica serves. So an entry is ``MAGIC + MAC + expiry + the trace's brotli encoding``
 (gradstep.encoding), stored with the cache's TTL under ``gradstep:trace:<key>``, where the MAC is
 an HMAC-SHA256, with the replicas' shared secret (``GRADSTEP_CACHE_SECRET``), of the magic, the
-key and the brotli bytes: an entry moved to another key does not verify either. Nothing read back
-is trusted. It is a miss, counted under ``rejected`` and why, when it is
+key, the expiry and the brotli bytes: an entry moved to another key does not verify, and one
+written back after its time (a copy kept, a snapshot restored: Redis's own TTL is not signed) is
+past the expiry it was signed with. The expiry is wall-clock seconds since the epoch (8 bytes,
+big-endian), the writer's time plus the cache's TTL: replicas share the clock within the
+seconds that matter here. Nothing read back is trusted. It is a miss, counted under
+``rejected`` and why, when it is
 * longer than the entry cap (only that much plus one byte is ever read: ``oversized``);
 * not framed by this version, or its MAC does not verify (``forged``);
+* past the expiry it was signed with (``expired``);
 * inflating past ``MAX_TRACE_BYTES`` or past the ratio a replica keeps (``encoding.largest_kept``),
   found while inflating, not after (``oversized``);
 * not a valid trace (``invalid``), or its server fields (``code``, ``version``, ``torch``) are not
@@ -25,6 +30,7 @@ import asyncio
 import hashlib
 import hmac
 import logging
+import struct
 import time
 
 import orjson
@@ -40,39 +46,52 @@ from gradstep.settings import MIN_CACHE_SECRET
 from gradstep.trace_dicts import validate
 
 PREFIX = "gradstep:trace:"
-MAGIC = b"gradstep-trace/4\n"  # 4: a MAC before the brotli (3: brotli; 2: gzip; 1: zlib of the JSON)
+# 5: a signed expiry after the MAC (4: a MAC before the brotli; 3: brotli; 2: gzip; 1: zlib of the JSON)
+MAGIC = b"gradstep-trace/5\n"
 MAC_BYTES = hashlib.sha256().digest_size
+_EXPIRY = struct.Struct(">Q")  # whole seconds since the epoch
+HEAD_BYTES = len(MAGIC) + MAC_BYTES + _EXPIRY.size
 # The largest trace a replica makes: the run's output (the sandbox's cap) with the server's fields,
 # and the diagnoses a check job returns (under the same cap).
 MAX_TRACE_BYTES = 2 * SandboxConfig.max_output_bytes
 SCHEMES = ("redis://", "rediss://", "unix://")
-OFF_LOOP_BYTES = 64 << 10  # entries this large are checked, inflated and validated in a worker thread
-REASONS = ("oversized", "forged", "invalid", "foreign")
+# Entries this large are checked, inflated and validated in a worker thread, not on the event loop:
+# all of them, as a small entry may inflate to MBs (a 2 KB one to 1 MB, whose parse and check hold
+# the GIL for ~10 ms), and a stranger's request must not cost the loop that (NOTE [read after
+# admission] in gradstep.traces).
+OFF_LOOP_BYTES = 0
+REASONS = ("oversized", "forged", "expired", "invalid", "foreign")
 
 log = logging.getLogger("gradstep.cache")
 
 
-def _mac(secret: bytes, key: str, br: bytes) -> bytes:
-    mac = hmac.new(secret, MAGIC + key.encode() + b"\n", hashlib.sha256)
+def _mac(secret: bytes, key: str, expiry: bytes, br: bytes) -> bytes:
+    mac = hmac.new(secret, MAGIC + key.encode() + b"\n" + expiry, hashlib.sha256)
     mac.update(br)
     return mac.digest()
 
 
-def encode_entry(key: str, stored: bytes, secret: bytes) -> bytes:
+def encode_entry(key: str, stored: bytes, secret: bytes, ttl: float = 3600.0) -> bytes:
     """The entry for a stored trace: its brotli encoding (a gzip one read back would need checking
-    against it; a replica makes gzip again when a client needs it), signed for ``key``."""
+    against it; a replica makes gzip again when a client needs it), signed for ``key`` with its
+    expiry, ``ttl`` seconds from now."""
     br = Encoded.unpack(stored).br
-    return MAGIC + _mac(secret, key, br) + br
+    expiry = _EXPIRY.pack(max(0, int(time.time() + ttl)))
+    return MAGIC + _mac(secret, key, expiry, br) + expiry + br
 
 
 def decode_entry(key: str, raw: bytes, secret: bytes, expect: dict | None = None) -> bytes | str:
     """The stored trace in ``raw`` if it is an entry this cache's replicas wrote for ``key`` holding
-    a valid trace (with ``expect``'s fields, if given); else why not (one of ``REASONS``)."""
-    if not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + MAC_BYTES:
+    a valid trace (with ``expect``'s fields, if given), before its signed expiry; else why not (one
+    of ``REASONS``)."""
+    if not raw.startswith(MAGIC) or len(raw) < HEAD_BYTES:
         return "forged"
-    mac, br = raw[len(MAGIC) : len(MAGIC) + MAC_BYTES], raw[len(MAGIC) + MAC_BYTES :]
-    if not hmac.compare_digest(mac, _mac(secret, key, br)):
+    mac, expiry = raw[len(MAGIC) : len(MAGIC) + MAC_BYTES], raw[len(MAGIC) + MAC_BYTES : HEAD_BYTES]
+    br = raw[HEAD_BYTES:]
+    if not hmac.compare_digest(mac, _mac(secret, key, expiry, br)):
         return "forged"
+    if time.time() > _EXPIRY.unpack(expiry)[0]:
+        return "expired"
     try:  # bounded while inflating: a bomb costs the bound, not its size
         body = inflate(br, min(MAX_TRACE_BYTES, largest_kept(len(BR) + len(br))))
     except TooLarge:
@@ -166,8 +185,7 @@ class RedisCache:
         if len(raw) > self.max_entry_bytes:
             self._rejected("oversized")
             return None
-        # Large entries are verified, inflated and validated off the event loop (a 1 MB trace
-        # takes milliseconds).
+        # Verified, inflated and validated off the event loop (a 1 MB trace takes milliseconds).
         body = (
             decode_entry(key, raw, self._secret, expect)
             if len(raw) < OFF_LOOP_BYTES
@@ -184,7 +202,7 @@ class RedisCache:
         self.reasons[reason] += 1
 
     async def put(self, key: str, body: bytes) -> None:
-        entry = encode_entry(key, body, self._secret)
+        entry = encode_entry(key, body, self._secret, self.ttl)
         if len(entry) > self.max_entry_bytes:
             self.too_big += 1
             return

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from fastapi import HTTPException, Request
 
 from gradstep.cache import TraceCache
-from gradstep.limits import withdrawn
+from gradstep.limits import client_key, withdrawn
 from gradstep.pages import Frontend
 from gradstep.runs import TraceRunner
 from gradstep.settings import Settings
@@ -53,24 +53,34 @@ async def frontend(request: Request) -> Frontend:
 
 
 async def client_of(request: Request) -> str:
-    """Whom a request's runs are charged to: the address that connected, or behind a trusted
-    proxy the address that proxy saw: the *last* X-Forwarded-For entry, the one it appended
-    (nginx's ``$proxy_add_x_forwarded_for``). Entries before it are whatever the client sent, so
-    taking the first would give every request a budget of its own choosing."""
+    """Whom a request's runs are charged to (``limits.client_key``: an IPv4 address, an IPv6 /64):
+    the address that connected, or behind a trusted proxy the address that proxy saw: the *last*
+    X-Forwarded-For entry, the one it appended (nginx's ``$proxy_add_x_forwarded_for``). Entries
+    before it are whatever the client sent, so taking the first would give every request a budget
+    of its own choosing."""
     if request.app.state.settings.trust_proxy:
         entries = [e.strip() for h in request.headers.getlist("x-forwarded-for") for e in h.split(",")]
         if entries and entries[-1]:
-            return entries[-1]
-    return request.client.host if request.client else "?"
+            return client_key(entries[-1])
+    return client_key(request.client.host) if request.client else "?"
 
 
 _FORWARDED = ("x-forwarded-for", "forwarded", "x-real-ip")
+# Starlette's TestClient names its peer so: the app called in this very process, never a network
+# peer (an ASGI server gives an address, or none for a Unix socket). Its caller holds the app
+# itself, so it is local whatever headers it sends.
+IN_PROCESS = "testclient"
 
 
 def is_local(request: Request) -> bool:
     """A request from this host itself: a loopback peer that no proxy forwarded (a proxy on the same
-    host adds its client's address)."""
+    host adds its client's address), or the app called in-process. Only such a request is told
+    what a stranger must not learn: /healthz's detail, and whether an answer was cached or run and
+    what its parts took (``X-Gradstep-Cache``, ``Server-Timing``: whether someone else asked for the
+    same code recently, and when)."""
     host = request.client.host if request.client else ""
+    if host == IN_PROCESS:
+        return True
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:

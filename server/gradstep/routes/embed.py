@@ -23,7 +23,8 @@ def embed_page(
     public: Annotated[str, Depends(deps.public)],
     settings: Annotated[Settings, Depends(deps.settings)],
 ) -> HTMLResponse:
-    return embed.embed_page(request, frontend, public, embed.frame_parents(settings.frame_ancestors))
+    parents = embed.frame_parents(settings.frame_ancestors)
+    return embed.embed_page(request, frontend, public, parents, settings.embed_run_origins.split())
 
 
 @router.get(

@@ -63,6 +63,8 @@ class Health(PublicHealth):
     torch: str
     workers: int
     running_or_queued: int
+    queue: dict  # the runs' fair queue (gradstep.limits.FairQueue.stats)
+    reading: dict  # big snippets read before they run: their queue, and the reader processes
     cache: dict
     sandbox: SandboxHealth
     checkers: CheckerHealth
@@ -90,6 +92,8 @@ async def healthz(  # on the event loop: a thread hand-off would wait for the GI
         torch=torch.__version__,
         workers=settings.workers,
         running_or_queued=service.admission.inside,
+        queue=service.admission.stats(),
+        reading={**service.reading.stats(), "readers": service.readers.stats()},
         cache=cache.stats(),
         sandbox=SandboxHealth.model_validate(sandbox),
         checkers=CheckerHealth.model_validate(runner.checker.health()),

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, Field, field_validator
 
 from gradstep.encoding import json_response
+from gradstep.limits import Metered
 from gradstep.routes import deps
 from gradstep.runs import Cancelled
 from gradstep.runspec import TraceOptions  # the run options' one model (the job's, Limits' fields)
@@ -45,9 +46,10 @@ class TraceRequest(BaseModel):
     response_class=Response,
     responses={
         200: {"description": "The trace; its `status` says how the run ended.", "model": Trace},
+        404: {"description": "With `X-Gradstep-Cached-Only: 1`: the trace is not cached (nothing was run)"},
         413: {"description": "Body too large"},
-        422: {"description": "Invalid request"},
-        429: {"description": "Rate limit: retry after Retry-After seconds"},
+        422: {"description": "Invalid request, or code too costly to read before running it"},
+        429: {"description": "Rate limit (runs, or bytes sent): retry after Retry-After seconds"},
         499: {"description": "The client went away before the trace was ready (nobody reads this)"},
         503: {"description": "All workers busy and the queue full: retry after Retry-After seconds"},
     },
@@ -60,13 +62,19 @@ async def trace(
     gone: Annotated[threading.Event, Depends(deps.client_gone)],
 ) -> Response:
     options = (body.options or TraceOptions()).model_dump()
+    # an /embed framed by another origin asks so before it runs a link's code without a click
+    cached_only = request.headers.get("x-gradstep-cached-only") == "1"
     try:
-        answer = await service.trace(body.code, options, client, gone)
+        answer = await service.trace(body.code, options, client, gone, cached_only)
     except Cancelled:
         return Response(status_code=499)  # nobody is listening: nginx's "client closed request"
-    headers = {"X-Gradstep-Cache": answer.how}
-    if answer.timings:
-        headers["Server-Timing"] = answer.server_timing()
+    headers = {}
+    if deps.is_local(request):  # a hit is a tell (someone ran this code, recently): never a stranger's
+        headers["X-Gradstep-Cache"] = answer.how
+        if answer.timings:
+            headers["Server-Timing"] = answer.server_timing()
     accept = request.headers.get("accept-encoding", "")
-    keep = functools.partial(service.keep, body.code, options)
-    return await json_response(answer.stored, accept, headers, keep=keep)
+    keep = functools.partial(service.keep, answer.key)
+    response = await json_response(answer.stored, accept, headers, keep=keep)
+    # what is sent is paid for by its bytes, past what the request's price paid (traces.SEND_BYTES)
+    return Metered(response, answer.paid_bytes, functools.partial(service.pay_sent, client))
