@@ -426,6 +426,7 @@ def proven(tmp_path_factory) -> dict:
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=tmp_path_factory.mktemp("routes"),  # the routes that write a module write it there
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.splitlines()[-1])
