@@ -27,21 +27,35 @@ export function limitName(limit) {
   return names[limit] || limit || "resource";
 }
 
+/** A run's own words (an exception's message: torch's, Python's or the code's) in quotation marks,
+ * at most `max` characters: never said in gradstep's voice (NOTE [the server's voice] in
+ * server/gradstep/voice.py; the server quotes them the same way, printing.quoted). */
+export function quote(words, max = 300) {
+  const line = String(words ?? "").replace(/\s+/g, " ").trim();
+  return `“${line.length > max ? `${line.slice(0, max)}…` : line}”`;
+}
+
+/** An exception as a run raised it: its class, then its message quoted ("RuntimeError: “…”"). */
+export function raisedText(error, max = 300) {
+  if (!error) return "";
+  return error.message ? `${error.type}: ${quote(error.message, max)}` : error.type;
+}
+
 /** A crashed run's own report (TraceError.reported) as a quote after the server's words, or "". The
  * run's process can write anything there: it is never said in gradstep's voice. */
 export function reportedText(error, max = 300) {
   const said = error && error.reported;
   if (!said) return "";
-  return ` Reported by the code: “${said.length > max ? `${said.slice(0, max)}…` : said}”`;
+  return ` Reported by the code: ${quote(said, max)}`;
 }
 
 /** Why a run is the code's word, not gradstep's (Trace.reaches: the server's look at the code), or "". */
 export function reachSentence(reaches) {
   if (!reaches || !reaches.length) return "";
   const where = reaches.slice(0, 3).map((r) => `line ${r.line}: ${r.what}`).join("; ");
-  return `This code reaches beyond PyTorch (${where}${reaches.length > 3 ? "; …" : ""}), so it could make its run `
-    + "report anything: the steps, values and words here are what its process reported, not gradstep's, "
-    + "and no fixes are checked for it.";
+  return `This code leaves what gradstep can vouch for (${where}${reaches.length > 3 ? "; …" : ""}), so it could `
+    + "make its run report anything: the steps and values here are what its process reported (gradstep "
+    + "wrote the sentences from them, but cannot vouch for them), and no fixes are checked for it.";
 }
 
 export function fmtShape(shape) {

@@ -4,7 +4,7 @@
 // narrates (server/gradstep/narrate.py, the one narrator); a trace recorded
 // without narration (version 1, or `explain=False`) shows each step's title.
 
-import { fmtGrad, stepTitle } from "./model.js";
+import { fmtGrad, raisedText, stepTitle } from "./model.js";
 
 export const LISTED = 6; // .grad changes the narration names one by one (narrate.py MAX_LISTED)
 
@@ -97,7 +97,7 @@ export function renderNarration(banner, model, index, hooks) {
   if (!step) return null;
   const tone = step.error ? "error" : step.kind !== "forward" ? "call" : "info";
   // torch's own words of an error are kept beside the narration (the editor shows them at the line too)
-  const message = step.error ? `${step.error.type}: ${step.error.message}` : null;
+  const message = step.error ? raisedText(step.error, 2000) : null;
   if (!step.explanation) {
     banner.append(el("div", "gs-banner-title", stepTitle(step)));
     if (message) banner.append(el("div", "gs-banner-message", message));

@@ -2,7 +2,7 @@
 // for the inspector the selected node). No DOM here, so `node --test` checks it; frontend/panels.js
 // draws it, keyed by the ids these views carry (tensor name, fact label, saved slot name).
 
-import { fmtBytes, fmtGrad, fmtNumber, fmtShape, gradValues, nodeStatus } from "./model.js";
+import { fmtBytes, fmtGrad, fmtNumber, fmtShape, gradValues, nodeStatus, quote } from "./model.js";
 import { paramChanges } from "./updates.js";
 
 /** Stable keys for items that may repeat a name: "x", then "x#2", "x#3"… */
@@ -79,8 +79,9 @@ export function inspectorView(model, index, id) {
     [st.failed ? "failed here" : st.executed ? `ran (#${st.order})` : "did not run this step", st.freed ? "freed" : null,
       st.stale ? "stale" : null, st.retained ? "retained" : null].filter(Boolean).join(", "));
   if (n.gradGraph) fact("graph", "built by create_graph=True (a gradient's graph)");
-  if (n.unreadable) fact("not read", n.unreadable);
-  for (const s of n.saved) if (s.unreadable) fact(`${s.name} not read`, s.unreadable);
+  // the tracer's reason quotes an exception: the run's words, quoted
+  if (n.unreadable) fact("not read", quote(n.unreadable));
+  for (const s of n.saved) if (s.unreadable) fact(`${s.name} not read`, quote(s.unreadable));
   const staleNames = new Set(st.staleSaved || []);
   const saved = keyed(
     n.saved.map((s) => {

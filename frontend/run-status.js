@@ -1,7 +1,7 @@
 // The line under the editor that says what the last run did: running (with a progress bar), how
 // long it took and what it built, or why it stopped.
 
-import { limitName, reportedText } from "./model.js";
+import { limitName, quote, reportedText } from "./model.js";
 import { h } from "./dom.js";
 
 /** What a finished run's trace says, as [kind, text] ("ok" or "error"); `ms` from click to render.
@@ -17,7 +17,8 @@ export function runSummary(trace, ms, { held = false } = {}) {
   if (trace.status === "ok") return ["ok", `Ran in ${took} · ${steps} step${steps === 1 ? "" : "s"} · ${(trace.nodes || []).length} nodes${reported}`];
   if (trace.status === "error") {
     const e = trace.error || {};
-    return ["error", `${e.type || "Error"}${e.line ? ` at line ${e.line}` : ""}: ${e.message || ""}`];
+    // the exception's own words, quoted: torch's or Python's, never gradstep's
+    return ["error", `${e.type || "Error"}${e.line ? ` at line ${e.line}` : ""}${e.message ? `: ${quote(e.message)}` : ""}`];
   }
   if (trace.status === "timeout") return ["error", `Stopped: the run hit the time limit. ${more}`];
   if (trace.status === "limit" && steps) {

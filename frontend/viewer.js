@@ -6,7 +6,7 @@
 
 import {
   buildModel, diffSteps, initialExpanded, openedAtStart, visibleGraph, stepTitle, callFlags, fmtBytes, limitName, modulePath,
-  reportedText, reachSentence,
+  reportedText, reachSentence, quote,
 } from "./model.js";
 import { layoutGraph, layoutGraphInSlices, deserializeLayout } from "./layout.js";
 import { createGraphView, prefersReducedMotion } from "./graph.js";
@@ -674,11 +674,6 @@ export function createViewer(el, options = {}) {
       stopped = h("div", { class: "gs-note gs-note-error" }, h("strong", {}, `Run stopped by ${which}.`),
         ` ${t.error ? t.error.message : ""}${reportedText(t.error, 2000)}`);
     }
-    if (t.status === "error" && outOfMemory(t.error)) {
-      // the sandbox's per-run memory limit refused an allocation (RLIMIT_DATA): say so in words
-      notes.push(h("div", { class: "gs-note gs-note-error" }, h("strong", {}, "Run stopped by the memory limit."),
-        ` Line ${t.error.line ?? "?"} asked for more memory than a run may use.`));
-    }
     for (const n of t.notes) notes.push(h("div", { class: "gs-note" }, n));
     const capped = t.truncated.filter((x) => x !== "stdout");
     if (t.truncated.includes("stdout")) {
@@ -691,10 +686,6 @@ export function createViewer(el, options = {}) {
     banner.append(...notes);
     if (stopped) banner.prepend(stopped);
     if (reported) banner.prepend(reported);
-  }
-
-  function outOfMemory(error) {
-    return Boolean(error) && (error.type === "MemoryError" || /can't allocate memory/.test(error.message || ""));
   }
 
   /** Narration links: highlight the nodes (and a tensor's .grad texts) they name. */
@@ -716,7 +707,7 @@ export function createViewer(el, options = {}) {
     const errors = [];
     const t = model.trace;
     if (step && step.error) {
-      errors.push({ key: `s${index}`, line: step.line ?? step.error.line, title: `${step.error.type}:`, message: step.error.message, kind: "error" });
+      errors.push({ key: `s${index}`, line: step.line ?? step.error.line, title: `${step.error.type}:`, message: quote(step.error.message, 2000), kind: "error" });
     }
     if (t.error && !(step && step.error && (step.error.line ?? step.line) === t.error.line && step.error.message === t.error.message)) {
       const last = index === steps() - 1 || !steps();
@@ -726,7 +717,8 @@ export function createViewer(el, options = {}) {
           line: t.error.line ?? 1,
           column: t.error.line ? t.error.column ?? null : null,
           title: `${t.error.type}${t.error.line ? ` (line ${t.error.line}${t.error.column ? `, column ${t.error.column}` : ""})` : ""}:`,
-          message: t.error.message,
+          // an exception's words are the run's (quoted); a limit's or a crash's sentence is the server's
+          message: t.status === "error" ? quote(t.error.message, 2000) : t.error.message,
           kind: t.status === "error" ? "error" : "limit",
         });
       }

@@ -48,7 +48,9 @@ class Table:
     def unpack(self, columns: dict[str, list | None]) -> list[dict]:
         """Rows with their key fields and the fields not at their default (as the tracer writes
         them), each a new dict."""
-        count = len(columns[self.key[0]]) if columns else 0
+        if not columns:
+            return []
+        count = len(columns[self.key[0]])
         rows: list[dict] = (
             [{self.implicit: i} for i in range(count)] if self.implicit else [{} for _ in range(count)]
         )

@@ -3,7 +3,8 @@
 Everything derived from a run that can cost much is computed here, in the child, under the run's
 own CPU, memory and wall limits — never in the server:
 
-* a **trace** job records the snippet (with narration) and, when the run shows a known mistake,
+* a **trace** job records the snippet (facts only: the server writes every sentence, gradstep.voice)
+  and, when the run shows a known mistake,
   puts the rules' proposals in the trace's ``diagnoses``: unverified, only so that the server
   knows which fixes to run (it runs them itself, and never shows a proposal);
 * a **check** job gets a trace and the traces of the fix runs the server made for it, and
@@ -33,9 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from gradstep.columns import pack, unpack
 from gradstep.diagnose import check, propose
 from gradstep.diagnose.service import may_need_diagnosis
-from gradstep.pipeline import explained
 from gradstep.runspec import RunSpec
 from gradstep.schema import SERVER_FIELDS
+from gradstep.tracer import record
 from gradstep.tracer.limits import Limits
 
 PROPOSE_CPU_SECONDS = 2.0  # CPU the proposals may take after the snippet, within the run's own limit
@@ -79,7 +80,7 @@ def run(payload: str) -> bytes:
             (may_need_diagnosis(kept) and within_cpu(PROPOSE_CPU_SECONDS, lambda: propose(kept))) or []
         )
     limits = Limits.sandboxed(**job.spec.limits())
-    trace = explained(job.code, limits)
+    trace = record(job.code, limits)  # facts only: the server writes the narration (gradstep.voice)
     body = _result(trace)
     if len(body) <= MAX_PROPOSING_TRACE and may_need_diagnosis(trace):
         proposals = within_cpu(PROPOSE_CPU_SECONDS, lambda: propose(trace))
@@ -91,8 +92,10 @@ def run(payload: str) -> bytes:
 
 def _result(trace: dict) -> bytes:
     """The trace as the child returns it: its tables as columns, without the fields the server
-    writes in (it would overwrite them: gradstep.checker), the submitted code the largest of them."""
-    return orjson.dumps(pack({k: v for k, v in trace.items() if k not in SERVER_FIELDS}), default=repr)
+    writes in (it would overwrite them: gradstep.checker), the submitted code the largest of them,
+    and without its notes (the server writes them from ``uses``: gradstep.voice)."""
+    kept = {k: v for k, v in trace.items() if k not in SERVER_FIELDS and k != "notes"}
+    return orjson.dumps(pack(kept), default=repr)
 
 
 def cpu_used() -> float:

@@ -1,8 +1,8 @@
 """What a run stopped by one of the server's limits says: which limit, its value, and what to do.
 
-Shared by the server (a run it killed: no trace, its words) and the sandboxed child (a run that
-stopped itself at the memory limit: the trace of what ran until then). Imports nothing heavy:
-the child imports it.
+The server's words (NOTE [the server's voice] in gradstep.voice): a run it killed (no trace), and a
+run that stopped itself at a limit with the trace of what ran until then. Imports nothing heavy:
+the checker and the child's tracer import it.
 """
 
 from __future__ import annotations
@@ -24,6 +24,26 @@ RECORD_DOCS = "README: “Recording your own code”"
 # What the gradstep command takes instead of a setting, where its option overrides the setting
 # (`gradstep trace --timeout` sets the wall limit; the other limits are the settings' there too)
 COMMAND_OPTIONS: dict[str, str] = {"wall": "--timeout"}
+
+
+# NOTE [a run stops short of its limits]
+# A run's tracer stops the code at a statement once its CPU or wall-clock time reaches
+# ``stop_point`` of its budget (tracer/limits.py LimitWatch), keeping the rest to write its trace.
+# The server takes a run's word that it stopped so only where the sandbox measured at least that
+# much use, less ``STOP_TOLERANCE`` (gradstep.voice Observed.saw_stop): the two read this one rule.
+STOP_MARGIN = 0.15  # of the budget, at least STOP_MIN_MARGIN s: narration, packing, writing a big trace
+STOP_MIN_MARGIN = 0.5
+STOP_TOLERANCE = 0.25  # s: the child's clock and the runner's are read at different moments
+
+
+def stop_margin(budget: float) -> float:
+    """The seconds of ``budget`` a run keeps for writing its trace."""
+    return max(STOP_MIN_MARGIN, STOP_MARGIN * max(budget, 0.0))
+
+
+def stop_point(budget: float) -> float:
+    """The seconds of ``budget`` at which a run stops itself."""
+    return budget - stop_margin(budget)
 
 
 def value_text(limit: str, value: float | None) -> str:

@@ -20,7 +20,7 @@ from collections import Counter
 from gradstep import cells, narrate_error
 from gradstep.grad_equality import same_grad
 from gradstep.narrate_updates import Sources, narrate_update
-from gradstep.printing import fmt_bytes, fmt_number, fmt_values
+from gradstep.printing import fmt_bytes, fmt_number, fmt_values, quoted
 from gradstep.schema import CALL_KINDS
 from gradstep.trace_dicts import GradDict, NodeDict, StepDict, TensorDict, TraceDict
 
@@ -522,7 +522,7 @@ class _Narrator:
         first = error["message"].split(". ")[0].rstrip(".")
         t.sentence_break()
         if failed is None:
-            t.add(f"It raised {error.get('type', 'an error')}: {first}.")
+            t.add(f"It raised {error.get('type', 'an error')}: {quoted(first)}.")
             return
         info = self.nodes[failed] if failed < len(self.nodes) else {}
         t.add("It failed at ")
@@ -723,5 +723,7 @@ def narrate(trace: TraceDict) -> TraceDict:
     except Exception as e:
         for step in trace.get("steps") or ():
             step["explanation"], step["links"] = "", []
-        trace.setdefault("notes", []).append(f"No narration for this trace: {type(e).__name__}: {e}")
+        trace.setdefault("notes", []).append(
+            f"No narration for this trace: {type(e).__name__} {quoted(str(e), 80)}."
+        )
     return trace

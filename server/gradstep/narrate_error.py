@@ -18,6 +18,7 @@ import ast
 from typing import TYPE_CHECKING
 
 from gradstep import cells
+from gradstep.printing import quoted
 from gradstep.trace_dicts import StepDict
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ def explain(n: _Narrator, step: StepDict, states: dict, t: _Text) -> None:
     else:
         t.add(f"The code raised {kind}")
     if kind == "SystemExit":
-        t.add(f" (exit code {message})" if message and message != "None" else "")
+        t.add(f" (exit code {quoted(message, 40)})" if message and message != "None" else "")
     t.add(", which ended the run: the graph is shown as it stood then.")
     if syntax is None:
         return

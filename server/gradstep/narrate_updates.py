@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gradstep import cells
-from gradstep.printing import fmt_number
+from gradstep.printing import fmt_number, quoted
 
 MAX_LISTED = 6  # parameters named one by one before the rest is summarised
 
@@ -83,7 +83,7 @@ def narrate_update(
         t.add(f" ({', '.join(at)})")
     error = step.get("error")
     if error:
-        t.add(f" failed: {error['type']}: {error['message'].split(chr(10))[0]}")
+        t.add(f" failed: {error['type']}: {quoted(error['message'].split(chr(10))[0])}")
         t.add(".")
         return
 

@@ -129,3 +129,14 @@ def fmt_bytes(n: int) -> str:
     if n < 1024 * 1024:
         return f"{n / 1024:.1f} KB"
     return f"{n / (1024 * 1024):.1f} MB"
+
+
+QUOTE_MAX = 200  # characters of a run's own words inside one of the server's sentences
+
+
+def quoted(words: str, limit: int = QUOTE_MAX) -> str:
+    """A run's own words (an exception's message: torch's, Python's, or the code's) as the server's
+    sentences hold them: in quotation marks, one line, at most ``limit`` characters (NOTE [the
+    server's voice] in gradstep.voice: a quote is never the server's word)."""
+    line = " ".join(words.split())
+    return f"“{line[:limit]}…”" if len(line) > limit else f"“{line}”"

@@ -21,10 +21,10 @@ its output is data, never authority:
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,6 +41,7 @@ from gradstep.runspec import RunSpec, TraceOptions, job_payload
 from gradstep.sandbox import RunResult, Sandbox, SandboxConfig
 from gradstep.schema import SERVER_FIELDS, VERSION, Diagnosis
 from gradstep.settings import Settings
+from gradstep.voice import Observed
 
 TARGET = "gradstep.jobs:run"
 MAX_FIX_CODE = 70_000  # characters of a proposed fix (a snippet is at most 60 000; a fix adds a little)
@@ -212,7 +213,7 @@ class TraceRunner:
                     failed = failed_trace(code, result.status, detail, result.limit, result.reported)
                     return Traced(encoding.compress(failed), cacheable=False, timings=timings)
                 with _timed(timings, "check"):
-                    checked = self._check_output(result.output, fields)
+                    checked = self._check_output(result, fields, observed(spec, result))
             if checked.problem is not None:
                 failed = failed_trace(code, "crashed", checked.problem)
                 return Traced(encoding.compress(failed), cacheable=False, timings=timings)
@@ -220,7 +221,8 @@ class TraceRunner:
                 assert checked.stored is not None
                 keep = encoding.worth_keeping(len(result.output), checked.stored)
                 return Traced(checked.stored, cacheable=keep, timings=timings)
-            trace = {**orjson.loads(result.output), **fields}  # checked: it is a trace
+            assert checked.body is not None
+            trace = orjson.loads(checked.body)  # checked, and in the server's words
             # code that reaches past torch could have written anything here: nothing is checked for it
             proposed = [] if fields["reaches"] else proposed_codes(trace.get("diagnoses") or [], MAX_FIX_CODE)
         trace["diagnoses"] = []  # proposals are never shown: only what the check below passes
@@ -246,11 +248,11 @@ class TraceRunner:
         cacheable = verified is None and complete and encoding.worth_keeping(len(body), stored)
         return Traced(stored, cacheable, fix_runs, timings)
 
-    def _check_output(self, output: bytes, fields: dict, encode: bool = True) -> Checked:
-        """``checker.check``, with new spares held back meanwhile: on 2 cores a spare's fork and
-        warm-up (~25 ms CPU) made checking the 24-layer trace take 62 ms instead of 44."""
+    def _check_output(self, result: RunResult, fields: dict, seen: Observed, encode: bool = True) -> Checked:
+        """``checker.check`` of a run's output, with new spares held back meanwhile: on 2 cores a
+        spare's fork and warm-up (~25 ms CPU) made checking the 24-layer trace take 62 ms instead of 44."""
         with self.sandbox.spares_held():
-            return self.checker.check(output, fields, encode)
+            return self.checker.check(result.output, fields, seen, encode)
 
     def _run(self, payload: str, budget: RunBudget, deadline: float | None = None) -> RunResult:
         with self._running(payload, budget, deadline=deadline) as result:
@@ -286,9 +288,12 @@ class TraceRunner:
         """One run of ``code``'s trace, with the server's fields; None when it is not a trace (the
         run failed, or wrote something else)."""
         result = self._run(job_payload(spec, code=code, cpu_seconds=cpu), budget, deadline)
-        if result.status != "ok" or self._check_output(result.output, {}, encode=False).problem is not None:
+        if result.status != "ok":
             return None
-        return {**orjson.loads(result.output), **served_fields(code)}
+        checked = self._check_output(result, served_fields(code), observed(spec, result, cpu), encode=False)
+        if checked.problem is not None or checked.body is None:
+            return None
+        return orjson.loads(checked.body)  # in the server's words, its proposals still in it
 
     def _diagnose(
         self, trace: dict, codes: list[str], spec: RunSpec, budget: RunBudget
@@ -382,16 +387,50 @@ def _timed(timings: dict[str, float], part: str) -> Iterator[None]:
         timings[part] = (time.monotonic() - start) * 1e3
 
 
-def served_fields(code: str) -> dict:
+def observed(spec: RunSpec, result: RunResult, cpu: int | None = None) -> Observed:
+    """What the server knows of a run besides its word (NOTE [what the runner saw of a run]): the
+    limits it ran under, as the runner read them (else its job's: ``cpu``, a fix run's lowered CPU
+    limit), and what the runner measured of its child."""
+    return Observed(
+        memory_mb=spec.memory_mb,
+        cpu_seconds=result.cpu_limit or cpu or spec.cpu_seconds,
+        wall_seconds=result.wall_limit or spec.wall_seconds,
+        cpu_used=result.cpu_used,
+        wall_used=result.wall_used,
+    )
+
+
+def served_fields(code: str, found: list[dict] | None = None) -> dict:
     """What the server writes into every trace it serves: never the child's to say (a snippet can
     write its own result, claiming other code or versions). ``reaches``: the server's own look at
-    the code (gradstep.reach)."""
+    the code (gradstep.reach); ``found``: that look, when a reader process already took it
+    (gradstep.reading: big code is never parsed here again)."""
+    if found is not None:
+        _remember(code, tuple(found))
     return dict(zip(SERVER_FIELDS, (code, VERSION, torch.__version__, list(_reaches(code))), strict=True))
 
 
-@functools.lru_cache(maxsize=256)  # a run and its fix runs, the run again on Apply fix
+_READ_CODES = 256  # a run and its fix runs, the run again on Apply fix
+_read: OrderedDict[str, tuple[dict, ...]] = OrderedDict()  # code -> its reaches, the last read last
+_read_lock = threading.Lock()
+
+
+def _remember(code: str, found: tuple[dict, ...]) -> tuple[dict, ...]:
+    with _read_lock:
+        _read[code] = found
+        _read.move_to_end(code)
+        while len(_read) > _READ_CODES:
+            _read.popitem(last=False)
+    return found
+
+
 def _reaches(code: str) -> tuple[dict, ...]:
-    return tuple(reaches(code))
+    with _read_lock:
+        found = _read.get(code)
+        if found is not None:
+            _read.move_to_end(code)
+            return found
+    return _remember(code, tuple(reaches(code)))
 
 
 def payload_for(code: str, options: dict | None = None, *, spec: RunSpec | None = None) -> str:

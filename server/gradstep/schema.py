@@ -34,6 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 #    smaller compressed (gradstep.columns).
 #    Added within 4: Step.kind "update" with Step.update (the optimizer calls), Step.iteration.
 #    Added within 4: the step kind "error" (the code raised outside a backward/grad call).
+#    Added within 4: Trace.uses (the facts Trace.notes are written from: the server writes every
+#    sentence of a sandboxed run's trace, gradstep.voice).
 VERSION = 4
 # Written by the server into every trace it serves, never taken from the sandboxed child's bytes.
 SERVER_FIELDS = ("code", "version", "torch", "reaches")
@@ -89,7 +91,8 @@ class TraceError(_Model):
         None,
         description=(
             "Status `crashed` only: what the run's own process wrote about why it ended without a "
-            "trace (at most 2,000 characters). The run's words, never the server's (a snippet runs in "
+            "trace, or the message of an ending the server refused (a limit the sandbox did not see) "
+            "(at most 2,000 characters). The run's words, never the server's (a snippet runs in "
             "that process and can write anything there): readers show it quoted, as reported by the "
             "code, apart from `message`, which is the server's."
         ),
@@ -414,6 +417,43 @@ class Warning_(_Model):
     file: int | None = _in_file()
 
 
+# What a note speaks of (gradstep.note_text writes one sentence per kind; its WRITERS are these)
+UseKind = Literal[
+    "no_gpu", "ipython", "transformed", "forward_ad", "compiled", "cuda_on_cpu", "cuda_leaf_copy",
+    "cuda_memory_counter", "gpu_only", "missing_module", "missing_file", "network", "keyboard", "arguments",
+    "processes", "workers", "standin", "tracer_failed",
+]  # fmt: skip
+
+
+class Use(_Model):
+    """A fact a note is written from (``Trace.notes``): what the code used that a run drew or ran otherwise."""
+
+    kind: UseKind = Field(
+        description=(
+            "What it is: `cuda_on_cpu` (CUDA code ran on the CPU), `cuda_leaf_copy`, `cuda_memory_counter`, "
+            "`gpu_only` (a call only a GPU can make), `no_gpu`, `ipython` (IPython's own lines skipped), "
+            "`transformed` (a `torch.func` transform), `forward_ad`, `compiled` (`torch.compile` with "
+            "`aot_eager`), `missing_module`, `missing_file`, `network`, `keyboard` (`input()`), "
+            "`arguments` (argparse), `processes`, `workers` (a `DataLoader`'s worker processes), "
+            "`standin` (`tqdm`/`matplotlib` stand-ins), `tracer_failed` (a failure of the tracer's own)."
+        )
+    )
+    lines: list[int] = Field(
+        default_factory=list, description="The lines it happened at, as steps count them."
+    )
+    name: str | None = Field(
+        None,
+        description=(
+            "What it names: a module, a file, a function (`cuda_memory_counter`, `gpu_only`), a package "
+            "(`standin`), the tracer's part that failed (`tracer_failed`)."
+        ),
+    )
+    step: int | None = Field(None, description="`tracer_failed`: the step (1-based) it failed at.")
+    detail: str | None = Field(
+        None, description="`tracer_failed`: the exception, as Python words it (a quote, never the server's)."
+    )
+
+
 class Reach(_Model):
     """A place where the snippet's code reaches beyond PyTorch's public API and plain Python (gradstep.reach)."""
 
@@ -654,7 +694,7 @@ class Step(_Model):
         "",
         description=(
             "Plain-language narration of what the step changed, derived from the trace alone (see "
-            "[Narration](#narration))."
+            "[Narration](#narration)); written by the server for a sandboxed run, never taken from it."
         ),
     )
     links: list[Link] = Field(
@@ -787,10 +827,19 @@ class Trace(_Model):
         default_factory=list,
         description="Caps that were hit: `nodes`, `steps`, `stdout` (see [Caps](#caps)).",
     )
+    uses: list[Use] = Field(
+        default_factory=list,
+        description=(
+            "The facts the notes are written from: what the code used that the run drew or ran "
+            "otherwise (added within version 4)."
+        ),
+    )
     notes: list[str] = Field(
         default_factory=list,
         description=(
-            "Sentences a viewer should show as they are: what the run did differently from the code "
+            "Sentences a viewer should show as they are, written from `uses` (by the server for a "
+            "sandboxed run, never taken from the run) and by the server about the run itself (facts it "
+            "refused, fixes not checked): what the run did differently from the code "
             "or could not draw (IPython's own lines skipped, a `torch.func` transform, forward-mode "
             "AD, `torch.compile` run with `aot_eager`), and, in the sandbox, CUDA code run on the CPU "
             "(`Ran on the CPU: this server has no GPU. Line(s) … asked for CUDA …`; the tensors "
@@ -811,13 +860,13 @@ class Trace(_Model):
         default_factory=list,
         description=(
             "Written by the server from the code it was given, never by the run "
-            "(`gradstep/reach.py`): where the code reaches beyond PyTorch's public API and plain "
-            "Python — an import outside the usual companions, a reflective builtin (`getattr`, "
-            "`eval`, `open`, …), a dunder or private attribute (other than the `_saved_*` and "
-            "`_version` every autograd lesson reads), `os`/`sys` beyond a few harmless names, a path "
-            "into `/proc` or `/dev` (at most 8, by line). Such code can write what it pleases into "
-            "its own trace (see [Who says what](#who-says-what)): a viewer shows the run as reported "
-            "by the code, and the server checks and offers no fixes for it."
+            "(`gradstep/reach.py`): where the code leaves the subset the server vouches for, an "
+            "allow-list — an import outside a fixed list, a private, dunder, frame or code attribute "
+            "named anywhere, a call that finds attributes or code from strings or unpickles, a string "
+            "annotation, a class that runs inside the tracer's calls, a write to what the tracer reads "
+            "through (at most 8, by line). Such code can write what facts it pleases into its own trace "
+            "(see [Who says what](#who-says-what)): a viewer shows the run as reported by the code, and "
+            "the server checks and offers no fixes for it."
         ),
     )
 

@@ -128,6 +128,15 @@ class ReachDict(TypedDict):
 
 
 @_strict_keys
+class UseDict(TypedDict):
+    kind: schema.UseKind
+    lines: NotRequired[list[int]]
+    name: NotRequired[str | None]
+    step: NotRequired[int | None]
+    detail: NotRequired[str | None]
+
+
+@_strict_keys
 class LinkDict(TypedDict):
     start: int
     end: int
@@ -228,6 +237,7 @@ class TraceDict(TypedDict):
     steps: NotRequired[list[StepDict]]
     warnings: NotRequired[list[WarningDict]]
     truncated: NotRequired[list[str]]
+    uses: NotRequired[list[UseDict]]
     notes: NotRequired[list[str]]
     diagnoses: NotRequired[list[DiagnosisDict]]
     reaches: NotRequired[list[ReachDict]]

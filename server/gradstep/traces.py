@@ -164,11 +164,9 @@ class TraceService:
     # NOTE [read after admission]: a request's code is hashed and parsed only once the request is
     # admitted (it paid HIT_COST; big code had its client's turn at a reader) and never on the
     # event loop: ast.parse holds the GIL for the whole parse (60 KB of crafted f-string: ~1 s),
-    # so big code is parsed first in a reader process bounded in CPU (gradstep.reading). Code it
-    # gave up on is refused without a parse in this process; code it read is parsed again here, in
-    # a worker thread (runs.served_fields keeps the result for the run), which its reading bounds:
-    # at most PARSE_SHARE * read_seconds (0.2 s) of GIL per admitted big snippet, once (the run
-    # reuses it). That second parse goes once TraceRunner takes the reader's answer (runs.py).
+    # so big code is parsed only in a reader process bounded in CPU (gradstep.reading). Code it
+    # gave up on is refused without a parse in this process; what it found is the run's
+    # (runs.served_fields keeps it for the run, its fix runs and Apply fix).
     async def _read(self, code: str, options: dict, client: str) -> tuple[str, dict]:
         """The request's cache key and the server's fields for its code (``runs.served_fields``),
         worked out in worker threads: big code after its client's turn to be read, and read in a
@@ -212,10 +210,9 @@ class TraceService:
         reader gave up on it."""
 
         def read() -> dict | None:
-            if self.readers.read(code) is None:
-                return None
-            # The reader's parse was cheap, so this one is (runs.served_fields keeps it for the run).
-            return served_fields(code)
+            found = self.readers.read(code)
+            # what the reader found is the run's too: big code is parsed only in the reader
+            return None if found is None else served_fields(code, found)
 
         if not await self.client_reads.enter(client):
             raise HTTPException(

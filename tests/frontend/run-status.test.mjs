@@ -8,7 +8,7 @@ import { X7 } from "./fixtures.mjs";
 test("the status line says how long a run took and what it built, or why it stopped", () => {
   assert.deepEqual(runSummary(X7, 1234), ["ok", "Ran in 1.23 s · 3 steps · 2 nodes"]);
   const failed = { status: "error", steps: [], nodes: [], error: { type: "RuntimeError", line: 5, message: "boom" } };
-  assert.deepEqual(runSummary(failed, 10), ["error", "RuntimeError at line 5: boom"]);
+  assert.deepEqual(runSummary(failed, 10), ["error", "RuntimeError at line 5: “boom”"]);
   assert.deepEqual(runSummary({ status: "limit", limit: "memory", error: { message: "m" } }, 0),
     ["error", "Stopped: the run hit the memory limit. m"]);
   assert.deepEqual(runSummary({ status: "timeout" }, 0), ["error", "Stopped: the run hit the time limit. "]);

@@ -26,7 +26,8 @@ from pathlib import Path
 import gradstep.sandbox
 import orjson
 import pytest
-from gradstep.runs import payload_for, sandbox_config
+from gradstep.checker import check
+from gradstep.runs import observed, payload_for, sandbox_config, served_fields
 from gradstep.sandbox import Sandbox
 from gradstep.sandbox.cgroups import CPU_SHARES, cgroup_of
 from gradstep.settings import Settings
@@ -119,7 +120,7 @@ def attack(sb: Sandbox, code: str, guard: Guard, mounts_before: set[str]):
     """Run an attack; check the sandbox is healthy and clean after it. Returns (result, trace)."""
     zygote = sb.health()["zygote_pid"]
     result = sb.run(payload_for(code))
-    trace = orjson.loads(result.output) if result.status == "ok" else None
+    trace = served(code, result) if result.status == "ok" else None
     # healthy: the same zygote, inside the guard, and a normal snippet still runs
     health = sb.health()
     assert health["zygote"] and health["zygote_pid"] == zygote
@@ -139,6 +140,14 @@ def attack(sb: Sandbox, code: str, guard: Guard, mounts_before: set[str]):
     assert files_owned_by(uids, ["/tmp", "/var/tmp", "/dev/shm", str(REPO), str(REPO / "server")]) == []
     assert mount_points() == mounts_before
     return result, trace
+
+
+def served(code: str, result) -> dict:
+    """A run's bytes as the server serves them: checked, its sentences the server's (gradstep.voice)."""
+    seen = observed(Settings().run_spec(), result)  # the job's spec: payload_for's, the default settings'
+    checked = check(result.output, served_fields(code), seen, encode=False)
+    assert checked.problem is None and checked.body is not None, checked.problem
+    return orjson.loads(checked.body)
 
 
 def error_of(trace: dict) -> tuple[str, str]:

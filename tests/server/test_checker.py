@@ -15,17 +15,33 @@ import orjson
 import pytest
 import torch
 from gradstep import checker, jobs
-from gradstep.checker import CHECKER_DIED, NOT_JSON, CheckerPool, check
+from gradstep.checker import CHECKER_DIED, NOT_JSON, CheckerPool
+from gradstep.checker import check as check_with
 from gradstep.columns import rows_of
 from gradstep.encoding import Encoded, decompress, with_gzip
+from gradstep.narrate import narrate
 from gradstep.runs import payload_for, served_fields
 from gradstep.schema import SERVER_FIELDS
+from gradstep.voice import Observed
 
 SMALL = "import torch\nx = torch.ones(3, requires_grad=True)\n(x * 2).sum().backward()\n"
 # a trace past INLINE_BYTES: it goes to the checker processes
 BIG = "import torch\nx = torch.ones(64, requires_grad=True)\nfor i in range(60):\n    (x * i).sum().backward()\n"
 FIELDS = served_fields(SMALL)
 NODE = shutil.which("node")
+SEEN = Observed()  # what the runner saw: nothing here (no run of the sandbox)
+NARRATION = ("explanation", "links")
+
+
+def check(raw: bytes, fields: dict, encode: bool = True) -> checker.Checked:
+    return check_with(raw, fields, SEEN, encode)
+
+
+def facts(trace: dict) -> dict:
+    """A trace's rows without its narration and notes (the server's sentences): the child's facts."""
+    rows = {k: v for k, v in rows_of(trace).items() if k != "notes"}
+    rows["steps"] = [{k: v for k, v in step.items() if k not in NARRATION} for step in rows["steps"]]
+    return rows
 
 
 def served_json(stored: bytes) -> dict:
@@ -35,12 +51,18 @@ def served_json(stored: bytes) -> dict:
     return rows_of(orjson.loads(decompress(stored)))
 
 
-def test_the_childs_bytes_are_served_with_the_servers_fields_and_nothing_else_changed():
+def test_the_childs_facts_are_served_with_the_servers_fields_and_narration_and_nothing_else_changed():
     raw = jobs.run(payload_for(SMALL))
-    assert not set(orjson.loads(raw)) & set(SERVER_FIELDS)  # the child leaves them to the server
+    child = orjson.loads(raw)
+    assert not set(child) & set(SERVER_FIELDS)  # the child leaves them to the server...
+    assert not any(k in step for step in child["steps"] for k in NARRATION)  # ...and every sentence
     checked = check(raw, FIELDS)
     assert checked.problem is None and not checked.proposed
-    assert served_json(checked.stored) == rows_of({**orjson.loads(raw), **FIELDS})
+    served = served_json(checked.stored)
+    assert facts(served) == facts({**child, **FIELDS})
+    told = narrate(rows_of({**child, **FIELDS}))  # the server's narration of those facts
+    assert [s["explanation"] for s in served["steps"]] == [s["explanation"] for s in told["steps"]]
+    assert all(s["explanation"] for s in served["steps"])
     x = torch.ones(3, requires_grad=True)
     (x * 2).sum().backward()
     (last,) = [t for t in served_json(checked.stored)["steps"][-1]["tensors"] if t["name"] == "x"]
@@ -76,9 +98,9 @@ def test_bytes_that_are_not_a_trace_are_refused_before_anything_is_served(raw, p
     assert checked.stored is None and problem in (checked.problem or "")
 
 
-def test_a_big_trace_is_refused_or_mended_alike_though_compressed_while_it_is_validated():
-    # past INLINE_BYTES the bytes are compressed while a thread validates them: what fails the
-    # check is still never served, and a forged server field is still overwritten
+def test_a_big_trace_is_refused_or_mended_alike():
+    # past INLINE_BYTES (checked in a checker process in a server) what fails the check is still
+    # never served, and a forged server field is still overwritten
     trace = orjson.loads(jobs.run(payload_for(BIG)))
     raw = orjson.dumps(trace)
     assert len(raw) > checker.INLINE_BYTES
@@ -91,12 +113,19 @@ def test_a_big_trace_is_refused_or_mended_alike_though_compressed_while_it_is_va
         assert checked.stored is None and problem in (checked.problem or "")
     served = served_json(check(orjson.dumps({**trace, "code": "forged"}), FIELDS).stored)
     assert {k: served[k] for k in SERVER_FIELDS} == FIELDS
-    assert served_json(check(raw, FIELDS).stored) == rows_of({**trace, **FIELDS})
+    assert facts(served_json(check(raw, FIELDS).stored)) == facts({**trace, **FIELDS})
 
 
 def test_a_trace_that_proposes_diagnoses_is_left_to_the_server_to_verify():
     raw = orjson.dumps({"status": "ok", "diagnoses": [{"kind": "k", "severity": "error", "message": "m"}]})
-    assert check(raw, FIELDS) == checker.Checked(proposed=True)
+    checked = check(raw, FIELDS)
+    assert checked.proposed and checked.stored is None
+    assert orjson.loads(checked.body) == {
+        "status": "ok",
+        "diagnoses": orjson.loads(raw)["diagnoses"],
+        **FIELDS,
+        "notes": [],  # the server's: none for these facts
+    }
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
@@ -105,7 +134,7 @@ def test_a_browser_parses_what_the_checker_validated():
     checker's parse did, so what passed the check is what the page gets. (Integers past 2**53
     read as the nearest double in any browser, as they did when the server re-serialized.)"""
     tricky = [
-        b'{"status": "error", "status": "ok", "stdout": "a\\u0000b\\u2028\\"", "notes": ["\\ud83d\\ude00"]}',
+        b'{"status": "error", "status": "ok", "stdout": "a\\u0000b\\u2028\\"\\ud83d\\ude00"}',
         b'{ "status":"ok" ,"truncated":[] , "truncated" : ["steps"], "limit": null}\n',
         b'{"status": "ok", "error": {"type": "E", "message": "m", "line": 9007199254740991}}',
         b'{"status": "ok", "warnings": [{"message": "w", "category": "UserWarning", "line": -0}]}',
@@ -115,7 +144,7 @@ def test_a_browser_parses_what_the_checker_validated():
         checked = check(raw, FIELDS)
         assert checked.problem is None, (raw, checked.problem)
         served.append(decompress(checked.stored).decode())
-        expected.append({**orjson.loads(raw), **FIELDS})
+        expected.append({**orjson.loads(raw), **FIELDS, "notes": []})  # notes: the server's (none here)
     script = "const lines = require('fs').readFileSync(0, 'utf8').split('\\n\\u0000\\n');\n"
     script += "process.stdout.write(JSON.stringify(lines.map((l) => JSON.parse(l))));\n"
     out = subprocess.run(
@@ -125,7 +154,7 @@ def test_a_browser_parses_what_the_checker_validated():
 
 
 def test_a_big_trace_is_checked_in_a_checker_process_as_it_would_be_here():
-    """A checker process validates while the server compresses: what fails is still never served,
+    """A checker process checks it: what fails is still never served,
     a forged server field is still overwritten, and what passes is served as the inline check does."""
     trace = orjson.loads(jobs.run(payload_for(BIG)))
     raw = orjson.dumps(trace)
@@ -133,24 +162,23 @@ def test_a_big_trace_is_checked_in_a_checker_process_as_it_would_be_here():
     pool = CheckerPool(1)
     pool.start()
     try:
-        pooled = pool.check(raw, served_fields(BIG))
+        pooled = pool.check(raw, served_fields(BIG), SEEN)
         for bad, problem in (
             (raw + b" trailing", NOT_JSON),
             (orjson.dumps({**trace, "status": "sure"}), "not a trace"),
         ):
-            refused = pool.check(bad, FIELDS)
+            refused = pool.check(bad, FIELDS, SEEN)
             assert refused.stored is None and problem in (refused.problem or "")
-        forged = pool.check(orjson.dumps({**trace, "code": "forged"}), FIELDS)
-        proposing = pool.check(
-            orjson.dumps({**trace, "diagnoses": [{"kind": "k", "severity": "error", "message": "m"}]}), FIELDS
-        )
+        forged = pool.check(orjson.dumps({**trace, "code": "forged"}), FIELDS, SEEN)
+        diagnoses = [{"kind": "k", "severity": "error", "message": "m"}]
+        proposing = pool.check(orjson.dumps({**trace, "diagnoses": diagnoses}), FIELDS, SEEN)
     finally:
         pool.close()
     assert pooled.problem is None
     assert served_json(pooled.stored) == served_json(check(raw, served_fields(BIG)).stored)
     served = served_json(forged.stored)
     assert {k: served[k] for k in SERVER_FIELDS} == FIELDS
-    assert proposing == checker.Checked(proposed=True)
+    assert proposing.proposed and orjson.loads(proposing.body)["diagnoses"] == diagnoses
 
 
 def test_without_checker_processes_a_big_trace_is_checked_inline():
@@ -159,7 +187,7 @@ def test_without_checker_processes_a_big_trace_is_checked_inline():
     pool = CheckerPool(0)
     pool.start()
     try:
-        checked = pool.check(raw, served_fields(BIG))
+        checked = pool.check(raw, served_fields(BIG), SEEN)
         assert served_json(checked.stored) == served_json(check(raw, served_fields(BIG)).stored)
         padded = {"status": "ok", "stdout": "x" * 100_000}
         assert served_json(pool.compress(orjson.dumps(padded))) == padded
@@ -174,9 +202,36 @@ def test_a_checker_process_that_dies_fails_its_run_and_the_next_run_gets_a_new_o
     try:
         for process in list(pool._idle.queue):  # killed as the OOM killer would
             os.kill(process.proc.pid, signal.SIGKILL)
-        assert pool.check(raw, FIELDS) == checker.Checked(CHECKER_DIED)
+        assert pool.check(raw, FIELDS, SEEN) == checker.Checked(CHECKER_DIED)
         assert pool.health() == {"processes": 1, "died": 1}  # what /healthz says
-        again = pool.check(raw, served_fields(BIG))
+        again = pool.check(raw, served_fields(BIG), SEEN)
         assert again.problem is None and served_json(again.stored)["code"] == BIG
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize(
+    "trace",
+    [
+        {"status": "limit"},  # a limit with no error
+        {"status": "limit", "limit": "cpu", "error": {"type": "limit", "message": "m"}, "steps": []},
+        {"status": "ok", "steps": [{"index": 5, "kind": "backward", "nodes": {"id": [7, -1]}}]},
+        {
+            "status": "ok",
+            "nodes": {"op": ["A B"], "step": [0], "next": [[3]]},
+            "steps": [{"index": 0, "kind": "forward"}],
+        },
+        {
+            "status": "error",
+            "error": {"type": "", "message": ""},
+            "uses": [{"kind": "missing_file", "name": ""}],
+        },
+        {
+            "status": "ok",
+            "steps": [{"index": 0, "kind": "update", "update": {"op": "step", "params": [{"name": ""}]}}],
+        },
+    ],
+)
+def test_a_trace_the_contract_allows_but_no_tracer_writes_is_served_or_refused_never_a_crash(trace):
+    checked = check(orjson.dumps(trace), FIELDS)
+    assert checked.problem is not None or served_json(checked.stored)["code"] == SMALL

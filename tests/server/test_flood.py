@@ -18,12 +18,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import anyio
 import httpx
 import orjson
 import pytest
 from fastapi.testclient import TestClient
-from gradstep import reading
+from gradstep import reading, runs
 from gradstep.app import create_app
+from gradstep.reach import reaches
 from gradstep.settings import Settings
 from testkit.browser_support import start_server, stop_server
 from testkit.sandbox_guard import guard_unavailable, uid_base
@@ -90,6 +92,23 @@ def test_crafted_code_is_refused_at_a_runs_price_without_a_parse_in_the_server(m
     assert client.post("/api/trace", json={"code": CRAFTED + " "}).status_code == 429
     assert app.state.service.readers.stats()["reads"] == 1
     app.state.service.readers.close()
+
+
+def test_big_code_its_reader_read_is_never_parsed_in_the_server_not_even_for_its_run(monkeypatch):
+    code = BIG + "# read once, by its reader\n"
+    parsed = []
+    real_parse = ast.parse
+    monkeypatch.setattr(
+        ast, "parse", lambda source, *a, **kw: parsed.append(len(source)) or real_parse(source, *a, **kw)
+    )
+    app = create_app(Settings(workers=1, rate=0, uid_base=uid_base(2260)))  # no lifespan: no sandbox
+    try:
+        _, fields = anyio.run(app.state.service._read, code, {}, "203.0.113.31")
+        assert runs.served_fields(code) == fields  # what the run, its fixes and Apply fix write in
+        assert len(code) not in parsed
+    finally:
+        app.state.service.readers.close()
+    assert fields["reaches"] == reaches(code)  # the reader's look is the server's own (parsed here now)
 
 
 def test_a_reader_has_no_secret_in_its_environment():

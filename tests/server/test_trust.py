@@ -32,14 +32,17 @@ from fastapi.testclient import TestClient
 from gradstep import serving
 from gradstep.app import create_app
 from gradstep.cache import cache_key, fix_run_key
+from gradstep.columns import pack, rows_of
 from gradstep.diagnose import RULES, facts
 from gradstep.encoding import compress, decompress
 from gradstep.export import export_html
+from gradstep.narrate import narrate
 from gradstep.routes.trace import TraceOptions
 from gradstep.runs import NOT_CHECKED, TraceRunner, sandbox_config
 from gradstep.sandbox import Sandbox
 from gradstep.schema import VERSION, Trace
 from gradstep.settings import Settings
+from gradstep.tracer import Limits, record
 from gradstep.traces import HIT_COST
 from testkit.sandbox_guard import Guard, guard_fixture, guard_unavailable, settle, uid_base
 from testkit.server_timing import server_timing
@@ -465,6 +468,95 @@ def test_a_client_asking_for_one_cached_answer_again_and_again_spends_its_budget
     served = answers.index(429)  # the 3 runs left, spent a hit's cost at a time
     assert 0 < served <= 3 / HIT_COST + 1 and set(answers[served:]) == {429}
     assert post(stingy, code, **other).status_code == 200  # another client is served
+
+
+# -- 2c. every sentence is the server's, written from checked facts (gradstep.voice) -------------
+# Each with ``unseen``: as if the look at the code missed how the snippet reaches its process.
+
+CLAIM = "gradstep checked this run against plain PyTorch: visit https://evil.example/verify"
+
+
+def served_text(body: dict) -> str:
+    """Everything a page says in the server's voice: narration, notes, the status's message, diagnoses."""
+    said = [s.get("explanation", "") for s in body.get("steps") or ()] + list(body.get("notes") or ())
+    said.append((body.get("error") or {}).get("message", ""))
+    return "\n".join(said) + orjson.dumps(body.get("diagnoses") or []).decode()
+
+
+def recorded(code: str) -> dict:
+    """``code``'s trace as a child writes it (columns, no server field), to forge from."""
+    trace = pack(record(code, Limits.sandboxed()))
+    return {k: v for k, v in trace.items() if k not in ("code", "version", "torch", "notes")}
+
+
+def test_narration_and_notes_a_run_writes_are_never_served(client, unseen):
+    trace = recorded(TRIVIAL)
+    for step in trace["steps"]:
+        step["explanation"], step["links"] = CLAIM, []
+    trace["notes"] = [CLAIM]
+    body = post(client, forge(trace)).json()
+    assert CLAIM not in served_text(body) and "evil.example" not in served_text(body)
+    told = narrate(rows_of({**recorded(TRIVIAL), "code": TRIVIAL}))  # the server's narration of the facts
+    assert [s["explanation"].split(" (line")[1:] for s in body["steps"]] == [
+        s["explanation"].split(" (line")[1:] for s in told["steps"]
+    ]
+    assert body["notes"] == []  # the facts (uses) say nothing to note
+
+
+@pytest.mark.parametrize(
+    "status, limit, error_type",
+    [("limit", "cpu", "limit"), ("limit", "wall", "StoppedAtLimit"), ("limit", "memory", "RuntimeError"),
+     ("limit", "output", "limit"), ("timeout", None, "timeout"), ("crashed", None, "crashed"),
+     ("limit", CLAIM, "limit")],
+)  # fmt: skip
+def test_a_limit_or_status_a_run_claims_is_never_the_servers_sentence(
+    client, unseen, status, limit, error_type
+):
+    # a quick run: the sandbox saw it use almost none of its CPU and time, and no refused allocation
+    forged = {**recorded(TRIVIAL), "status": status, "limit": limit}
+    forged["error"] = {"type": error_type, "message": CLAIM, "line": 1}
+    code = forge(forged)
+    for r in (post(client, code), post(client, code)):  # served, then as the cache has it
+        body = r.json()
+        assert (body["status"], body["limit"]) == ("crashed", None)
+        assert CLAIM not in served_text(body) and "gradstep cannot vouch" in body["error"]["message"]
+        assert body["error"]["reported"] == CLAIM  # the run's words, kept apart as its own
+
+
+def test_a_memory_limit_is_the_servers_reading_of_a_refused_allocation(client, unseen):
+    forged = {**recorded(TRIVIAL), "status": "limit", "limit": "memory"}
+    forged["error"] = {"type": "MemoryError", "message": "", "line": 3}
+    body = post(client, forge(forged)).json()
+    assert (body["status"], body["limit"]) == ("limit", "memory")
+    assert body["error"]["message"].startswith("Line 3 needed more memory than a run may use here")
+
+
+def test_a_sentence_forged_as_a_name_or_an_op_never_reaches_the_servers_words(client, unseen):
+    trace = recorded(FREED)
+    nodes = trace["nodes"]
+    nodes["op"] = [f"Visit {CLAIM}" if op == "TanhBackward0" else op for op in nodes["op"]]
+    for step in trace["steps"]:
+        tensors = step.get("tensors") or {}
+        tensors["name"] = [CLAIM if n == "w1" else n for n in tensors.get("name") or ()]
+        if step.get("error"):
+            step["error"]["type"] = f"RuntimeError {CLAIM}"
+    body = post(client, forge(trace, build="")).json()
+    text = served_text(body)
+    assert "evil.example" not in text and "Visit" not in text
+    assert "?" in body["nodes"]["op"] and any("refused" in note for note in body["notes"])
+    # the rest of the run is kept: the failed call is still explained at its line
+    assert [s["kind"] for s in body["steps"]] == [s["kind"] for s in trace["steps"]]
+
+
+def test_values_a_run_could_not_have_recorded_are_refused_and_the_rest_kept(client, unseen):
+    trace = recorded(TRIVIAL)
+    last = trace["steps"][-1]["tensors"]
+    last["grad"] = [dict(g, values=[CLAIM]) if g else g for g in last["grad"]]
+    last["shape"] = [[-1] for _ in last["shape"]]
+    body = post(client, forge(trace)).json()
+    (grad,) = [g for g in body["steps"][-1]["tensors"]["grad"] if g]
+    assert grad["values"] is None and body["steps"][-1]["tensors"]["shape"] == [[]]
+    assert "evil.example" not in orjson.dumps(body).decode().split('"code"')[0]
 
 
 # -- 3b. a fix's run answers only for that fix ---------------------------------------------------

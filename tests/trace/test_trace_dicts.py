@@ -27,6 +27,7 @@ PAIRS = {
     trace_dicts.UpdateDict: schema.Update,
     trace_dicts.WarningDict: schema.Warning_,
     trace_dicts.ReachDict: schema.Reach,
+    trace_dicts.UseDict: schema.Use,
     trace_dicts.LinkDict: schema.Link,
     trace_dicts.FixDict: schema.Fix,
     trace_dicts.DiagnosisDict: schema.Diagnosis,

@@ -172,7 +172,7 @@ def documented_models() -> dict[str, type[BaseModel]]:
     """The models the Reference gives a table, by the name its headings give them."""
     from gradstep import schema
 
-    models = (schema.Trace, schema.SourceFile, schema.TraceError, schema.Reach, schema.Warning_)
+    models = (schema.Trace, schema.SourceFile, schema.TraceError, schema.Reach, schema.Use, schema.Warning_)
     models += (schema.NodeInfo, schema.SavedValue, schema.Step, schema.Update, schema.ParamUpdate)
     models += (schema.Link, schema.Diagnosis, schema.Fix, schema.NodeState, schema.TensorState, schema.Grad)
     return {model.model_config.get("title") or model.__name__: model for model in models}
@@ -207,6 +207,7 @@ DICT_NAMES = {
     "TensorState": "TensorDict",
     "Warning_": "WarningDict",
     "Reach": "ReachDict",
+    "Use": "UseDict",
     "Link": "LinkDict",
     "ParamUpdate": "ParamUpdateDict",
     "Update": "UpdateDict",

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import re
 
+import orjson
 import pytest
 import torch
+from gradstep.columns import pack
 from gradstep.tracer import record
 from gradstep.tracer.limits import Limits
+from gradstep.voice import Observed, speak
 
 TOO_BIG = """\
 import torch
@@ -30,7 +33,10 @@ def test_a_refused_allocation_under_a_memory_limit_is_a_limit_with_the_steps_bef
     trace = record(TOO_BIG, Limits(memory_mb=512))
     assert (trace["status"], trace["limit"], trace["error"]["line"]) == ("limit", "memory", 4)
     assert [(s["kind"], s["line"]) for s in trace["steps"] if s["kind"] != "error"] == [("forward", 3)]
-    message = trace["error"]["message"]
+    assert trace["error"]["message"] == str(plain_error())  # the tracer writes torch's words only...
+    served = speak(orjson.loads(orjson.dumps(pack(trace))), Observed(memory_mb=512))  # ...the server its own
+    assert (served["status"], served["limit"]) == ("limit", "memory")
+    message = served["error"]["message"]
     assert "512 MB of memory" in message and "w 4×3" in message  # the tensors it could name
     asked = int(re.search(r"allocate (\d+) bytes", str(plain_error())).group(1))  # torch's own count
     assert f"it asked for {asked / 2**20:,.0f} MB more" in message

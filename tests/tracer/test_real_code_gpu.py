@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import textwrap
 
-import orjson
 import torch
-from gradstep import jobs
-from gradstep.runs import payload_for
 from gradstep.tracer import Limits, record
 from testkit import truth
+from testkit.served import served_job
 
 ON_CPU = Limits(cuda_on_cpu=True)
 
@@ -195,7 +193,7 @@ def test_code_that_never_names_cuda_runs_without_the_device_wrappers(monkeypatch
 
 
 def test_the_sandboxes_trace_job_runs_gpu_code_on_the_cpu():
-    trace = orjson.loads(jobs.run(payload_for(TRAINING)))
+    trace = served_job(TRAINING)
     assert trace["status"] == "ok", trace["error"]
     _cpu_note(trace)
 

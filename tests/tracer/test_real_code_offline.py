@@ -16,13 +16,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-import orjson
 import pytest
 import torch
-from gradstep import jobs
-from gradstep.runs import payload_for
 from gradstep.tracer import Limits, record
 from testkit import truth
+from testkit.served import served_job
 
 OFFLINE = Limits(offline=True)
 REPO = Path(__file__).resolve().parents[2]
@@ -269,7 +267,7 @@ def test_in_a_notebook_users_own_process_nothing_is_stood_in_or_blocked():
 
 def test_the_sandboxes_trace_job_runs_offline():
     _absent("torchvision")
-    trace = orjson.loads(jobs.run(payload_for("import torchvision\n")))
+    trace = served_job("import torchvision\n")
     _note(trace, "torchvision is not installed here")
 
 
@@ -431,7 +429,7 @@ def test_a_syntax_error_past_a_magic_is_the_codes_own_and_valid_python_is_never_
 def test_the_narration_and_the_rules_read_a_pasted_cell_as_the_run_did():
     code = (REPO / "snippets" / "backward_twice_fails.py").read_text()
     cell = "%matplotlib inline\n" + code
-    plain_job, cell_job = (orjson.loads(jobs.run(payload_for(c))) for c in (code, cell))
+    plain_job, cell_job = (served_job(c) for c in (code, cell))
     assert [d["kind"] for d in cell_job["diagnoses"]] == [d["kind"] for d in plain_job["diagnoses"]] != []
     last = cell_job["steps"][-1]["explanation"]
     assert last.startswith("`y.backward()` (line 21"), last  # the call's own text, one line down

@@ -20,6 +20,7 @@ import functools
 from pathlib import Path
 from typing import NamedTuple
 
+import orjson
 import pytest
 import torch
 from gradstep.tracer import Limits, record
@@ -110,6 +111,17 @@ def test_trace_validates_against_schema(runs):
 
     trace, _ = runs
     typed(trace)
+
+
+def test_the_server_refuses_no_fact_the_tracer_wrote(runs):
+    """gradstep.meaning holds a child's facts to what the tracer writes: it writes nothing else."""
+    from gradstep.columns import pack
+    from gradstep.meaning import check_meaning
+
+    trace, _ = runs
+    wire = orjson.loads(orjson.dumps(pack(trace), default=repr))
+    before = orjson.dumps(wire)
+    assert check_meaning(wire) == 0 and orjson.dumps(wire) == before
 
 
 def test_one_step_per_backward_or_grad_call_with_its_api(runs):

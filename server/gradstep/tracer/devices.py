@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.utils._device as _device
 
-from gradstep.tracer.lines import listed
+from gradstep.note_text import use
 from gradstep.tracer.names import SNIPPET_FILENAME
 
 _CPU = torch.device("cpu")
@@ -116,33 +116,17 @@ class CudaUse:
         if is_no_gpu_error(e):
             self.gpu_only = gpu_call(e) or ""
 
-    def notes(self) -> list[str]:
+    def facts(self) -> list[dict]:
+        """The facts of the notes (``Trace.uses``)."""
         out = []
         if self.lines:
-            out.append(
-                f"Ran on the CPU: this server has no GPU. Line(s) {listed(self.lines)} asked for CUDA, so "
-                "the same code ran with its devices set to the CPU (its tensors are CPU tensors; "
-                "torch.cuda.is_available() is False). Autograd builds the same graph and the same "
-                "gradients on either device."
-            )
+            out.append(use("cuda_on_cpu", self.lines))
         if self.leaf_copies:
-            out.append(
-                f"Line(s) {listed(self.leaf_copies)} move a tensor that requires grad to the GPU. On a GPU that "
-                "makes a copy which is not a leaf: its .grad stays None (the gradient goes to the CPU "
-                "original). Here the CPU tensor is already where it was asked to be, so it stays the leaf. "
-                "Create it on the device instead: torch.randn(..., device=device, requires_grad=True)."
-            )
+            out.append(use("cuda_leaf_copy", self.leaf_copies))
         for name, lines in sorted(self.counters.items()):
-            out.append(
-                f"torch.cuda.{name}() at line(s) {listed(lines)} measures GPU memory: there is none here, "
-                "so it says 0. Each step's saved bytes show the memory autograd keeps for backward."
-            )
+            out.append(use("cuda_memory_counter", lines, name=name))
         if self.gpu_only is not None:
-            what = f"{self.gpu_only} needs" if self.gpu_only else "This call needs"
-            out.append(
-                f"{what} a GPU, and this server has none. Its other CUDA code runs here on the CPU; "
-                "remove the GPU-only call (autograd does not need it)."
-            )
+            out.append(use("gpu_only", name=self.gpu_only or None))
         return out
 
 

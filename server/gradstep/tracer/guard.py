@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import functools
 
+from gradstep.note_text import use
+
 
 class Guard:
     """Whether the tracer is at work now, and what it failed at so far."""
 
     def __init__(self, steps: list) -> None:
         self.busy = False  # the tracer is at work: snippet code it triggers is not traced
-        self.failures: list[str] = []  # each noted once in the trace
+        self.failures: list[dict] = []  # each noted once in the trace: a Use (gradstep.note_text)
         self._steps = steps  # the recording's steps: a note says at which one it failed
 
     def note(self, where: str, e: BaseException) -> None:
         """A failure of the tracer's own: said once per kind, and tracing goes on."""
-        note = f"gradstep could not record everything at step {len(self._steps) + 1} ({where}): {type(e).__name__}: {e}"
-        if len(self.failures) < 10 and not any(f.endswith(f"{type(e).__name__}: {e}") for f in self.failures):
-            self.failures.append(note)
+        detail = f"{type(e).__name__}: {e}"
+        if len(self.failures) < 10 and not any(f["detail"] == detail for f in self.failures):
+            self.failures.append(use("tracer_failed", name=where, step=len(self._steps) + 1, detail=detail))
 
 
 def guarded(method):

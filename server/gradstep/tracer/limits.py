@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from gradstep.limit_advice import stop_margin, stop_point
+
 
 class StoppedAtLimit(BaseException):
     """Raised into the code at a statement boundary when the run's CPU or wall-clock time is nearly spent: the
@@ -25,22 +27,17 @@ class LimitWatch:
     less a margin for writing the trace. Without them (a recording in one's own process) it never
     stops anything."""
 
-    MARGIN = 0.15  # of the budget, at least MIN_MARGIN s: narration, packing and writing a big trace
-    MIN_MARGIN = 0.5
-
     def __init__(self, wall_seconds: float = 0) -> None:
+        # NOTE [a run stops short of its limits] (gradstep.limit_advice): the server checks the stop
         soft, _ = resource.getrlimit(resource.RLIMIT_CPU)
         self.start = time.process_time()
         self.wall_start = time.monotonic()
         self.stop_at: float | None = None
         if soft != resource.RLIM_INFINITY:
-            self.stop_at = soft - self._margin(soft - self.start)
+            self.stop_at = soft - stop_margin(soft - self.start)
         self.wall_stop_at: float | None = None
         if wall_seconds > 0:
-            self.wall_stop_at = self.wall_start + wall_seconds - self._margin(wall_seconds)
-
-    def _margin(self, budget: float) -> float:
-        return max(self.MIN_MARGIN, self.MARGIN * max(budget, 0.0))
+            self.wall_stop_at = self.wall_start + stop_point(wall_seconds)
 
     def check(self) -> None:
         if self.stop_at is not None:

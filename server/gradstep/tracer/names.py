@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gradstep.meaning import named_key
+
 SNIPPET_FILENAME = "<snippet>"
 _MAX_ITEMS = 256  # items scanned per list/dict, so a huge container stays cheap
 _MAX_DEPTH = 3
@@ -165,13 +167,13 @@ def _visit(names: Names, seen: set[int], name: str, value: object, depth: int, i
         for i, (k, item) in enumerate(value.items()):
             if i >= _MAX_ITEMS:
                 break
-            if isinstance(k, str | int):
+            if named_key(k):  # NOTE [names the tracer writes] (gradstep.meaning)
                 _visit(names, seen, f"{name}[{k!r}]", item, depth + 1, index)
     else:
         attrs = getattr(value, "__dict__", None)
         if isinstance(attrs, dict):
             for k, item in list(attrs.items())[:_MAX_ITEMS]:
-                if isinstance(k, str) and not k.startswith("__"):
+                if isinstance(k, str) and k.isidentifier() and not k.startswith("__"):
                     _visit(names, seen, f"{name}.{k}", item, depth + 1, index)
 
 

@@ -1,10 +1,11 @@
-"""The notes a trace ends with: what the code used that is not drawn, or that ran otherwise here."""
+"""What the code used that is not drawn, or that ran otherwise here: the facts a trace's notes are
+written from (``Trace.uses``; the sentences are gradstep.note_text's)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
+from gradstep.note_text import use
 from gradstep.tracer.devices import CudaUse
 from gradstep.tracer.limits import Limits
 from gradstep.tracer.offline import OfflineUse
@@ -28,43 +29,19 @@ class Uses:
         self.cuda.failed(e)
         self.offline.failed(e)
 
-    def notes(
-        self, limits: Limits, error: dict | None, listed: Callable[[set[int | None]], str]
-    ) -> list[str]:
-        """The notes, in order; ``listed`` says lines as the recorder counts them."""
-        notes = self.cuda.notes() if limits.cuda_on_cpu else []
+    def facts(self, limits: Limits, error: dict | None) -> list[dict]:
+        """The facts the trace's notes are written from (``Trace.uses``: gradstep.note_text), in order."""
+        uses = self.cuda.facts() if limits.cuda_on_cpu else []
         if not limits.cuda_on_cpu and error and _NO_CUDA.search(error["message"]):
-            notes.append(
-                "This machine has no GPU, so CUDA code cannot run here. Run the snippet on the CPU "
-                "(drop .cuda() and device='cuda'): autograd behaves the same."
-            )
-        if self.ipython:
-            notes.append(
-                f"Line(s) {listed(set(self.ipython))} are IPython's own (a notebook's %magics and !shell "
-                "commands), which Python cannot run, so the run skipped them. torch and numpy are installed "
-                "here already, and plots show nothing."
-            )
-        if self.transformed:
-            where = listed(self.transformed)
-            notes.append(
-                f"Line(s) {where} ran inside a torch.func transform (grad, vjp, jacrev, vmap…): functorch "
-                "differentiates there with its own wrapped tensors, so those inner steps are not drawn; "
-                "what the transform returned is."
-            )
-        if self.forward_ad:
-            where = listed(self.forward_ad)
-            notes.append(
-                f"Line(s) {where} use forward-mode AD (torch.autograd.forward_ad): dual tensors carry their "
-                "tangents forward with the values and build no backward graph. gradstep draws reverse mode, so "
-                "the dual computation is not drawn; its prints are in the output."
-            )
-        if self.compiled:
-            where = listed(self.compiled)
-            notes.append(
-                f"torch.compile at line(s) {where} ran with its aot_eager backend: this sandbox has no C++ "
-                "compiler for inductor, the default. Autograd sees the same graph either way (one "
-                "CompiledFunctionBackward node for the compiled region); only the generated kernels differ."
-            )
+            uses.append({"kind": "no_gpu"})
+        for kind, lines in (
+            ("ipython", set(self.ipython)),
+            ("transformed", self.transformed),
+            ("forward_ad", self.forward_ad),
+            ("compiled", self.compiled),
+        ):
+            if lines:
+                uses.append(use(kind, lines))
         if limits.offline:
-            notes.extend(self.offline.notes())
-        return notes
+            uses.extend(self.offline.facts())
+        return uses

@@ -34,40 +34,9 @@ from dataclasses import dataclass, field
 import torch.hub
 import torch.utils.data
 
-from gradstep.tracer.lines import listed
+from gradstep.note_text import use
 from gradstep.tracer.standins import StandInFinder
 
-# What a snippet can import here, as the notes say it
-AVAILABLE = (
-    "torch (torch.nn, torch.optim, torch.func, torch.utils.data, …), numpy and Python's standard library"
-)
-# Libraries pasted code often imports, and what to write instead (the default: torch and numpy)
-_INSTEAD = {
-    "torchvision": "define the model with torch.nn (a few nn.Conv2d and nn.Linear layers) and use a random "
-    "batch of images, torch.randn(8, 3, 32, 32), for the data; transforms are tensor operations",
-    "timm": "define the model with torch.nn (a few nn.Conv2d and nn.Linear layers) and use a random batch of "
-    "images, torch.randn(8, 3, 32, 32)",
-    "torchaudio": "use a random waveform, torch.randn(1, 16000), and build the layers with torch.nn",
-    "torchtext": "use random token ids, torch.randint(0, 100, (4, 12)), with an nn.Embedding",
-    "transformers": "build a small model with torch.nn (nn.Embedding, nn.TransformerEncoderLayer, nn.Linear) "
-    "and feed it random token ids, torch.randint(0, 100, (2, 8))",
-    "datasets": "make the data in the snippet: random tensors (torch.randn, torch.randint) or a "
-    "torch.utils.data.TensorDataset",
-    "lightning": "write the training step as a plain loop: loss = …; optimizer.zero_grad(); loss.backward(); "
-    "optimizer.step()",
-    "pytorch_lightning": "write the training step as a plain loop: loss = …; optimizer.zero_grad(); "
-    "loss.backward(); optimizer.step()",
-    "accelerate": "leave it out: it places models and batches on devices, and here everything runs on the CPU",
-    "wandb": "leave the logging out and print what you would log (print(loss.item())): the trace shows every "
-    "step's values and gradients",
-    "tensorboard": "leave the SummaryWriter out and print what you would log (print(loss.item())): the trace "
-    "shows every step's values and gradients",
-    "sklearn": "make the data with torch (torch.randn, torch.randint) or numpy",
-    "pandas": "build the data as tensors (torch.tensor([...])) or numpy arrays",
-    "scipy": "use torch or numpy for the computation",
-    "PIL": "use a random image tensor, torch.rand(3, 32, 32)",
-    "cv2": "use a random image tensor, torch.rand(3, 32, 32)",
-}
 SCRIPT = "snippet.py"  # sys.argv[0] while the snippet runs
 _DOWNLOADS = ("load", "load_state_dict_from_url", "download_url_to_file", "list", "help")
 
@@ -101,58 +70,23 @@ class OfflineUse:
         elif _network_error(e):
             self.network = True
 
-    def notes(self) -> list[str]:
+    def facts(self) -> list[dict]:
+        """The facts of the notes (``Trace.uses``)."""
         out = []
         if self.missing_module is not None:
-            top = self.missing_module.split(".")[0]
-            out.append(
-                f"{top} is not installed here: a snippet can import {AVAILABLE}. Instead, "
-                f"{_INSTEAD.get(top, 'use what torch and numpy offer')}."
-            )
+            out.append(use("missing_module", name=self.missing_module))
         if self.missing_file is not None:
-            out.append(
-                f"{self.missing_file!r} is not here: each run starts in an empty folder of its own, without the "
-                "files of your machine. Make the data in the snippet (torch.randn(…), torch.tensor([…])); a file "
-                "the snippet writes first (torch.save, open(…, 'w')) can be read back in the same run."
-            )
-        if self.network:
-            out.append(
-                "A run here has no network, so nothing can be downloaded: no pretrained weights (torch.hub, "
-                "weights=…), no datasets (download=True). Start from a model's random weights and random data: "
-                "gradients flow through them the same way."
-            )
-        if self.keyboard:
-            out.append(
-                f"input() at line(s) {listed(self.keyboard)} waits for someone to type, and a run here has no "
-                "keyboard: it reads an empty input, so Python raises EOFError. Put the value in the code "
-                "(lr = 0.01)."
-            )
-        if self.arguments:
-            out.append(
-                "The script wants command-line arguments (argparse), and a run here is python snippet.py with "
-                'none. Give each argument a default (parser.add_argument("--lr", default=0.01)), or pass '
-                'them in the code: parser.parse_args(["--lr", "0.01"]).'
-            )
-        if self.processes:
-            out.append(
-                "A run here starts no processes (multiprocessing, subprocess, process pools), so the call that "
-                "tried failed. Do the work in the snippet's own process: a plain loop instead of Pool.map, the "
-                "function called directly instead of a subprocess."
-            )
+            out.append(use("missing_file", name=self.missing_file))
+        for kind, happened in (("network", self.network), ("keyboard", self.keyboard)):
+            if happened:
+                out.append(use(kind, self.keyboard if kind == "keyboard" else ()))
+        for kind, happened in (("arguments", self.arguments), ("processes", self.processes)):
+            if happened:
+                out.append(use(kind))
         if self.workers:
-            out.append(
-                f"The DataLoader at line(s) {listed(self.workers)} asked for worker processes (num_workers), and "
-                "a run here starts no processes: it loaded the batches in the main process (num_workers=0). They "
-                "are the same batches in the same order; only random numbers a dataset draws per item differ, "
-                "as each worker seeds its own."
-            )
+            out.append(use("workers", self.workers))
         for package, line in sorted(self.standins.items()):
-            what = (
-                "a progress bar that shows nothing: the loop runs as written"
-                if package == "tqdm"
-                else "a stand-in that takes the plotting calls and draws nothing (print the numbers to see them)"
-            )
-            out.append(f"{package} (imported at line {line}) is not installed here; the run used {what}.")
+            out.append(use("standin", [line], name=package))
         return out
 
 

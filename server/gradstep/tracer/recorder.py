@@ -21,7 +21,7 @@ import sys
 
 import torch
 
-from gradstep import limit_advice
+from gradstep import limit_advice, note_text
 from gradstep.schema import VERSION
 from gradstep.trace_dicts import TraceDict
 from gradstep.tracer import crash, errors, lines, offline, passes, patches
@@ -167,23 +167,16 @@ class Recorder:
     def _result(self, status: str, error: dict | None) -> dict:
         capped = (("steps", self.snapshots.capped), ("stdout", self.out.dropped), ("nodes", self.graph.full))
         limit = None
+        # facts only: the server says what a limit means (NOTE [the server's voice] in gradstep.voice)
         if error is not None and self.stopped_at is not None:
             status, limit = "limit", self.stopped_at.limit
-            stop = self.stopped_at
-            value = (self.limits.cpu_seconds if stop.limit == "cpu" else self.limits.wall_seconds) or None
-            message = limit_advice.time_stop(error, stop.limit, value, stop.used, len(self.steps))
-            error = {**error, "type": "limit", "message": message}
+            error = {**error, "type": type(self.stopped_at).__name__}
         elif error is not None and self.limits.memory_mb and limit_advice.out_of_memory(error):
             # the sandbox's data limit sits below its memory cgroup's (sandbox/config.py), so a run
             # too big for it gets here, with what it recorded, instead of being killed with nothing
             status, limit = "limit", "memory"
             self.stopped_by_memory = True
-            error = {
-                **error,
-                "message": limit_advice.memory_stop(
-                    error, self.limits.memory_mb, len(self.steps), self._shrink()
-                ),
-            }
+        uses = self.uses.facts(self.limits, error) + self.guard.failures
         return {
             "version": VERSION,
             "status": status,
@@ -196,16 +189,11 @@ class Recorder:
             "steps": self.steps,
             "warnings": self.warnings.items,
             "truncated": [what for what, hit in capped if hit],
-            "notes": self.uses.notes(self.limits, error, self.listed) + self.guard.failures,
+            "uses": uses,
+            "notes": note_text.notes_of(
+                uses, self.listed
+            ),  # a sandboxed run's are the server's: gradstep.voice
         }
-
-    def _shrink(self) -> str:
-        """The largest tensors the steps name: what a smaller size of the same code shrinks."""
-        seen: dict[str, list[int]] = {}
-        for step in self.steps:
-            for t in step.get("tensors") or ():
-                seen.setdefault(t["name"], t["shape"])
-        return limit_advice.largest(seen.items())
 
     # -- line tracing --------------------------------------------------------
 
