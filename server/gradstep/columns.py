@@ -15,6 +15,9 @@ Packed data shares its lists and dicts with the rows it came from: copy before e
 
 from __future__ import annotations
 
+import itertools
+import operator
+
 from pydantic import BaseModel
 
 from gradstep.schema import NodeInfo, NodeState, TensorState
@@ -61,10 +64,26 @@ class Table:
             column = columns.get(name)
             if column is None:
                 continue
-            for row, value in zip(rows, column, strict=True):
-                if value != default or type(value) is not type(default):
-                    row[name] = value
+            if len(column) != count:
+                raise ValueError(f"column {name!r} has {len(column)} rows, not {count}")
+            kept = _not_default(column, default)
+            if kept is None:  # a default with no quick test: every cell compared
+                kept = [i for i, v in enumerate(column) if v != default or type(v) is not type(default)]
+            for i in kept:  # most cells hold the default: only the others are visited in Python
+                rows[i][name] = column[i]
         return rows
+
+
+def _not_default(column: list, default: object) -> list[int] | None:
+    """The positions in ``column`` whose value is not ``default`` (as ``unpack`` counts it: equal and of
+    its type), found in C for the defaults tables have: None, False, an empty list; else None."""
+    if default is None or default is False:
+        mask = map(operator.is_not, column, itertools.repeat(default))
+    elif default == [] and type(default) is list:
+        mask = map(len, column)  # the contract made each a list: an empty one is the default
+    else:
+        return None
+    return list(itertools.compress(range(len(column)), mask))
 
 
 NODES = Table(NodeInfo, implicit="id")
