@@ -24,6 +24,7 @@ from collections import Counter
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from gradstep.limits import client_key
 from gradstep.settings import Settings
 
 TOO_MANY = (
@@ -45,7 +46,7 @@ class SlowClientTimeout(HttpToolsProtocol):
         super().connection_made(transport)
         if self.per_address:
             peer = transport.get_extra_info("peername")
-            address = peer[0] if peer else "?"
+            address = client_key(peer[0]) if peer else "?"  # an IPv6 client is its /64, as in limits.py
             if self.open_by_address[address] >= self.per_address:
                 transport.write(TOO_MANY)
                 transport.close()

@@ -51,3 +51,48 @@ def test_ipv6_addresses_of_one_64_share_one_budget():
         assert run(base, "x = 4\n", "2001:db8:1:3::1") == 200  # the next /64: another subscriber
         assert run(base, "x = 5\n", "198.51.100.7") == 200
         assert run(base, "x = 6\n", "::ffff:198.51.100.7") == 429  # IPv4-mapped: the same IPv4 client
+
+
+def test_one_ipv6_64_holds_one_addresss_connections_however_many_addresses_it_uses():
+    """The connection cap (serving.SlowClientTimeout) counts an IPv6 client as its /64, as the rate
+    and the queue do: a host that picks a new address of its /64 per connection gets no more."""
+    import asyncio
+
+    from gradstep.serving import TOO_MANY, protocol
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    class Transport(asyncio.Transport):
+        def __init__(self, peer: str):
+            super().__init__()
+            self.peer, self.written, self.closed = peer, b"", False
+
+        def get_extra_info(self, name, default=None):
+            return {"peername": (self.peer, 1234), "sockname": ("::1", 8000)}.get(name, default)
+
+        def write(self, data):
+            self.written += data
+
+        def close(self):
+            self.closed = True
+
+        def is_closing(self):
+            return self.closed
+
+    async def refused(peers: list[str]) -> list[bool]:
+        async def app(scope, receive, send):  # never reached: no request is sent
+            raise AssertionError
+
+        config = Config(app, http="httptools")
+        config.load()
+        cls, state, out = protocol(10.0, per_address=1), ServerState(), []
+        for peer in peers:
+            conn = cls(config=config, server_state=state, app_state={}, _loop=asyncio.get_running_loop())
+            transport = Transport(peer)
+            conn.connection_made(transport)
+            out.append(transport.written == TOO_MANY)
+            conn._disarm()
+        return out
+
+    peers = ["2001:db8:1:2::a", "2001:db8:1:2::b", "2001:db8:1:3::a", "::ffff:198.51.100.7", "198.51.100.7"]
+    assert asyncio.run(refused(peers)) == [False, True, False, False, True]
