@@ -38,6 +38,7 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await anyio.to_thread.run_sync(runner.start)
+        await anyio.to_thread.run_sync(service.readers.start)  # the first big snippet waits for none
         # What exists now (torch, the app, the sandbox) lives as long as the server: collections
         # need not walk it again each time, so none of them takes long enough to stall requests.
         gc.freeze()
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None, runner: TraceRunner | None = No
             yield
         finally:
             await anyio.to_thread.run_sync(runner.close)
+            await anyio.to_thread.run_sync(service.readers.close)
             await cache.close()
 
     app = FastAPI(
