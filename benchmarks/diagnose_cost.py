@@ -15,7 +15,7 @@ import statistics
 import time
 from pathlib import Path
 
-from gradstep.runs import TraceRunner, payload_for, served_fields
+from gradstep.runs import TraceRunner, observed, payload_for, served_fields
 from gradstep.settings import Settings
 
 SNIPPETS = Path(__file__).resolve().parent.parent / "snippets"
@@ -45,7 +45,10 @@ def main() -> None:
                 for bare in (True, False) if i % 2 else (False, True):
                     t0 = time.perf_counter()
                     if bare:
-                        runner.checker.check(runner.sandbox.run(payload).output, served_fields(code))
+                        result = runner.sandbox.run(payload)
+                        runner.checker.check(
+                            result.output, served_fields(code), observed(runner.spec, result)
+                        )
                     else:
                         runner.trace(code)
                     (plain if bare else diagnosed).append((time.perf_counter() - t0) * 1e3)
