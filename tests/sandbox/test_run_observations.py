@@ -121,7 +121,7 @@ def test_a_forged_result_claiming_a_limit_changes_nothing_the_runner_measured(sb
     r, claimed = run(sb, forged(CLAIM, then))
     assert claimed["status"] == "limit" and claimed["cpu_used"] == 99.0  # the child's words...
     assert r.status == "ok"  # ... are its bytes, nothing more
-    assert r.cpu_used < 1.0 and r.wall_used < 1.0  # what it used up to its answer
+    assert r.cpu_used < 10 and r.wall_used < 10  # what it used up to its answer, not the 99 s it claims
     assert r.memory_peak_mb < 100
     assert (r.cpu_limit, r.wall_limit, r.memory_limit_mb) == (CPU_SECONDS, WALL_SECONDS, MEMORY_MB)
 
