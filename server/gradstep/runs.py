@@ -168,6 +168,10 @@ class TraceRunner:
         self.spec = settings.run_spec()  # every job's, with each request's options (gradstep.runspec)
         self.sandbox = sandbox or Sandbox(sandbox_config(settings))
         self.checker = checker or CheckerPool(settings.workers)  # a check per run that may end at once
+        # How a fix's code is read before it runs (its reaches; None: too costly to read, not run):
+        # here in the caller's thread, or in a bounded reader process once a TraceService sets it
+        # (gradstep.reading): a proposed fix is the child's text, which may be crafted to cost
+        self.read_code: Callable[[str], list[dict] | None] = reaches
 
     def start(self) -> None:
         self.checker.start()
@@ -287,10 +291,14 @@ class TraceRunner:
     ) -> dict | None:
         """One run of ``code``'s trace, with the server's fields; None when it is not a trace (the
         run failed, or wrote something else)."""
+        found = self.read_code(code)
+        if found is None:  # too costly to read: never parsed here, never run
+            return None
         result = self._run(job_payload(spec, code=code, cpu_seconds=cpu), budget, deadline)
         if result.status != "ok":
             return None
-        checked = self._check_output(result, served_fields(code), observed(spec, result, cpu), encode=False)
+        fields = served_fields(code, found)
+        checked = self._check_output(result, fields, observed(spec, result, cpu), encode=False)
         if checked.problem is not None or checked.body is None:
             return None
         return orjson.loads(checked.body)  # in the server's words, its proposals still in it

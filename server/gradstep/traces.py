@@ -89,6 +89,9 @@ class TraceService:
         readers = max(1, settings.workers // 2)
         self.readers = CodeReaders(readers, settings.read_seconds)
         weakref.finalize(self, self.readers.close)  # its reader processes go with it
+        runner.read_code = (
+            self.readers.read
+        )  # a fix's code is read as a request's is (NOTE [read after admission])
         self.reading = FairQueue(readers * 64, readers, settings.queue_seconds)  # who reads next
         self.reading_threads = anyio.CapacityLimiter(readers)
         self.small_reads = anyio.CapacityLimiter(4)  # never behind runs holding the other threads

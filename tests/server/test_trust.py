@@ -401,6 +401,23 @@ def test_a_client_short_of_budget_gets_its_diagnosis_with_the_fixes_it_could_pay
     assert stingy.app.state.cache.get_now(cache_key(code, TraceOptions().model_dump(), caps(stingy))) is None
 
 
+def test_a_proposed_fix_too_costly_to_read_is_never_parsed_in_the_server_nor_run(client, unseen, monkeypatch):
+    # the child proposes 59 KB of crafted f-string (its parse ~0.5-1 s holding the GIL) as a fix
+    build = "trace['diagnoses'][0]['fixes'][0]['code'] = 'f\"' + '{a:{b}}a' * 7400 + '\"\\n'\n"
+    steps = [{"index": 0, "kind": "backward", "line": 2, "nodes": {"id": []}}]
+    code = forge({"steps": steps}, [proposal("placeholder\n")], build=build)
+    parsed = []
+    real_parse = ast.parse
+    monkeypatch.setattr(
+        ast, "parse", lambda source, *a, **kw: parsed.append(len(source)) or real_parse(source, *a, **kw)
+    )
+    with sandbox_runs(client.app) as runs:
+        assert post(client, code).status_code == 200
+    crafted_size = len('f"' + "{a:{b}}a" * 7400 + '"\n')
+    assert crafted_size not in parsed  # read in a reader process, which gave up on it
+    assert [r["job"]["code"] for r in trace_jobs(runs)] == [code]  # and never run
+
+
 def test_fix_runs_get_an_even_share_of_the_requests_cpu(stingy, unseen):
     show_limit = "import resource\nprint(resource.getrlimit(resource.RLIMIT_CPU))  # fix {}\n"
     fixes = [show_limit.format(i) for i in range(3)]
