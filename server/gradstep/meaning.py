@@ -35,20 +35,21 @@ from gradstep.printing import NON_FINITE
 # makes no other (tracer/names.py gives a dict's item a name only where ``named_key`` says so), and
 # the server refuses any other (``NAME``): one grammar, read by both.
 KEY_TEXT = re.compile(r"[\w.\-]{0,64}")
-REFUSED = "?"
+REFUSED = "?"  # what a refused name shows as: the tracer's own word for a name it does not know
 CAPS = frozenset({"nodes", "steps", "stdout"})  # Trace.truncated: the caps a run can hit
-REASON_MAX = 300  # characters of an `unreadable` reason  # what a refused name shows as: the tracer's own word for a name it does not know
+REASON_MAX = 300  # characters of an `unreadable` reason
 MAX_NAME = 200
 MAX_SIZE = 1 << 50  # elements in a dimension, bytes in a count: beyond any machine
 _KEY = r"(?:-?\d+|'[\w.\-]{0,64}')"  # what repr() of a named_key gives
-_PATH = rf"[A-Za-z_]\w*(?:\.\w+|\[{_KEY}\])*"
+_IDENT = r"[^\W\d]\w*"  # a Python identifier: its first character a letter (any script's) or _
+_PATH = rf"{_IDENT}(?:\.\w+|\[{_KEY}\])*"
 _LABEL = rf"{_PATH}(?: \((?:earlier|line \d+(?:, iteration \d+)?)\))?(?: #\d+)?"
 NAME = re.compile(rf"{_LABEL}|\?")
-OP = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_]\w*)*")
-CLASS = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+OP = re.compile(rf"{_IDENT}(?:::{_IDENT})*")
+CLASS = re.compile(rf"{_IDENT}(?:\.{_IDENT})*")
 DTYPE = re.compile(r"[a-z]+\d*(?:_[a-z0-9]+)*")
-SAVED_NAME = re.compile(r"[A-Za-z_]\w*")
-PACKED = re.compile(r"(?:tuple holding a )?tensor on [a-z]+(?::\d+)?|[A-Za-z_]\w*")
+SAVED_NAME = re.compile(_IDENT)
+PACKED = re.compile(rf"(?:tuple holding a )?tensor on [a-z]+(?::\d+)?|{_IDENT}")
 
 
 def named_key(key: object) -> bool:
