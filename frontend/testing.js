@@ -7,7 +7,7 @@
 //   body[data-runs]           runs finished (whatever their outcome)
 //   body[data-painted]        the run whose first frame was painted (benchmarks/render.py)
 //   body[data-trace-status]   status of the trace shown, "request-error" or "link-error"
-//   body[data-state]          the /embed page: "ready" or "error"
+//   body[data-state]          the /embed page: "ready", "error", or "consent" (code from a foreign page waits for its Run)
 
 export function exposeApp(api) {
   window.gradstep = api;
